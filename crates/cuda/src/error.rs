@@ -1,0 +1,103 @@
+//! The one error type of this crate.
+//!
+//! Every fallible call returns [`CudaError`]; missing libraries, missing devices and bad input are
+//! reported as values, never as panics, so callers can fall back to the CPU path.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+/// Everything that can go wrong between CUDA C source and a finished kernel run.
+#[derive(Debug, thiserror::Error)]
+pub enum CudaError {
+    /// `libnvrtc` could not be opened, so nothing can be compiled.
+    #[error(
+        "NVRTC not found: libnvrtc.so could not be loaded (add its directory to LD_LIBRARY_PATH, \
+         e.g. /usr/local/cuda/lib64 or the pip wheel's nvidia/cu13/lib)"
+    )]
+    NvrtcUnavailable,
+
+    /// `libcuda` (the driver) could not be opened: no NVIDIA driver on this machine.
+    #[error("CUDA driver not found: libcuda.so could not be loaded")]
+    DriverUnavailable,
+
+    /// `libcublasLt` could not be opened.
+    #[error(
+        "cuBLASLt not found: libcublasLt.so could not be loaded (add /usr/local/cuda/lib64 to \
+         LD_LIBRARY_PATH)"
+    )]
+    CublasLtUnavailable,
+
+    /// The driver loaded but the requested device does not exist.
+    #[error("no CUDA device with ordinal {ordinal} ({count} device(s) visible)")]
+    NoDevice { ordinal: usize, count: usize },
+
+    /// An NVRTC API call failed for a reason other than a compile error in the source.
+    #[error("NVRTC call {call} failed: {reason}")]
+    Nvrtc { call: &'static str, reason: String },
+
+    /// The CUDA C source did not compile. Carries the compiler log and the source so the
+    /// message alone is enough to find the offending line.
+    #[error("{}", format_compile_error(name, log, source))]
+    Compile {
+        name: String,
+        log: String,
+        source: String,
+    },
+
+    /// A CUDA driver call failed.
+    #[error("CUDA driver error: {0}")]
+    Driver(String),
+
+    /// The on-disk kernel cache could not be used at `path`.
+    #[error("kernel cache error at {}: {reason}", path.display())]
+    Cache { path: PathBuf, reason: String },
+
+    /// A kernel launch was rejected, either by validation here or by the driver.
+    #[error("launch of kernel `{kernel}` failed: {reason}")]
+    Launch { kernel: String, reason: String },
+
+    /// A cuBLASLt call failed.
+    #[error("cuBLASLt error: {0}")]
+    Blas(String),
+
+    /// Operand shapes or sizes do not fit together.
+    #[error("shape mismatch in {op}: {detail}")]
+    ShapeMismatch { op: &'static str, detail: String },
+
+    /// An argument is out of range or malformed (offsets past the end, NUL bytes in names, ...).
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+
+    /// Something was attempted that a CUDA graph capture cannot record, or the capture failed.
+    #[error("CUDA graph capture: {0}")]
+    Capture(String),
+}
+
+/// Crate-wide result alias.
+pub type Result<T> = std::result::Result<T, CudaError>;
+
+impl From<cudarc::driver::DriverError> for CudaError {
+    fn from(err: cudarc::driver::DriverError) -> Self {
+        CudaError::Driver(err.to_string())
+    }
+}
+
+impl From<cudarc::cublaslt::result::CublasError> for CudaError {
+    fn from(err: cudarc::cublaslt::result::CublasError) -> Self {
+        CudaError::Blas(format!("{:?}", err.0))
+    }
+}
+
+/// Renders a compile failure as the log followed by the source with line numbers, matching the
+/// `name(line): error` references NVRTC prints.
+fn format_compile_error(name: &str, log: &str, source: &str) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "NVRTC failed to compile `{name}`:");
+    let _ = writeln!(out, "{}", log.trim_end());
+    let _ = writeln!(out, "--- source ---");
+    let width = source.lines().count().max(1).to_string().len();
+    for (index, line) in source.lines().enumerate() {
+        let _ = writeln!(out, "{:>width$} | {line}", index + 1);
+    }
+    out
+}

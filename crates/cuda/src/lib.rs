@@ -1,0 +1,3 @@
+pub mod error;
+pub mod nvrtc;
+pub use error::{CudaError, Result};

@@ -1,0 +1,349 @@
+//! The operation set: a small list of primitives plus composites (norms, softmax) that the
+//! passes either match whole or decompose into primitives.
+
+use crate::DType;
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UnaryOp {
+    Neg,
+    Abs,
+    Exp,
+    Log,
+    Sqrt,
+    Rsqrt,
+    Reciprocal,
+    Relu,
+    /// Exact GELU: `x * 0.5 * (1 + erf(x / sqrt(2)))`.
+    GeluErf,
+    /// Tanh approximation of GELU.
+    GeluTanh,
+    Silu,
+    Sigmoid,
+    Tanh,
+    /// Bool result.
+    IsNan,
+    /// Bool result.
+    IsFinite,
+    /// Bool negation; also allowed on numbers as `x == 0`.
+    Not,
+}
+
+impl UnaryOp {
+    pub const ALL: [UnaryOp; 16] = [
+        UnaryOp::Neg,
+        UnaryOp::Abs,
+        UnaryOp::Exp,
+        UnaryOp::Log,
+        UnaryOp::Sqrt,
+        UnaryOp::Rsqrt,
+        UnaryOp::Reciprocal,
+        UnaryOp::Relu,
+        UnaryOp::GeluErf,
+        UnaryOp::GeluTanh,
+        UnaryOp::Silu,
+        UnaryOp::Sigmoid,
+        UnaryOp::Tanh,
+        UnaryOp::IsNan,
+        UnaryOp::IsFinite,
+        UnaryOp::Not,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            UnaryOp::Neg => "neg",
+            UnaryOp::Abs => "abs",
+            UnaryOp::Exp => "exp",
+            UnaryOp::Log => "log",
+            UnaryOp::Sqrt => "sqrt",
+            UnaryOp::Rsqrt => "rsqrt",
+            UnaryOp::Reciprocal => "reciprocal",
+            UnaryOp::Relu => "relu",
+            UnaryOp::GeluErf => "gelu_erf",
+            UnaryOp::GeluTanh => "gelu_tanh",
+            UnaryOp::Silu => "silu",
+            UnaryOp::Sigmoid => "sigmoid",
+            UnaryOp::Tanh => "tanh",
+            UnaryOp::IsNan => "isnan",
+            UnaryOp::IsFinite => "isfinite",
+            UnaryOp::Not => "not",
+        }
+    }
+
+    /// Ops that only make sense on floating-point inputs.
+    pub fn needs_float(self) -> bool {
+        !matches!(self, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu | UnaryOp::IsNan | UnaryOp::IsFinite | UnaryOp::Not)
+    }
+
+    pub fn result_dtype(self, input: DType) -> DType {
+        match self {
+            UnaryOp::IsNan | UnaryOp::IsFinite | UnaryOp::Not => DType::Bool,
+            _ => input,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    /// NaN-propagating maximum (as `torch.maximum`).
+    Max,
+    /// NaN-propagating minimum (as `torch.minimum`).
+    Min,
+    Pow,
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    And,
+    Or,
+}
+
+impl BinaryOp {
+    pub const ALL: [BinaryOp; 15] = [
+        BinaryOp::Add,
+        BinaryOp::Sub,
+        BinaryOp::Mul,
+        BinaryOp::Div,
+        BinaryOp::Max,
+        BinaryOp::Min,
+        BinaryOp::Pow,
+        BinaryOp::Eq,
+        BinaryOp::Ne,
+        BinaryOp::Lt,
+        BinaryOp::Le,
+        BinaryOp::Gt,
+        BinaryOp::Ge,
+        BinaryOp::And,
+        BinaryOp::Or,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            BinaryOp::Add => "add",
+            BinaryOp::Sub => "sub",
+            BinaryOp::Mul => "mul",
+            BinaryOp::Div => "div",
+            BinaryOp::Max => "max",
+            BinaryOp::Min => "min",
+            BinaryOp::Pow => "pow",
+            BinaryOp::Eq => "eq",
+            BinaryOp::Ne => "ne",
+            BinaryOp::Lt => "lt",
+            BinaryOp::Le => "le",
+            BinaryOp::Gt => "gt",
+            BinaryOp::Ge => "ge",
+            BinaryOp::And => "and",
+            BinaryOp::Or => "or",
+        }
+    }
+
+    pub fn is_comparison(self) -> bool {
+        matches!(self, BinaryOp::Eq | BinaryOp::Ne | BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge)
+    }
+
+    pub fn is_logical(self) -> bool {
+        matches!(self, BinaryOp::And | BinaryOp::Or)
+    }
+
+    pub fn is_commutative(self) -> bool {
+        matches!(
+            self,
+            BinaryOp::Add
+                | BinaryOp::Mul
+                | BinaryOp::Max
+                | BinaryOp::Min
+                | BinaryOp::Eq
+                | BinaryOp::Ne
+                | BinaryOp::And
+                | BinaryOp::Or
+        )
+    }
+
+    pub fn result_dtype(self, input: DType) -> DType {
+        if self.is_comparison() || self.is_logical() {
+            DType::Bool
+        } else {
+            input
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReduceOp {
+    Sum,
+    Mean,
+    /// NaN-propagating.
+    Max,
+    /// NaN-propagating.
+    Min,
+}
+
+impl ReduceOp {
+    pub fn name(self) -> &'static str {
+        match self {
+            ReduceOp::Sum => "sum",
+            ReduceOp::Mean => "mean",
+            ReduceOp::Max => "max",
+            ReduceOp::Min => "min",
+        }
+    }
+}
+
+/// One IR operation. Operand counts and meanings are listed per variant.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Op {
+    /// Graph input number `index` (no operands).
+    Input {
+        index: usize,
+    },
+    /// A scalar (rank 0) of the node's dtype (no operands).
+    Constant {
+        value: f64,
+    },
+    /// Converts its operand to the node's dtype.
+    Cast,
+    Unary {
+        op: UnaryOp,
+    },
+    /// Two operands, broadcast together; both of one dtype.
+    Binary {
+        op: BinaryOp,
+    },
+    /// `where(cond, a, b)`: three operands broadcast together, `cond` is bool.
+    Where,
+    /// Reduction over `axes` (sorted, unique).
+    Reduce {
+        op: ReduceOp,
+        axes: Vec<usize>,
+        keepdim: bool,
+    },
+    /// Same elements in row-major order, new shape (the node's shape).
+    Reshape,
+    /// NumPy broadcast to the node's shape.
+    BroadcastTo,
+    /// Output dim `i` is input dim `perm[i]`.
+    Permute {
+        perm: Vec<usize>,
+    },
+    /// Elements `start, start+step, ...` below `end` along `axis`.
+    Slice {
+        axis: usize,
+        start: usize,
+        end: usize,
+        step: usize,
+    },
+    /// Any number of operands joined along `axis`.
+    Concat {
+        axis: usize,
+    },
+    /// Any number of same-shaped operands stacked along a new `axis`.
+    Stack {
+        axis: usize,
+    },
+    /// Batched matrix product `[.., m, k] @ [.., k, n]` with broadcast batch dims.
+    MatMul,
+    /// `(x - mean) / sqrt(var + eps) * w + b` over the last dim; operands x, w, b.
+    LayerNorm {
+        eps: f64,
+    },
+    /// `x / sqrt(mean(x^2) + eps) * w` over the last dim; operands x, w.
+    RmsNorm {
+        eps: f64,
+    },
+    /// Softmax along `axis`.
+    Softmax {
+        axis: usize,
+    },
+}
+
+impl Op {
+    /// The name printed in the text form.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Input { .. } => "input",
+            Op::Constant { .. } => "const",
+            Op::Cast => "cast",
+            Op::Unary { op } => op.name(),
+            Op::Binary { op } => op.name(),
+            Op::Where => "where",
+            Op::Reduce { op, .. } => op.name(),
+            Op::Reshape => "reshape",
+            Op::BroadcastTo => "broadcast_to",
+            Op::Permute { .. } => "permute",
+            Op::Slice { .. } => "slice",
+            Op::Concat { .. } => "concat",
+            Op::Stack { .. } => "stack",
+            Op::MatMul => "matmul",
+            Op::LayerNorm { .. } => "layer_norm",
+            Op::RmsNorm { .. } => "rms_norm",
+            Op::Softmax { .. } => "softmax",
+        }
+    }
+
+    /// The exact operand count, or `None` for variadic ops (concat, stack: at least one).
+    pub fn arity(&self) -> Option<usize> {
+        match self {
+            Op::Input { .. } | Op::Constant { .. } => Some(0),
+            Op::Cast | Op::Unary { .. } | Op::Reduce { .. } | Op::Reshape | Op::BroadcastTo => Some(1),
+            Op::Permute { .. } | Op::Slice { .. } | Op::Softmax { .. } => Some(1),
+            Op::Binary { .. } | Op::MatMul | Op::RmsNorm { .. } => Some(2),
+            Op::Where | Op::LayerNorm { .. } => Some(3),
+            Op::Concat { .. } | Op::Stack { .. } => None,
+        }
+    }
+
+    /// Elementwise ops: output element i depends only on operand element i (after broadcast).
+    pub fn is_elementwise(&self) -> bool {
+        matches!(self, Op::Cast | Op::Unary { .. } | Op::Binary { .. } | Op::Where | Op::Constant { .. })
+    }
+
+    pub fn is_composite(&self) -> bool {
+        matches!(self, Op::LayerNorm { .. } | Op::RmsNorm { .. } | Op::Softmax { .. })
+    }
+
+    /// Attributes printed after the operands in the text form, e.g. `axes=[1], keepdim`.
+    pub fn attributes(&self) -> String {
+        let list = |v: &[usize]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(",");
+        match self {
+            Op::Input { index } => format!("#{index}"),
+            Op::Constant { value } => format_f64(*value),
+            Op::Reduce { axes, keepdim, .. } => {
+                format!("axes=[{}]{}", list(axes), if *keepdim { ", keepdim" } else { "" })
+            }
+            Op::Permute { perm } => format!("perm=[{}]", list(perm)),
+            Op::Slice { axis, start, end, step } => format!("axis={axis}, {start}:{end}:{step}"),
+            Op::Concat { axis } | Op::Stack { axis } | Op::Softmax { axis } => {
+                format!("axis={axis}")
+            }
+            Op::LayerNorm { eps } | Op::RmsNorm { eps } => format!("eps={}", format_f64(*eps)),
+            _ => String::new(),
+        }
+    }
+}
+
+/// Shortest text that reads back to the same f64, with a decimal point or exponent so it reads
+/// as a float; NaN and infinities spelled out.
+pub fn format_f64(v: f64) -> String {
+    if v.is_nan() {
+        "nan".into()
+    } else if v.is_infinite() {
+        if v > 0.0 {
+            "inf".into()
+        } else {
+            "-inf".into()
+        }
+    } else {
+        let s = format!("{v:?}");
+        s
+    }
+}

@@ -1,0 +1,1 @@
+//! Test-and-benchmark host package; see README.md.
