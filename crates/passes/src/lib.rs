@@ -1,1 +1,5 @@
+//! braze-passes: graph rewrites and fusion into a kernel [`Plan`].
 
+pub mod plan;
+
+pub use plan::*;

@@ -1,0 +1,321 @@
+//! The plan: what fusion produces and every backend consumes.
+//!
+//! A [`Plan`] is an ordered list of [`Kernel`]s over [`Buffer`]s. Every buffer is a dense,
+//! contiguous, row-major array of one dtype; views (reshape, permute, slice, broadcast) never get
+//! buffers of their own: they become strided [`Expr::Load`]s inside the kernels that read them, or a
+//! reshape of an output is a [`PlanOutput`] with another shape over the same buffer.
+//!
+//! Kernel bodies are small SSA programs ([`Body`]) over an iteration domain. Float values are
+//! computed in f32 whatever their storage dtype: a load of f16/bf16 widens to f32, a [`Expr::Cast`]
+//! to f16/bf16 rounds (the value stays in f32 registers, rounded), a store narrows to the buffer's
+//! dtype. Integers compute in their own width, bools as bools. Op semantics are those of
+//! `braze-cpu`'s reference (NaN-propagating max/min, relu(-0.0) = +0.0, int x/0 = 0, ...).
+
+use braze_ir::{BinaryOp, DType, ReduceOp, Shape, SourceLoc, UnaryOp};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Index of a buffer in [`Plan::buffers`]. Prints as `b3`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct BufferId(pub usize);
+
+impl fmt::Display for BufferId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "b{}", self.0)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum BufferRole {
+    /// Graph input number `n`; owned by the caller, never written.
+    Input(usize),
+    /// Written by one kernel and read by later ones; a memory planner may reuse its storage once
+    /// its last reader has run.
+    Intermediate,
+    /// Read by the caller after the plan ran (possibly also by later kernels).
+    Output,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Buffer {
+    pub dtype: DType,
+    /// Number of elements (may exceed 2^31; may be 0).
+    pub numel: usize,
+    pub role: BufferRole,
+}
+
+impl Buffer {
+    pub fn bytes(&self) -> usize {
+        self.numel * self.dtype.size_bytes()
+    }
+}
+
+/// Graph output `j` is `buffer` read with `shape` (same element count, row-major).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PlanOutput {
+    pub buffer: BufferId,
+    pub shape: Shape,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    pub buffers: Vec<Buffer>,
+    /// Buffer of graph input `i`.
+    pub inputs: Vec<BufferId>,
+    pub outputs: Vec<PlanOutput>,
+    /// In execution order: a kernel only reads buffers that are graph inputs or written by an
+    /// earlier kernel.
+    pub kernels: Vec<Kernel>,
+}
+
+/// One op of the source graph that a kernel implements, for comments, explain and dumps.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SourceOp {
+    pub op: String,
+    pub loc: Option<SourceLoc>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Kernel {
+    /// Deterministic, descriptive and unique within the plan, a valid C identifier, e.g.
+    /// `row_layer_norm_relu_add_f32_k0`.
+    pub name: String,
+    pub kind: KernelKind,
+    /// Kernel input slot `i` reads `inputs[i]` ([`Expr::Load::input`] refers to these slots).
+    pub inputs: Vec<BufferId>,
+    /// Kernel output slot `o` writes `outputs[o]` ([`Store::output`] refers to these slots).
+    pub outputs: Vec<BufferId>,
+    /// The graph ops fused into this kernel, in topological order.
+    pub sources: Vec<SourceOp>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum KernelKind {
+    Pointwise(Pointwise),
+    Row(RowKernel),
+    MultiReduce(MultiReduce),
+    MatMul(MatMul),
+    Concat(Concat),
+}
+
+impl KernelKind {
+    pub fn family(&self) -> &'static str {
+        match self {
+            KernelKind::Pointwise(_) => "pointwise",
+            KernelKind::Row(_) => "row",
+            KernelKind::MultiReduce(_) => "multi_reduce",
+            KernelKind::MatMul(_) => "matmul",
+            KernelKind::Concat(_) => "concat",
+        }
+    }
+}
+
+/// Index of a value in [`Body::values`]. Prints as `v3`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ValueId(pub usize);
+
+impl fmt::Display for ValueId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "v{}", self.0)
+    }
+}
+
+/// An SSA program over an iteration domain. Values only refer to earlier values.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Body {
+    pub values: Vec<Value>,
+    pub stores: Vec<Store>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Value {
+    pub expr: Expr,
+    /// The logical dtype (f16/bf16 values live in f32 registers).
+    pub dtype: DType,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Expr {
+    /// Reads kernel input slot `input` at element offset `offset + sum(coord[d] * strides[d])`,
+    /// where `coord` is the iteration coordinate over the kernel's domain dims (one stride per
+    /// domain dim; 0 on broadcast dims). Strides express broadcast, permute and slice views.
+    Load {
+        input: usize,
+        offset: usize,
+        strides: Vec<usize>,
+    },
+    /// A scalar of the value's dtype.
+    Const {
+        value: f64,
+    },
+    /// Converts `x` to the value's dtype.
+    Cast {
+        x: ValueId,
+    },
+    Unary {
+        op: UnaryOp,
+        x: ValueId,
+    },
+    Binary {
+        op: BinaryOp,
+        a: ValueId,
+        b: ValueId,
+    },
+    Where {
+        cond: ValueId,
+        a: ValueId,
+        b: ValueId,
+    },
+    /// Row kernels only: reduces `x` over the inner (column) dims of the current row; the result
+    /// is a per-row value. Only `Sum`, `Max` and `Min` appear (a mean is a sum times 1/n). Float
+    /// sums accumulate in f32.
+    Reduce {
+        op: ReduceOp,
+        x: ValueId,
+    },
+}
+
+impl Expr {
+    pub fn operands(&self) -> Vec<ValueId> {
+        match self {
+            Expr::Load { .. } | Expr::Const { .. } => vec![],
+            Expr::Cast { x } | Expr::Unary { x, .. } | Expr::Reduce { x, .. } => vec![*x],
+            Expr::Binary { a, b, .. } => vec![*a, *b],
+            Expr::Where { cond, a, b } => vec![*cond, *a, *b],
+        }
+    }
+}
+
+/// Writes `value` to kernel output slot `output`, contiguously: element values of a pointwise
+/// kernel at the flat domain index; in a row kernel, element values at `row * cols + col` and
+/// per-row values at `row`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Store {
+    pub value: ValueId,
+    pub output: usize,
+}
+
+/// Elementwise over `shape`: every store writes `shape.numel()` elements.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Pointwise {
+    pub shape: Shape,
+    pub body: Body,
+}
+
+/// Reductions over rows with prologue and epilogue. The domain is `outer ++ inner`: a row is one
+/// coordinate of `outer` (rows = product of `outer`), its columns range over `inner`
+/// (cols = product of `inner`). Values are either per-element (vary with the column) or per-row
+/// (see [`Body::row_values`]); several dependent reductions may follow each other in one body
+/// (layer norm: mean, then variance), and whole chains of row-local layers may share one kernel.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RowKernel {
+    pub outer: Vec<usize>,
+    pub inner: Vec<usize>,
+    pub body: Body,
+}
+
+impl RowKernel {
+    pub fn rows(&self) -> usize {
+        self.outer.iter().product()
+    }
+    pub fn cols(&self) -> usize {
+        self.inner.iter().product()
+    }
+    /// Domain shape `outer ++ inner`, the shape the load strides index.
+    pub fn domain(&self) -> Shape {
+        Shape(self.outer.iter().chain(&self.inner).copied().collect())
+    }
+}
+
+/// K independent full reductions in one launch: item `i` reduces all of kernel input `i`
+/// (contiguous, `items[i]` elements), after applying the per-element `prologue`, and writes one
+/// element at index `i` of kernel output 0 (a `[K]` buffer of `dtype`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MultiReduce {
+    /// `Mean` divides item `i`'s sum by `items[i]` (NaN for an empty item).
+    pub op: ReduceOp,
+    /// Element count of each item.
+    pub items: Vec<usize>,
+    /// Per-element program over a 1-D domain: `Load { input: 0, offset: 0, strides: [1] }` reads
+    /// the current item's element; the last value is the one reduced. No stores.
+    pub prologue: Body,
+    /// Dtype of the items and of the output.
+    pub dtype: DType,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Activation {
+    Relu,
+    GeluTanh,
+}
+
+/// `out[b] = act(A[b] @ B[b] + bias)`, with row-major A `[m, k]` and B `[k, n]` per batch
+/// (or their transposes when the flags say the buffer holds `[k, m]` / `[n, k]`). Kernel inputs:
+/// 0 = A, 1 = B, 2 = bias `[n]` when `bias`. Output 0 is `[batch.., m, n]`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MatMul {
+    pub batch: Vec<usize>,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub dtype: DType,
+    /// Elements between consecutive batch matrices of A (0: one A broadcast over the batch).
+    pub a_batch_stride: usize,
+    pub b_batch_stride: usize,
+    pub a_transposed: bool,
+    pub b_transposed: bool,
+    pub bias: bool,
+    pub activation: Option<Activation>,
+}
+
+/// Joins contiguous inputs along `axis`: input `i` has shape `shape` except `extents[i]` along
+/// `axis`. Output 0 has `shape`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Concat {
+    pub shape: Shape,
+    pub axis: usize,
+    pub extents: Vec<usize>,
+    pub dtype: DType,
+}
+
+impl Body {
+    pub fn push(&mut self, expr: Expr, dtype: DType) -> ValueId {
+        self.values.push(Value { expr, dtype });
+        ValueId(self.values.len() - 1)
+    }
+
+    /// For a row kernel whose domain has `outer_rank` outer dims: `true` for each value that is
+    /// the same for every column of a row (a load with zero strides on every inner dim, a
+    /// constant, a reduction, or an op on such values).
+    pub fn row_values(&self, outer_rank: usize) -> Vec<bool> {
+        let mut per_row = Vec::with_capacity(self.values.len());
+        for v in &self.values {
+            let r = match &v.expr {
+                Expr::Load { strides, .. } => strides[outer_rank..].iter().all(|&s| s == 0),
+                Expr::Const { .. } | Expr::Reduce { .. } => true,
+                e => e.operands().iter().all(|o| per_row[o.0]),
+            };
+            per_row.push(r);
+        }
+        per_row
+    }
+}
+
+impl Plan {
+    pub fn buffer(&self, id: BufferId) -> &Buffer {
+        &self.buffers[id.0]
+    }
+
+    /// Kernels that launch device code (all families; a matmul is one library call).
+    pub fn kernel_count(&self) -> usize {
+        self.kernels.len()
+    }
+
+    /// Fewest bytes one kernel must move: each input buffer read once, each output written once.
+    pub fn kernel_bytes(&self, kernel: &Kernel) -> usize {
+        let mut ids: Vec<BufferId> = kernel.inputs.iter().chain(&kernel.outputs).copied().collect();
+        ids.sort();
+        ids.dedup();
+        ids.iter().map(|&b| self.buffer(b).bytes()).sum()
+    }
+}
