@@ -47,10 +47,10 @@ impl Shape {
     pub fn broadcast(a: &Shape, b: &Shape) -> Option<Shape> {
         let rank = a.rank().max(b.rank());
         let mut out = vec![0; rank];
-        for i in 0..rank {
+        for (i, slot) in out.iter_mut().enumerate() {
             let da = if i + a.rank() >= rank { a.0[i + a.rank() - rank] } else { 1 };
             let db = if i + b.rank() >= rank { b.0[i + b.rank() - rank] } else { 1 };
-            out[i] = if da == db {
+            *slot = if da == db {
                 da
             } else if da == 1 {
                 db

@@ -1,0 +1,769 @@
+//! The plan interpreter: runs a fused [`Plan`] kernel by kernel, each family by its own loop
+//! structure and with f32 float math, the way the generated GPU code does. Comparing its results
+//! with [`crate::eval_graph`] tests fusion's indexing, broadcasting and reductions without a GPU.
+//!
+//! Values follow plan.rs: floats live in f32 whatever their dtype (f16/bf16 loads widen, a cast
+//! to f16/bf16 rounds, a store narrows); integers compute in their own width (i64 wrapped to
+//! i32 for i32 values); bools are bools.
+
+use crate::scalar::{self, Scalar};
+use crate::{CpuError, Result};
+use braze_ir::infer::infer;
+use braze_ir::{BinaryOp, DType, HostData, HostTensor, Op, ReduceOp, Shape, UnaryOp};
+use braze_passes::{
+    Activation, Body, BufferId, BufferRole, Concat, Expr, Kernel, KernelKind, MatMul, MultiReduce, Plan, Pointwise,
+    RowKernel, ValueId,
+};
+use half::{bf16, f16};
+use std::borrow::Cow;
+
+/// Runs `plan` on `inputs` (graph input `i` is `inputs[i]`) and returns the plan's outputs in
+/// order, each with the shape its [`braze_passes::PlanOutput`] gives.
+///
+/// The plan is checked as it runs: buffer ids, value and slot references, dtypes, load bounds
+/// and the sizes every kernel reads and writes; a violation is a [`CpuError::InvalidPlan`] naming
+/// the kernel. Intermediate buffers are dropped after their last reader.
+pub fn eval_plan(plan: &Plan, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {
+    if inputs.len() != plan.inputs.len() {
+        return Err(CpuError::Arity { expected: plan.inputs.len(), actual: inputs.len() });
+    }
+    let mut buffers: Vec<Option<Cow<'_, HostData>>> = vec![None; plan.buffers.len()];
+    for (index, (&id, given)) in plan.inputs.iter().zip(inputs).enumerate() {
+        let buffer = buffer_of(plan, id, "plan inputs")?;
+        if buffer.dtype != given.dtype() || buffer.numel != given.numel() {
+            return Err(CpuError::InputMismatch {
+                index,
+                expected: format!("{} with {} elements", buffer.dtype, buffer.numel),
+                actual: format!("{}{}", given.dtype(), given.shape()),
+            });
+        }
+        buffers[id.0] = Some(Cow::Borrowed(given.data()));
+    }
+
+    // Kernel index after which each intermediate is no longer read.
+    let mut last_reader: Vec<Option<usize>> = vec![None; plan.buffers.len()];
+    for (k, kernel) in plan.kernels.iter().enumerate() {
+        for &id in &kernel.inputs {
+            if let Some(slot) = last_reader.get_mut(id.0) {
+                *slot = Some(k);
+            }
+        }
+    }
+
+    for (k, kernel) in plan.kernels.iter().enumerate() {
+        let outputs = {
+            let reads = kernel
+                .inputs
+                .iter()
+                .map(|&id| {
+                    buffer_of(plan, id, &kernel.name)?;
+                    buffers[id.0]
+                        .as_deref()
+                        .ok_or_else(|| invalid(&kernel.name, format!("reads {id} before any kernel writes it")))
+                })
+                .collect::<Result<Vec<&HostData>>>()?;
+            run_kernel(plan, kernel, &reads)?
+        };
+        for (&id, data) in kernel.outputs.iter().zip(outputs) {
+            buffers[id.0] = Some(Cow::Owned(data));
+        }
+        for (index, reader) in last_reader.iter().enumerate() {
+            if *reader == Some(k) && plan.buffers[index].role == BufferRole::Intermediate {
+                buffers[index] = None;
+            }
+        }
+    }
+
+    plan.outputs
+        .iter()
+        .enumerate()
+        .map(|(j, output)| {
+            buffer_of(plan, output.buffer, "plan outputs")?;
+            let data = buffers[output.buffer.0].as_deref().ok_or_else(|| {
+                invalid("plan outputs", format!("output {j} reads {}, which nothing wrote", output.buffer))
+            })?;
+            HostTensor::new(output.shape.clone(), data.clone())
+                .map_err(|e| invalid("plan outputs", format!("output {j} as {}: {e}", output.shape)))
+        })
+        .collect()
+}
+
+fn invalid(kernel: &str, detail: String) -> CpuError {
+    CpuError::InvalidPlan(format!("{kernel}: {detail}"))
+}
+
+fn buffer_of<'p>(plan: &'p Plan, id: BufferId, context: &str) -> Result<&'p braze_passes::Buffer> {
+    plan.buffers.get(id.0).ok_or_else(|| invalid(context, format!("{id} is not a buffer of the plan")))
+}
+
+/// Runs one kernel on the data of its input slots and returns the data of its output slots.
+fn run_kernel(plan: &Plan, kernel: &Kernel, inputs: &[&HostData]) -> Result<Vec<HostData>> {
+    let name = kernel.name.as_str();
+    let mut outputs = kernel
+        .outputs
+        .iter()
+        .map(|&id| {
+            let buffer = buffer_of(plan, id, name)?;
+            if let BufferRole::Input(_) = buffer.role {
+                return Err(invalid(name, format!("writes {id}, a graph input")));
+            }
+            Ok(zeros(buffer.dtype, buffer.numel))
+        })
+        .collect::<Result<Vec<HostData>>>()?;
+    match &kernel.kind {
+        KernelKind::Pointwise(pointwise) => run_pointwise(name, pointwise, inputs, &mut outputs)?,
+        KernelKind::Row(row) => run_row(name, row, inputs, &mut outputs)?,
+        KernelKind::MultiReduce(multi) => run_multi_reduce(name, multi, inputs, &mut outputs)?,
+        KernelKind::MatMul(matmul) => run_matmul(name, matmul, inputs, &mut outputs)?,
+        KernelKind::Concat(concat) => run_concat(name, concat, inputs, &mut outputs)?,
+    }
+    Ok(outputs)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Values
+
+/// A value in registers: floats in f32, integers in i64 (already wrapped to their dtype).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Val {
+    F(f32),
+    I(i64),
+    B(bool),
+}
+
+impl Val {
+    fn from_scalar(s: Scalar) -> Val {
+        match s {
+            Scalar::Float(x) => Val::F(x as f32),
+            Scalar::Int(x) => Val::I(x),
+            Scalar::Bool(b) => Val::B(b),
+        }
+    }
+
+    fn to_scalar(self) -> Scalar {
+        match self {
+            Val::F(x) => Scalar::Float(x as f64),
+            Val::I(x) => Scalar::Int(x),
+            Val::B(b) => Scalar::Bool(b),
+        }
+    }
+
+    /// The float inside; callers have checked the dtype is a float.
+    fn float(self) -> f32 {
+        match self {
+            Val::F(x) => x,
+            other => unreachable!("{other:?} where the dtype check promised a float"),
+        }
+    }
+}
+
+/// Storage of `dtype` holding `numel` zeros.
+fn zeros(dtype: DType, numel: usize) -> HostData {
+    match dtype {
+        DType::F32 => HostData::F32(vec![0.0; numel]),
+        DType::F16 => HostData::F16(vec![f16::ZERO; numel]),
+        DType::BF16 => HostData::BF16(vec![bf16::ZERO; numel]),
+        DType::I32 => HostData::I32(vec![0; numel]),
+        DType::I64 => HostData::I64(vec![0; numel]),
+        DType::Bool => HostData::Bool(vec![false; numel]),
+    }
+}
+
+/// Loads element `i`, widening f16/bf16 to f32.
+fn load(data: &HostData, i: usize) -> Val {
+    match data {
+        HostData::F32(v) => Val::F(v[i]),
+        HostData::F16(v) => Val::F(v[i].to_f32()),
+        HostData::BF16(v) => Val::F(v[i].to_f32()),
+        HostData::I32(v) => Val::I(v[i] as i64),
+        HostData::I64(v) => Val::I(v[i]),
+        HostData::Bool(v) => Val::B(v[i]),
+    }
+}
+
+/// Stores `value` at element `i`, narrowing to the storage's dtype (the dtypes were checked
+/// to agree).
+fn store(data: &mut HostData, i: usize, value: Val) {
+    match (data, value) {
+        (HostData::F32(v), Val::F(x)) => v[i] = x,
+        (HostData::F16(v), Val::F(x)) => v[i] = f16::from_f32(x),
+        (HostData::BF16(v), Val::F(x)) => v[i] = bf16::from_f32(x),
+        (HostData::I32(v), Val::I(x)) => v[i] = x as i32,
+        (HostData::I64(v), Val::I(x)) => v[i] = x,
+        (HostData::Bool(v), Val::B(b)) => v[i] = b,
+        (d, v) => unreachable!("storing {v:?} into {} storage after the dtype check", d.dtype()),
+    }
+}
+
+/// Converts to `dtype` with cast semantics, in registers: f16/bf16 round but stay f32.
+fn cast(value: Val, dtype: DType) -> Val {
+    let as_float = match value {
+        Val::F(x) => x,
+        Val::I(x) => x as f32,
+        Val::B(b) => b as u8 as f32,
+    };
+    match dtype {
+        DType::F32 => Val::F(as_float),
+        DType::F16 => Val::F(f16::from_f32(as_float).to_f32()),
+        DType::BF16 => Val::F(bf16::from_f32(as_float).to_f32()),
+        DType::I32 => Val::I(match value {
+            Val::F(x) => x as i32 as i64,
+            Val::I(x) => x as i32 as i64,
+            Val::B(b) => b as i64,
+        }),
+        DType::I64 => Val::I(match value {
+            Val::F(x) => x as i64,
+            Val::I(x) => x,
+            Val::B(b) => b as i64,
+        }),
+        DType::Bool => Val::B(match value {
+            Val::F(x) => x != 0.0,
+            Val::I(x) => x != 0,
+            Val::B(b) => b,
+        }),
+    }
+}
+
+/// Wraps an integer result to its dtype's width; other values are already in form.
+fn settle(value: Val, dtype: DType) -> Val {
+    match (value, dtype) {
+        (Val::I(x), DType::I32) => Val::I(x as i32 as i64),
+        _ => value,
+    }
+}
+
+fn nan_max_f32(a: f32, b: f32) -> f32 {
+    scalar::nan_max(a as f64, b as f64) as f32
+}
+
+fn nan_min_f32(a: f32, b: f32) -> f32 {
+    scalar::nan_min(a as f64, b as f64) as f32
+}
+
+fn relu_f32(x: f32) -> f32 {
+    if x.is_nan() || x > 0.0 {
+        x
+    } else {
+        0.0
+    }
+}
+
+fn gelu_tanh_f32(x: f32) -> f32 {
+    let sqrt_2_over_pi = (std::f64::consts::FRAC_2_SQRT_PI * std::f64::consts::FRAC_1_SQRT_2) as f32;
+    0.5 * x * (1.0 + (sqrt_2_over_pi * (x + 0.044715 * x * x * x)).tanh())
+}
+
+/// A unary op on an f32, as the generated kernels compute it.
+fn unary_f32(op: UnaryOp, x: f32) -> Val {
+    let y = match op {
+        UnaryOp::Neg => -x,
+        UnaryOp::Abs => x.abs(),
+        UnaryOp::Exp => x.exp(),
+        UnaryOp::Log => x.ln(),
+        UnaryOp::Sqrt => x.sqrt(),
+        UnaryOp::Rsqrt => 1.0 / x.sqrt(),
+        UnaryOp::Reciprocal => 1.0 / x,
+        UnaryOp::Relu => relu_f32(x),
+        UnaryOp::GeluErf => 0.5 * x * (1.0 + libm::erff(x * std::f32::consts::FRAC_1_SQRT_2)),
+        UnaryOp::GeluTanh => gelu_tanh_f32(x),
+        UnaryOp::Silu => x / (1.0 + (-x).exp()),
+        UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+        UnaryOp::Tanh => x.tanh(),
+        UnaryOp::IsNan => return Val::B(x.is_nan()),
+        UnaryOp::IsFinite => return Val::B(x.is_finite()),
+        UnaryOp::Not => return Val::B(x == 0.0),
+    };
+    Val::F(y)
+}
+
+/// Constants, casts, unary, binary and where on already computed operands (`arg` looks them
+/// up); the value's dtype was checked against its operands before the kernel ran.
+fn compute(expr: &Expr, dtype: DType, arg: impl Fn(ValueId) -> Val) -> Val {
+    let value = match expr {
+        Expr::Const { value } => return cast_const(*value, dtype),
+        Expr::Cast { x } => return cast(arg(*x), dtype),
+        Expr::Unary { op, x } => match arg(*x) {
+            Val::F(x) => unary_f32(*op, x),
+            other => Val::from_scalar(scalar::unary(*op, other.to_scalar())),
+        },
+        Expr::Binary { op, a, b } => match (arg(*a), arg(*b)) {
+            (Val::F(a), Val::F(b)) => match op {
+                BinaryOp::Add => Val::F(a + b),
+                BinaryOp::Sub => Val::F(a - b),
+                BinaryOp::Mul => Val::F(a * b),
+                BinaryOp::Div => Val::F(a / b),
+                BinaryOp::Pow => Val::F(a.powf(b)),
+                // max, min and comparisons pick or compare exactly, so f64 gives the f32 answer.
+                _ => Val::from_scalar(scalar::binary_float(*op, a as f64, b as f64)),
+            },
+            (a, b) => Val::from_scalar(scalar::binary(*op, a.to_scalar(), b.to_scalar())),
+        },
+        Expr::Where { cond, a, b } => match arg(*cond) {
+            Val::B(true) => arg(*a),
+            _ => arg(*b),
+        },
+        Expr::Load { .. } | Expr::Reduce { .. } => {
+            unreachable!("loads and reductions are evaluated by the kernel loop")
+        }
+    };
+    settle(value, dtype)
+}
+
+/// The constant `c` as a value of `dtype` (cast semantics from the exact f64).
+fn cast_const(c: f64, dtype: DType) -> Val {
+    let mut one = crate::scalar::empty_data(dtype, 1);
+    scalar::push(&mut one, Scalar::Float(c));
+    load(&one, 0)
+}
+
+/// Folds `values` with a reduction in registers: f32 sums in order, NaN-propagating max/min,
+/// wrapping integer sums, any/all on bools. `Mean` divides the sum by `count` (NaN when 0).
+fn reduce(op: ReduceOp, dtype: DType, count: usize, values: impl Iterator<Item = Val>) -> Val {
+    match dtype {
+        DType::F32 | DType::F16 | DType::BF16 => {
+            let identity = match op {
+                ReduceOp::Sum | ReduceOp::Mean => 0.0f32,
+                ReduceOp::Max => f32::NEG_INFINITY,
+                ReduceOp::Min => f32::INFINITY,
+            };
+            let total = values.fold(identity, |acc, v| {
+                let Val::F(x) = v else { unreachable!("float reduction over {v:?}") };
+                match op {
+                    ReduceOp::Sum | ReduceOp::Mean => acc + x,
+                    ReduceOp::Max => nan_max_f32(acc, x),
+                    ReduceOp::Min => nan_min_f32(acc, x),
+                }
+            });
+            Val::F(if op == ReduceOp::Mean { total / count as f32 } else { total })
+        }
+        DType::I32 | DType::I64 => {
+            let (min, max) =
+                if dtype == DType::I32 { (i32::MIN as i64, i32::MAX as i64) } else { (i64::MIN, i64::MAX) };
+            let identity = match op {
+                ReduceOp::Sum | ReduceOp::Mean => 0,
+                ReduceOp::Max => min,
+                ReduceOp::Min => max,
+            };
+            let total = values.fold(identity, |acc: i64, v| {
+                let Val::I(x) = v else { unreachable!("integer reduction over {v:?}") };
+                match op {
+                    ReduceOp::Sum | ReduceOp::Mean => acc.wrapping_add(x),
+                    ReduceOp::Max => acc.max(x),
+                    ReduceOp::Min => acc.min(x),
+                }
+            });
+            settle(Val::I(total), dtype)
+        }
+        DType::Bool => {
+            let any = op == ReduceOp::Max;
+            Val::B(values.fold(!any, |acc, v| {
+                let Val::B(b) = v else { unreachable!("bool reduction over {v:?}") };
+                if any {
+                    acc || b
+                } else {
+                    acc && b
+                }
+            }))
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Checks shared by the body-driven kernels
+
+/// What a body's loads index: the kernel's iteration domain and its input slots.
+struct LoadDomain<'a> {
+    dims: &'a [usize],
+    inputs: &'a [&'a HostData],
+}
+
+/// Checks a body: values only use earlier values, every op's dtype follows from its operands'
+/// (by the IR's typing rules), loads stay inside their buffers, stores name valid slots of the
+/// right dtype. `executed(i)` tells whether value `i`'s loads run for this domain at all.
+fn check_body(
+    kernel: &str,
+    body: &Body,
+    domain: &LoadDomain<'_>,
+    reductions_allowed: bool,
+    executed: impl Fn(usize) -> bool,
+) -> Result<()> {
+    let scalar = Shape::scalar();
+    for (i, value) in body.values.iter().enumerate() {
+        let here = |detail: String| invalid(kernel, format!("v{i}: {detail}"));
+        for operand in value.expr.operands() {
+            if operand.0 >= i {
+                return Err(here(format!("uses {operand}, which is not defined before it")));
+            }
+        }
+        let dtype_of = |v: ValueId| (body.values[v.0].dtype, &scalar);
+        let typed = |op: Op, operands: &[ValueId]| -> Result<()> {
+            let types: Vec<(DType, &Shape)> = operands.iter().map(|&v| dtype_of(v)).collect();
+            let (dtype, _) = infer(&op, &types, None).map_err(|e| here(e.to_string()))?;
+            if dtype != value.dtype {
+                return Err(here(format!("{} gives {dtype}, but the value is {}", op.name(), value.dtype)));
+            }
+            Ok(())
+        };
+        match &value.expr {
+            Expr::Load { input, offset, strides } => {
+                let data = domain
+                    .inputs
+                    .get(*input)
+                    .ok_or_else(|| here(format!("loads input slot {input} of {}", domain.inputs.len())))?;
+                if data.dtype() != value.dtype {
+                    return Err(here(format!("loads {} data as {}", data.dtype(), value.dtype)));
+                }
+                if strides.len() != domain.dims.len() {
+                    return Err(here(format!("has {} strides for a rank-{} domain", strides.len(), domain.dims.len())));
+                }
+                if executed(i) {
+                    let last = domain.dims.iter().zip(strides).try_fold(*offset, |acc, (&d, &s)| {
+                        d.saturating_sub(1).checked_mul(s).and_then(|step| acc.checked_add(step))
+                    });
+                    match last {
+                        Some(last) if last < data.len() => {}
+                        _ => {
+                            return Err(here(format!(
+                                "load at offset {offset} with strides {strides:?} over {:?} leaves the {} elements of slot {input}",
+                                domain.dims,
+                                data.len()
+                            )))
+                        }
+                    }
+                }
+            }
+            Expr::Const { .. } | Expr::Cast { .. } => {}
+            Expr::Unary { op, x } => typed(Op::Unary { op: *op }, &[*x])?,
+            Expr::Binary { op, a, b } => typed(Op::Binary { op: *op }, &[*a, *b])?,
+            Expr::Where { cond, a, b } => typed(Op::Where, &[*cond, *a, *b])?,
+            Expr::Reduce { op, x } => {
+                if !reductions_allowed {
+                    return Err(here("a reduction outside a row kernel".into()));
+                }
+                typed(Op::Reduce { op: *op, axes: vec![], keepdim: false }, &[*x])?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Checks a body's stores against the output slots: valid references, matching dtypes, the
+/// element count each store fills (`expected_len`), and every slot written.
+fn check_stores(
+    kernel: &str,
+    body: &Body,
+    outputs: &[HostData],
+    expected_len: impl Fn(ValueId) -> usize,
+) -> Result<()> {
+    let mut written = vec![false; outputs.len()];
+    for store in &body.stores {
+        let value = body
+            .values
+            .get(store.value.0)
+            .ok_or_else(|| invalid(kernel, format!("stores {}, which is not a value", store.value)))?;
+        let out = outputs
+            .get(store.output)
+            .ok_or_else(|| invalid(kernel, format!("stores to output slot {} of {}", store.output, outputs.len())))?;
+        if out.dtype() != value.dtype {
+            return Err(invalid(
+                kernel,
+                format!("stores {} {} into {} slot {}", value.dtype, store.value, out.dtype(), store.output),
+            ));
+        }
+        let len = expected_len(store.value);
+        if out.len() != len {
+            return Err(invalid(
+                kernel,
+                format!(
+                    "store of {} fills {len} elements but output slot {} holds {}",
+                    store.value,
+                    store.output,
+                    out.len()
+                ),
+            ));
+        }
+        written[store.output] = true;
+    }
+    match written.iter().position(|w| !w) {
+        Some(slot) => Err(invalid(kernel, format!("output slot {slot} is never stored"))),
+        None => Ok(()),
+    }
+}
+
+/// Row-major coordinate of `flat` within `dims`, written into `coord`.
+fn unravel_into(mut flat: usize, dims: &[usize], coord: &mut [usize]) {
+    for d in (0..dims.len()).rev() {
+        coord[d] = flat % dims[d];
+        flat /= dims[d];
+    }
+}
+
+fn dot(coord: &[usize], strides: &[usize]) -> usize {
+    coord.iter().zip(strides).map(|(c, s)| c * s).sum()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kernel families
+
+/// One thread per flat index of the domain: unravel it, compute each load's offset from its
+/// strides, evaluate the body, store at the flat index.
+fn run_pointwise(kernel: &str, pointwise: &Pointwise, inputs: &[&HostData], outputs: &mut [HostData]) -> Result<()> {
+    let dims = pointwise.shape.dims();
+    let numel = pointwise.shape.numel();
+    let body = &pointwise.body;
+    check_body(kernel, body, &LoadDomain { dims, inputs }, false, |_| numel > 0)?;
+    check_stores(kernel, body, outputs, |_| numel)?;
+    let mut coord = vec![0; dims.len()];
+    let mut values: Vec<Val> = Vec::with_capacity(body.values.len());
+    for flat in 0..numel {
+        unravel_into(flat, dims, &mut coord);
+        values.clear();
+        for value in &body.values {
+            let v = match &value.expr {
+                Expr::Load { input, offset, strides } => load(inputs[*input], offset + dot(&coord, strides)),
+                expr => compute(expr, value.dtype, |id| values[id.0]),
+            };
+            values.push(v);
+        }
+        for s in &body.stores {
+            store(&mut outputs[s.output], flat, values[s.value.0]);
+        }
+    }
+    Ok(())
+}
+
+/// A row kernel's value within the current row: one per row, or one per column.
+enum Lane {
+    Row(Val),
+    Cols(Vec<Val>),
+}
+
+impl Lane {
+    fn at(&self, col: usize) -> Val {
+        match self {
+            Lane::Row(v) => *v,
+            Lane::Cols(v) => v[col],
+        }
+    }
+}
+
+/// One block per row: per-row values are computed once, per-element values for every column,
+/// and each reduction folds its operand over the row's columns in order, in f32.
+fn run_row(kernel: &str, row_kernel: &RowKernel, inputs: &[&HostData], outputs: &mut [HostData]) -> Result<()> {
+    let outer_rank = row_kernel.outer.len();
+    let domain = row_kernel.domain();
+    let (rows, cols) = (row_kernel.rows(), row_kernel.cols());
+    let body = &row_kernel.body;
+    for value in &body.values {
+        if let Expr::Load { strides, .. } = &value.expr {
+            if strides.len() != domain.rank() {
+                return Err(invalid(
+                    kernel,
+                    format!("a load has {} strides for a rank-{} domain", strides.len(), domain.rank()),
+                ));
+            }
+        }
+    }
+    let per_row = body.row_values(outer_rank);
+    check_body(kernel, body, &LoadDomain { dims: domain.dims(), inputs }, true, |i| {
+        rows > 0 && (per_row[i] || cols > 0)
+    })?;
+    check_stores(kernel, body, outputs, |v| if per_row[v.0] { rows } else { rows * cols })?;
+
+    let mut outer_coord = vec![0; outer_rank];
+    let mut inner_coord = vec![0; row_kernel.inner.len()];
+    let mut lanes: Vec<Lane> = Vec::with_capacity(body.values.len());
+    for row in 0..rows {
+        unravel_into(row, &row_kernel.outer, &mut outer_coord);
+        lanes.clear();
+        for (i, value) in body.values.iter().enumerate() {
+            let lane = match &value.expr {
+                Expr::Load { input, offset, strides } => {
+                    let row_base = offset + dot(&outer_coord, &strides[..outer_rank]);
+                    if per_row[i] {
+                        Lane::Row(load(inputs[*input], row_base))
+                    } else {
+                        Lane::Cols(
+                            (0..cols)
+                                .map(|col| {
+                                    unravel_into(col, &row_kernel.inner, &mut inner_coord);
+                                    load(inputs[*input], row_base + dot(&inner_coord, &strides[outer_rank..]))
+                                })
+                                .collect(),
+                        )
+                    }
+                }
+                Expr::Reduce { op, x } => {
+                    let operand = &lanes[x.0];
+                    Lane::Row(reduce(*op, value.dtype, cols, (0..cols).map(|col| operand.at(col))))
+                }
+                expr if per_row[i] => Lane::Row(compute(expr, value.dtype, |id| lanes[id.0].at(0))),
+                expr => Lane::Cols((0..cols).map(|col| compute(expr, value.dtype, |id| lanes[id.0].at(col))).collect()),
+            };
+            lanes.push(lane);
+        }
+        for s in &body.stores {
+            match &lanes[s.value.0] {
+                Lane::Row(v) => store(&mut outputs[s.output], row, *v),
+                Lane::Cols(values) => {
+                    for (col, v) in values.iter().enumerate() {
+                        store(&mut outputs[s.output], row * cols + col, *v);
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// K full reductions: item `i` runs the prologue on each element of kernel input `i` and folds
+/// the last prologue value in element order, in f32, into element `i` of output 0.
+fn run_multi_reduce(kernel: &str, multi: &MultiReduce, inputs: &[&HostData], outputs: &mut [HostData]) -> Result<()> {
+    let prologue = &multi.prologue;
+    if inputs.len() != multi.items.len() {
+        return Err(invalid(kernel, format!("{} items but {} input slots", multi.items.len(), inputs.len())));
+    }
+    if !prologue.stores.is_empty() {
+        return Err(invalid(kernel, "the prologue of a multi-reduction stores nothing".into()));
+    }
+    let reduced = prologue.values.last().ok_or_else(|| invalid(kernel, "the prologue has no values".into()))?;
+    let result_type =
+        infer(&Op::Reduce { op: multi.op, axes: vec![], keepdim: false }, &[(reduced.dtype, &Shape::scalar())], None)
+            .map_err(|e| invalid(kernel, e.to_string()))?;
+    if reduced.dtype != multi.dtype || result_type.0 != multi.dtype {
+        return Err(invalid(kernel, format!("reduces a {} value into a {} result", reduced.dtype, multi.dtype)));
+    }
+    match outputs {
+        [out] if out.dtype() == multi.dtype && out.len() == multi.items.len() => {}
+        _ => {
+            return Err(invalid(kernel, format!("needs one output of {} {} elements", multi.items.len(), multi.dtype)))
+        }
+    }
+    for (item, (&count, data)) in multi.items.iter().zip(inputs).enumerate() {
+        if data.len() != count {
+            return Err(invalid(
+                kernel,
+                format!("item {item} has {count} elements but its input holds {}", data.len()),
+            ));
+        }
+        let dims = [count];
+        let item_input = [*data];
+        check_body(kernel, prologue, &LoadDomain { dims: &dims, inputs: &item_input }, false, |_| count > 0)?;
+        let mut values: Vec<Val> = Vec::with_capacity(prologue.values.len());
+        let element = |index: usize, values: &mut Vec<Val>| {
+            values.clear();
+            for value in &prologue.values {
+                let v = match &value.expr {
+                    Expr::Load { offset, strides, .. } => load(data, offset + index * strides[0]),
+                    expr => compute(expr, value.dtype, |id| values[id.0]),
+                };
+                values.push(v);
+            }
+            *values.last().expect("the prologue has values")
+        };
+        let result = reduce(multi.op, multi.dtype, count, (0..count).map(|index| element(index, &mut values)));
+        store(&mut outputs[0], item, result);
+    }
+    Ok(())
+}
+
+/// `out[b] = act(A[b] @ B[b] + bias)`: every dot product accumulates in f32 over k in order.
+fn run_matmul(kernel: &str, mm: &MatMul, inputs: &[&HostData], outputs: &mut [HostData]) -> Result<()> {
+    let batches: usize = mm.batch.iter().product();
+    let (m, n, k) = (mm.m, mm.n, mm.k);
+    let expected_inputs = if mm.bias { 3 } else { 2 };
+    if inputs.len() != expected_inputs || outputs.len() != 1 {
+        return Err(invalid(kernel, format!("needs {expected_inputs} inputs and 1 output")));
+    }
+    let (a, b) = (inputs[0], inputs[1]);
+    // The last element each operand's batches reach must lie inside it.
+    let needs = |stride: usize, matrix: usize| {
+        if batches == 0 || matrix == 0 {
+            Some(0)
+        } else {
+            (batches - 1).checked_mul(stride).and_then(|last| last.checked_add(matrix))
+        }
+    };
+    let fits = |data: &HostData, stride: usize, matrix: usize| needs(stride, matrix).is_some_and(|n| n <= data.len());
+    if !fits(a, mm.a_batch_stride, m * k) || !fits(b, mm.b_batch_stride, k * n) {
+        return Err(invalid(kernel, format!("A ({}) or B ({}) is too small for {batches} batches", a.len(), b.len())));
+    }
+    let bias = if mm.bias { Some(inputs[2]) } else { None };
+    if bias.is_some_and(|bias| bias.len() != n) {
+        return Err(invalid(kernel, format!("the bias must hold n = {n} elements")));
+    }
+    let all_dtypes_match = inputs.iter().all(|d| d.dtype() == mm.dtype) && outputs[0].dtype() == mm.dtype;
+    if !mm.dtype.is_float() || !all_dtypes_match {
+        return Err(invalid(kernel, format!("a matmul reads and writes {} floats only", mm.dtype)));
+    }
+    if outputs[0].len() != batches * m * n {
+        return Err(invalid(kernel, format!("the output must hold {batches} x {m} x {n} elements")));
+    }
+    let a_at = |batch: usize, i: usize, p: usize| {
+        let within = if mm.a_transposed { p * m + i } else { i * k + p };
+        load(a, batch * mm.a_batch_stride + within)
+    };
+    let b_at = |batch: usize, p: usize, j: usize| {
+        let within = if mm.b_transposed { j * k + p } else { p * n + j };
+        load(b, batch * mm.b_batch_stride + within)
+    };
+    for batch in 0..batches {
+        for i in 0..m {
+            for j in 0..n {
+                let mut acc = 0.0f32;
+                for p in 0..k {
+                    acc += a_at(batch, i, p).float() * b_at(batch, p, j).float();
+                }
+                if let Some(bias) = bias {
+                    acc += load(bias, j).float();
+                }
+                let y = match mm.activation {
+                    None => acc,
+                    Some(Activation::Relu) => relu_f32(acc),
+                    Some(Activation::GeluTanh) => gelu_tanh_f32(acc),
+                };
+                store(&mut outputs[0], (batch * m + i) * n + j, Val::F(y));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Copies each input's block along `axis` into place, for every position before the axis.
+fn run_concat(kernel: &str, concat: &Concat, inputs: &[&HostData], outputs: &mut [HostData]) -> Result<()> {
+    let dims = concat.shape.dims();
+    if concat.axis >= dims.len() || inputs.len() != concat.extents.len() || outputs.len() != 1 {
+        return Err(invalid(
+            kernel,
+            format!("axis {} of {} with {} extents", concat.axis, concat.shape, concat.extents.len()),
+        ));
+    }
+    if concat.extents.iter().sum::<usize>() != dims[concat.axis] {
+        return Err(invalid(kernel, format!("extents {:?} do not add up to {}", concat.extents, concat.shape)));
+    }
+    let outer: usize = dims[..concat.axis].iter().product();
+    let inner: usize = dims[concat.axis + 1..].iter().product();
+    for (i, (data, &extent)) in inputs.iter().zip(&concat.extents).enumerate() {
+        if data.dtype() != concat.dtype || data.len() != outer * extent * inner {
+            return Err(invalid(
+                kernel,
+                format!("input {i} must be {} with {} elements", concat.dtype, outer * extent * inner),
+            ));
+        }
+    }
+    let out = &mut outputs[0];
+    if out.dtype() != concat.dtype || out.len() != concat.shape.numel() {
+        return Err(invalid(kernel, format!("the output must be {}{}", concat.dtype, concat.shape)));
+    }
+    let mut position = 0;
+    for o in 0..outer {
+        for (data, &extent) in inputs.iter().zip(&concat.extents) {
+            let block = extent * inner;
+            for e in 0..block {
+                store(out, position, load(data, o * block + e));
+                position += 1;
+            }
+        }
+    }
+    Ok(())
+}

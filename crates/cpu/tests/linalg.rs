@@ -1,0 +1,156 @@
+//! matmul, layer_norm, rms_norm and softmax against plain loops written in the tests.
+
+mod common;
+
+use braze_cpu::assert_close_with;
+use braze_ir::{DType, HostTensor, Op};
+use common::*;
+
+/// Evaluates `op` on `inputs` and compares with `expected` to 1e-6 relative (the loops below
+/// may order f64 operations differently from the reference, which can move the f32 rounding by
+/// one ulp).
+fn check(op: Op, inputs: &[HostTensor], expected: HostTensor) {
+    let what = format!("{op:?} on {:?}", inputs.iter().map(|x| x.shape()).collect::<Vec<_>>());
+    let actual = run(|g, ids| g.add(op, ids, None).expect("op type-checks"), inputs);
+    if let Err(e) = assert_close_with(&actual, &expected, 1e-6, 1e-7) {
+        panic!("{what}: {e}");
+    }
+}
+
+/// `[..., rows, cols]` values of a tensor as f64.
+fn vals(x: &HostTensor) -> Vec<f64> {
+    x.to_f64_vec()
+}
+
+#[test]
+fn matmul_two_by_three_times_three_by_two() {
+    let a = f32s(&[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+    let b = f32s(&[3, 2], &[7.0, 8.0, 9.0, 10.0, 11.0, 12.0]);
+    let expected = f32s(&[2, 2], &[58.0, 64.0, 139.0, 154.0]);
+    let actual = run(|g, ids| g.add(Op::MatMul, ids, None).unwrap(), &[a, b]);
+    assert_identical(&actual, &expected, "2x3 @ 3x2");
+}
+
+#[test]
+fn batched_matmul_broadcasts_batch_dims() {
+    // a [2,1,2,3] @ b [3,3,2] -> [2,3,2,2]: out[i,j] = a[i,0] @ b[j].
+    let a = arange(&[2, 1, 2, 3]);
+    let b = f32s(&[3, 3, 2], &(0..18).map(|v| v as f64 - 9.0).collect::<Vec<_>>());
+    let (av, bv) = (vals(&a), vals(&b));
+    let mut expected = Vec::new();
+    for i in 0..2 {
+        for j in 0..3 {
+            for r in 0..2 {
+                for c in 0..2 {
+                    expected.push((0..3).map(|p| av[i * 6 + r * 3 + p] * bv[j * 6 + p * 2 + c]).sum::<f64>());
+                }
+            }
+        }
+    }
+    check(Op::MatMul, &[a, b.clone()], f32s(&[2, 3, 2, 2], &expected));
+
+    // A rank-2 left operand is shared by every batch of the right one.
+    let a = f32s(&[2, 3], &[1.0, 0.0, -1.0, 2.0, 1.0, 0.5]);
+    let av = vals(&a);
+    let mut expected = Vec::new();
+    for j in 0..3 {
+        for r in 0..2 {
+            for c in 0..2 {
+                expected.push((0..3).map(|p| av[r * 3 + p] * bv[j * 6 + p * 2 + c]).sum::<f64>());
+            }
+        }
+    }
+    check(Op::MatMul, &[a, b], f32s(&[3, 2, 2], &expected));
+}
+
+#[test]
+fn matmul_accumulates_in_f64_and_rounds_once() {
+    let a = f32s(&[1, 3], &[16_777_216.0, 1.0, 1.0]);
+    let b = f32s(&[3, 1], &[1.0, 1.0, 1.0]);
+    check(Op::MatMul, &[a, b], f32s(&[1, 1], &[16_777_218.0]));
+    // bf16: 1 + 2^-9 + 2^-9 = 1 + 2^-8, a tie that rounds to 1 only at the end.
+    let a = t(DType::BF16, &[1, 3], &[1.0, 2f64.powi(-9), 2f64.powi(-9)]);
+    let b = t(DType::BF16, &[3, 1], &[1.0, 1.0, 1.0]);
+    let actual = run(|g, ids| g.add(Op::MatMul, ids, None).unwrap(), &[a, b]);
+    assert_identical(&actual, &t(DType::BF16, &[1, 1], &[1.0]), "bf16 matmul");
+}
+
+#[test]
+fn matmul_with_zero_sizes() {
+    let mm = |a: HostTensor, b: HostTensor| run(|g, ids| g.add(Op::MatMul, ids, None).unwrap(), &[a, b]);
+    assert_identical(&mm(f32s(&[2, 0], &[]), f32s(&[0, 3], &[])), &f32s(&[2, 3], &[0.0; 6]), "k = 0");
+    assert_identical(&mm(f32s(&[0, 3], &[]), arange(&[3, 2])), &f32s(&[0, 2], &[]), "m = 0");
+    assert_identical(&mm(arange(&[2, 3]), f32s(&[3, 0], &[])), &f32s(&[2, 0], &[]), "n = 0");
+    assert_identical(&mm(f32s(&[0, 2, 3], &[]), arange(&[3, 2])), &f32s(&[0, 2, 2], &[]), "batch 0");
+}
+
+/// Layer norm of each row of `x` (`cols` wide) by the textbook loop.
+fn layer_norm_loop(x: &[f64], cols: usize, w: &[f64], b: &[f64], eps: f64) -> Vec<f64> {
+    let mut out = Vec::new();
+    for row in x.chunks(cols) {
+        let mean = row.iter().sum::<f64>() / cols as f64;
+        let var = row.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / cols as f64;
+        for c in 0..cols {
+            out.push((row[c] - mean) / (var + eps).sqrt() * w[c] + b[c]);
+        }
+    }
+    out
+}
+
+#[test]
+fn layer_norm_matches_the_loop() {
+    let xv = [1.0, 2.0, 4.0, 7.0, -3.0, 0.5, 0.25, 10.0, 5.0, 5.0, 5.0, 5.0];
+    let (wv, bv) = ([1.0, 0.5, -2.0, 1.5], [0.0, 1.0, -1.0, 0.25]);
+    let expected = layer_norm_loop(&xv, 4, &wv, &bv, 1e-5);
+    let inputs = [f32s(&[3, 4], &xv), f32s(&[4], &wv), f32s(&[4], &bv)];
+    check(Op::LayerNorm { eps: 1e-5 }, &inputs, f32s(&[3, 4], &expected));
+    let inputs = [f32s(&[3, 1, 4], &xv), f32s(&[4], &wv), f32s(&[4], &bv)];
+    check(Op::LayerNorm { eps: 1e-5 }, &inputs, f32s(&[3, 1, 4], &expected));
+    let inputs = [f32s(&[0, 4], &[]), f32s(&[4], &wv), f32s(&[4], &bv)];
+    check(Op::LayerNorm { eps: 1e-5 }, &inputs, f32s(&[0, 4], &[]));
+}
+
+#[test]
+fn rms_norm_matches_the_loop() {
+    let xv = [1.0, -2.0, 3.0, 0.5, 0.0, 0.0];
+    let wv = [2.0, 1.0, -1.0];
+    let mut expected = Vec::new();
+    for row in xv.chunks(3) {
+        let ms = row.iter().map(|v| v * v).sum::<f64>() / 3.0;
+        expected.extend((0..3).map(|c| row[c] / (ms + 1e-6).sqrt() * wv[c]));
+    }
+    check(Op::RmsNorm { eps: 1e-6 }, &[f32s(&[2, 3], &xv), f32s(&[3], &wv)], f32s(&[2, 3], &expected));
+}
+
+#[test]
+fn softmax_along_each_axis() {
+    let xv = [1.0, 2.0, 3.0, -1.0, 0.0, 1000.0];
+    // Along axis 1 (rows of 3).
+    let mut along_rows = Vec::new();
+    for row in xv.chunks(3) {
+        let max = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let sum: f64 = row.iter().map(|v| (v - max).exp()).sum();
+        along_rows.extend(row.iter().map(|v| (v - max).exp() / sum));
+    }
+    check(Op::Softmax { axis: 1 }, &[f32s(&[2, 3], &xv)], f32s(&[2, 3], &along_rows));
+    // Along axis 0 (columns of 2).
+    let mut along_cols = [0.0; 6];
+    for c in 0..3 {
+        let (a, b) = (xv[c], xv[3 + c]);
+        let max = a.max(b);
+        let sum = (a - max).exp() + (b - max).exp();
+        along_cols[c] = (a - max).exp() / sum;
+        along_cols[3 + c] = (b - max).exp() / sum;
+    }
+    check(Op::Softmax { axis: 0 }, &[f32s(&[2, 3], &xv)], f32s(&[2, 3], &along_cols));
+}
+
+#[test]
+fn softmax_special_rows() {
+    let x = f32s(&[4, 2], &[-INF, 0.0, -INF, -INF, NAN, 1.0, INF, 1.0]);
+    let expected = f32s(&[4, 2], &[0.0, 1.0, NAN, NAN, NAN, NAN, NAN, NAN]);
+    let actual = run(|g, ids| g.add(Op::Softmax { axis: 1 }, ids, None).unwrap(), &[x]);
+    assert_identical(&actual, &expected, "softmax special rows");
+    let actual = run(|g, ids| g.add(Op::Softmax { axis: 1 }, ids, None).unwrap(), &[f32s(&[3, 0], &[])]);
+    assert_identical(&actual, &f32s(&[3, 0], &[]), "softmax over empty rows");
+}
