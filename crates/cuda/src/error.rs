@@ -37,11 +37,12 @@ pub enum CudaError {
 
     /// The CUDA C source did not compile. Carries the compiler log and the source so the
     /// message alone is enough to find the offending line.
-    #[error("{}", format_compile_error(name, log, source))]
+    #[error("{}", format_compile_error(name, log, source_code))]
     Compile {
         name: String,
         log: String,
-        source: String,
+        /// The CUDA C that was compiled (named so because `source` means the error cause).
+        source_code: String,
     },
 
     /// A CUDA driver call failed.
@@ -67,6 +68,10 @@ pub enum CudaError {
     /// An argument is out of range or malformed (offsets past the end, NUL bytes in names, ...).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+
+    /// Generating the CUDA C of a plan kernel failed.
+    #[error("code generation failed: {0}")]
+    Codegen(String),
 
     /// Something was attempted that a CUDA graph capture cannot record, or the capture failed.
     #[error("CUDA graph capture: {0}")]

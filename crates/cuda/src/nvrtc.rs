@@ -40,10 +40,7 @@ pub fn nvrtc_version() -> Result<(i32, i32)> {
     // SAFETY: the library is present (checked above) and both pointers refer to live locals.
     unsafe { nvrtc_sys::nvrtcVersion(&mut major, &mut minor) }
         .result()
-        .map_err(|err| CudaError::Nvrtc {
-            call: "nvrtcVersion",
-            reason: format!("{:?}", err.0),
-        })?;
+        .map_err(|err| CudaError::Nvrtc { call: "nvrtcVersion", reason: format!("{:?}", err.0) })?;
     Ok((major, minor))
 }
 
@@ -170,10 +167,7 @@ impl Drop for Program {
 }
 
 fn nvrtc_call_error(call: &'static str, err: nvrtc_result::NvrtcError) -> CudaError {
-    CudaError::Nvrtc {
-        call,
-        reason: format!("{:?}", err.0),
-    }
+    CudaError::Nvrtc { call, reason: format!("{:?}", err.0) }
 }
 
 /// Turns a NUL-terminated C buffer from NVRTC into bytes without the terminator.
@@ -191,14 +185,12 @@ fn c_buffer_to_bytes(buffer: Vec<c_char>) -> Vec<u8> {
 pub fn compile(source: &str, name: &str, opts: &CompileOptions) -> Result<CompiledModule> {
     require_nvrtc()?;
     let args = opts.nvrtc_args()?;
-    let source_c = CString::new(source)
-        .map_err(|_| CudaError::InvalidArgument("kernel source contains a NUL byte".into()))?;
-    let name_c = CString::new(name)
-        .map_err(|_| CudaError::InvalidArgument(format!("program name {name:?} contains NUL")))?;
+    let source_c =
+        CString::new(source).map_err(|_| CudaError::InvalidArgument("kernel source contains a NUL byte".into()))?;
+    let name_c =
+        CString::new(name).map_err(|_| CudaError::InvalidArgument(format!("program name {name:?} contains NUL")))?;
     if args.iter().any(|a| a.contains('\0')) {
-        return Err(CudaError::InvalidArgument(
-            "a compile option contains a NUL byte".into(),
-        ));
+        return Err(CudaError::InvalidArgument("a compile option contains a NUL byte".into()));
     }
 
     // `source_c` and `name_c` outlive `program` (declared before it, dropped after it), as
@@ -226,32 +218,21 @@ pub fn compile(source: &str, name: &str, opts: &CompileOptions) -> Result<Compil
         } else {
             format!("nvrtcCompileProgram returned {:?}\n{log}", err.0)
         };
-        return Err(CudaError::Compile {
-            name: name.to_string(),
-            log,
-            source: source.to_string(),
-        });
+        return Err(CudaError::Compile { name: name.to_string(), log, source_code: source.to_string() });
     }
 
     let image = match opts.output {
         ImageKind::Cubin => cubin_of(&program)?,
         // SAFETY: `program.handle` is live and compiled successfully.
         ImageKind::Ptx => c_buffer_to_bytes(
-            unsafe { nvrtc_result::get_ptx(program.handle) }
-                .map_err(|e| nvrtc_call_error("nvrtcGetPTX", e))?,
+            unsafe { nvrtc_result::get_ptx(program.handle) }.map_err(|e| nvrtc_call_error("nvrtcGetPTX", e))?,
         ),
     };
     let resources = match opts.output {
         ImageKind::Cubin => parse_ptxas_resources(&log),
         ImageKind::Ptx => Vec::new(),
     };
-    Ok(CompiledModule {
-        image,
-        kind: opts.output,
-        log,
-        resources,
-        compile_ms,
-    })
+    Ok(CompiledModule { image, kind: opts.output, log, resources, compile_ms })
 }
 
 fn cubin_of(program: &Program) -> Result<Vec<u8>> {
@@ -290,14 +271,8 @@ pub fn parse_ptxas_resources(log: &str) -> Vec<KernelResources> {
         let line = line.trim();
         if let Some(rest) = line.strip_prefix("ptxas info") {
             let rest = rest.trim_start().trim_start_matches(':').trim();
-            if let Some(name) = rest
-                .strip_prefix("Compiling entry function")
-                .and_then(quoted_name)
-            {
-                kernels.push(KernelResources {
-                    kernel: name.to_string(),
-                    ..Default::default()
-                });
+            if let Some(name) = rest.strip_prefix("Compiling entry function").and_then(quoted_name) {
+                kernels.push(KernelResources { kernel: name.to_string(), ..Default::default() });
                 current = Some(kernels.len() - 1);
                 properties_for_current = false;
             } else if let Some(name) = rest.strip_prefix("Function properties for") {
@@ -344,20 +319,25 @@ fn quoted_name(text: &str) -> Option<&str> {
     Some(&text[..end])
 }
 
-/// `"12 registers"` with suffix `"registers"` -> 12.
+/// `"12 registers"` with suffix `"registers"` -> 12; only the last word before the suffix is
+/// read, so line prefixes such as `ptxas         .` are ignored.
 fn number_before(part: &str, suffix: &str) -> Option<u32> {
-    part.strip_suffix(suffix)?.trim().parse().ok()
+    part.strip_suffix(suffix)?.split_whitespace().next_back()?.parse().ok()
 }
 
 /// Where the CUDA headers are: `BRAZE_CUDA_INCLUDE` (a path list), else the toolkit at
 /// `/usr/local/cuda/include`, else a pip-installed `nvidia/cu13/include` (next to the loaded or
 /// `LD_LIBRARY_PATH`-listed libnvrtc, in `BRAZE_NVRTC_DIR` or `~/.cache/braze-nvrtc`, or in a
 /// Python site directory). Empty when none is found; kernels without includes still compile.
+/// Found once per process: headers do not move while it runs.
 pub fn default_include_dirs() -> Vec<PathBuf> {
+    static DIRS: OnceLock<Vec<PathBuf>> = OnceLock::new();
+    DIRS.get_or_init(find_include_dirs).clone()
+}
+
+fn find_include_dirs() -> Vec<PathBuf> {
     if let Some(list) = std::env::var_os("BRAZE_CUDA_INCLUDE") {
-        let dirs: Vec<PathBuf> = std::env::split_paths(&list)
-            .filter(|d| !d.as_os_str().is_empty())
-            .collect();
+        let dirs: Vec<PathBuf> = std::env::split_paths(&list).filter(|d| !d.as_os_str().is_empty()).collect();
         if !dirs.is_empty() {
             return dirs;
         }
@@ -371,11 +351,7 @@ pub fn default_include_dirs() -> Vec<PathBuf> {
         }
         return dirs;
     }
-    pip_include_candidates()
-        .into_iter()
-        .find(|dir| has_cuda_headers(dir))
-        .map(|dir| vec![dir])
-        .unwrap_or_default()
+    pip_include_candidates().into_iter().find(|dir| has_cuda_headers(dir)).map(|dir| vec![dir]).unwrap_or_default()
 }
 
 fn has_cuda_headers(dir: &Path) -> bool {
@@ -385,15 +361,16 @@ fn has_cuda_headers(dir: &Path) -> bool {
 /// Include directories that a pip install of the NVRTC wheels would have, most specific first.
 fn pip_include_candidates() -> Vec<PathBuf> {
     let mut candidates = Vec::new();
-    // The libnvrtc this process already loaded: its wheel's headers match it exactly.
+    // The libnvrtc this process loads: its wheel's headers match it exactly. Querying the
+    // version loads it (and keeps it loaded) so that it shows in the memory map.
+    if nvrtc_available() {
+        let _ = nvrtc_version();
+    }
     if let Ok(maps) = std::fs::read_to_string("/proc/self/maps") {
         for line in maps.lines() {
             if let Some(start) = line.find('/') {
                 let path = Path::new(&line[start..]);
-                let is_nvrtc = path
-                    .file_name()
-                    .and_then(|n| n.to_str())
-                    .is_some_and(|n| n.starts_with("libnvrtc.so"));
+                let is_nvrtc = path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("libnvrtc.so"));
                 if let (true, Some(lib_dir)) = (is_nvrtc, path.parent()) {
                     candidates.push(lib_dir.join("../include"));
                 }
@@ -403,11 +380,7 @@ fn pip_include_candidates() -> Vec<PathBuf> {
     if let Some(paths) = std::env::var_os("LD_LIBRARY_PATH") {
         for lib_dir in std::env::split_paths(&paths) {
             let has_nvrtc = std::fs::read_dir(&lib_dir).is_ok_and(|entries| {
-                entries.flatten().any(|e| {
-                    e.file_name()
-                        .to_str()
-                        .is_some_and(|n| n.starts_with("libnvrtc.so"))
-                })
+                entries.flatten().any(|e| e.file_name().to_str().is_some_and(|n| n.starts_with("libnvrtc.so")))
             });
             if has_nvrtc {
                 candidates.push(lib_dir.join("../include"));
@@ -432,11 +405,7 @@ fn pip_include_candidates() -> Vec<PathBuf> {
         let mut pythons: Vec<PathBuf> = entries
             .flatten()
             .map(|e| e.path())
-            .filter(|p| {
-                p.file_name()
-                    .and_then(|n| n.to_str())
-                    .is_some_and(|n| n.starts_with("python3"))
-            })
+            .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("python3")))
             .collect();
         pythons.sort();
         for python in pythons.iter().rev() {
@@ -454,16 +423,19 @@ mod tests {
 
     const LOG: &str = "\
 ptxas info    : 0 bytes gmem
-ptxas info    : Compiling entry function 'helper_user' for 'sm_90'
-ptxas info    : Function properties for helper
-    8 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
-ptxas info    : Function properties for helper_user
-    16 bytes stack frame, 4 bytes spill stores, 8 bytes spill loads
-ptxas info    : Used 40 registers, used 1 barriers, 16 bytes cumulative stack size, 2048 bytes smem, 368 bytes cmem[0]
+ptxas info    : Compiling entry function 'calls_device_fn' for 'sm_90'
+ptxas info    : Function properties for device_fn
+ptxas         .     8 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Function properties for calls_device_fn
+ptxas         .     16 bytes stack frame, 4 bytes spill stores, 8 bytes spill loads
+ptxas info    : Used 40 registers, used 1 barriers, 24 bytes cumulative stack size, 2048 bytes smem
+ptxas info    : Compile time = 17.625 ms
 ptxas info    : Compiling entry function 'add' for 'sm_90'
 ptxas info    : Function properties for add
-    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 ptxas info    : Used 8 registers, used 0 barriers, 380 bytes cmem[0]
+ptxas info    : Function properties for _Z9device_fnPfi
+ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 ";
 
     #[test]
@@ -473,18 +445,14 @@ ptxas info    : Used 8 registers, used 0 barriers, 380 bytes cmem[0]
             parsed,
             vec![
                 KernelResources {
-                    kernel: "helper_user".into(),
+                    kernel: "calls_device_fn".into(),
                     registers: 40,
                     spill_stores: 4,
                     spill_loads: 8,
                     shared_bytes: 2048,
                     stack_bytes: 16,
                 },
-                KernelResources {
-                    kernel: "add".into(),
-                    registers: 8,
-                    ..Default::default()
-                },
+                KernelResources { kernel: "add".into(), registers: 8, ..Default::default() },
             ]
         );
     }
@@ -498,19 +466,11 @@ ptxas info    : Used 8 registers, used 0 barriers, 380 bytes cmem[0]
         };
         assert_eq!(
             opts.nvrtc_args().unwrap(),
-            vec![
-                "--gpu-architecture=sm_90",
-                "--ptxas-options=-v",
-                "--include-path=/inc",
-                "--use_fast_math"
-            ]
+            vec!["--gpu-architecture=sm_90", "--ptxas-options=-v", "--include-path=/inc", "--use_fast_math"]
         );
         opts.output = ImageKind::Ptx;
         assert_eq!(opts.nvrtc_args().unwrap()[0], "--gpu-architecture=compute_90");
         opts.arch = "volta".into();
-        assert!(matches!(
-            opts.nvrtc_args(),
-            Err(CudaError::InvalidArgument(_))
-        ));
+        assert!(matches!(opts.nvrtc_args(), Err(CudaError::InvalidArgument(_))));
     }
 }

@@ -1,0 +1,421 @@
+//! One GPU: its context, its stream, device memory, transfers and timing.
+//!
+//! Everything a [`CudaDevice`] does is enqueued on one non-default stream, so operations are
+//! ordered by submission and the only calls that wait for the GPU are [`CudaDevice::download`]
+//! (and its variants), [`CudaDevice::synchronize`] and timer reads.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+
+use cudarc::driver::result as driver_result;
+use cudarc::driver::sys::{self as driver_sys, CUdevice_attribute};
+use cudarc::driver::{CudaContext, CudaEvent, CudaStream, PinnedHostSlice};
+
+use crate::buffer::{bytes_of, values_from_bytes, DeviceBuffer, PodScalar};
+use crate::error::{CudaError, Result};
+use crate::graph::{outside_capture, CaptureRecord, DropOutsideCapture};
+
+/// Bytes per pinned staging chunk for uploads.
+const UPLOAD_CHUNK_BYTES: usize = 8 << 20;
+/// Staging chunks for uploads; up to this many chunk copies can be in flight before an upload
+/// waits for the oldest one to finish.
+const UPLOAD_CHUNKS: usize = 4;
+/// Largest pinned buffer kept for downloads; bigger downloads go through it in pieces.
+const DOWNLOAD_STAGING_MAX_BYTES: usize = 64 << 20;
+
+/// Whether the CUDA driver library can be loaded. Checked before any driver call because cudarc
+/// panics when a dynamically loaded library is missing.
+pub fn driver_available() -> bool {
+    static AVAILABLE: OnceLock<bool> = OnceLock::new();
+    // SAFETY: `is_culib_present` only tries to dlopen the candidate library names and drops the
+    // handles again; it touches no driver state.
+    *AVAILABLE.get_or_init(|| unsafe { driver_sys::is_culib_present() })
+}
+
+/// Number of CUDA devices, or an error saying why there are none to count.
+pub fn device_count() -> Result<usize> {
+    if !driver_available() {
+        return Err(CudaError::DriverUnavailable);
+    }
+    driver_result::init()?;
+    Ok(usize::try_from(CudaContext::device_count()?).unwrap_or(0))
+}
+
+/// Whether GPU work is possible here: the driver loads and sees at least one device.
+/// Never panics; tests use it to skip on machines without a GPU.
+pub fn cuda_available() -> bool {
+    static AVAILABLE: OnceLock<bool> = OnceLock::new();
+    *AVAILABLE.get_or_init(|| device_count().is_ok_and(|count| count > 0))
+}
+
+/// A GPU with one stream that all of this crate's work on it is ordered on.
+#[derive(Debug)]
+pub struct CudaDevice {
+    pub(crate) ctx: Arc<CudaContext>,
+    pub(crate) stream: Arc<CudaStream>,
+    ordinal: usize,
+    name: String,
+    compute_capability: (i32, i32),
+    /// Largest shared memory a block may opt in to (static plus dynamic), in bytes.
+    max_shared_per_block_optin: u32,
+    allocations: AtomicU64,
+    /// Set while a CUDA graph is being captured on `stream`.
+    pub(crate) capture: Mutex<Option<CaptureRecord>>,
+    upload_staging: Mutex<UploadStaging>,
+    download_staging: Mutex<Option<DropOutsideCapture<PinnedHostSlice<u8>>>>,
+}
+
+/// Pinned chunks that uploads are copied through, used round-robin.
+#[derive(Debug, Default)]
+struct UploadStaging {
+    chunks: Vec<StagingChunk>,
+    next: usize,
+}
+
+#[derive(Debug)]
+struct StagingChunk {
+    host: DropOutsideCapture<PinnedHostSlice<u8>>,
+    /// Recorded after the last copy that reads `host`; the chunk is free once it completes.
+    copied: CudaEvent,
+}
+
+impl CudaDevice {
+    /// Opens device `ordinal` (its primary context) with a fresh non-blocking stream.
+    pub fn new(ordinal: usize) -> Result<Arc<Self>> {
+        outside_capture(|| Self::open(ordinal))
+    }
+
+    fn open(ordinal: usize) -> Result<Arc<Self>> {
+        let count = device_count()?;
+        if ordinal >= count {
+            return Err(CudaError::NoDevice { ordinal, count });
+        }
+        let ctx = CudaContext::new(ordinal)?;
+        // SAFETY: this turns off cudarc's per-buffer event tracking for buffers allocated through
+        // this `CudaContext` handle. That tracking exists to order uses of one buffer across
+        // several streams; every buffer of a `CudaDevice` is allocated, used and freed on the
+        // device's single stream, where the stream itself orders all of it. It is switched off
+        // before any buffer or stream exists, and also keeps event records out of graph
+        // captures, which is why cudarc's own graph test does the same.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.new_stream()?;
+        let attribute = |attr| ctx.attribute(attr);
+        let compute_capability = (
+            attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+            attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+        );
+        let max_shared_per_block_optin =
+            attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?;
+        let name = ctx.name()?;
+        Ok(Arc::new(CudaDevice {
+            ctx,
+            stream,
+            ordinal,
+            name,
+            compute_capability,
+            max_shared_per_block_optin: u32::try_from(max_shared_per_block_optin).unwrap_or(0),
+            allocations: AtomicU64::new(0),
+            capture: Mutex::new(None),
+            upload_staging: Mutex::new(UploadStaging::default()),
+            download_staging: Mutex::new(None),
+        }))
+    }
+
+    /// Device ordinal this was opened with.
+    pub fn ordinal(&self) -> usize {
+        self.ordinal
+    }
+
+    /// Marketing name, e.g. "NVIDIA H200".
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// `(major, minor)`, e.g. `(9, 0)` on Hopper; decides which `sm_XX` to compile for.
+    pub fn compute_capability(&self) -> (i32, i32) {
+        self.compute_capability
+    }
+
+    /// The `sm_XX` architecture string matching this device, for [`crate::CompileOptions`].
+    pub fn arch(&self) -> String {
+        format!("sm_{}{}", self.compute_capability.0, self.compute_capability.1)
+    }
+
+    /// Largest shared memory per block a kernel can opt in to, in bytes.
+    pub fn max_shared_per_block_optin(&self) -> u32 {
+        self.max_shared_per_block_optin
+    }
+
+    /// The underlying cudarc context, for interop with other cudarc-based code.
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    /// The stream all work of this device is ordered on.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// How many device allocations this device has made. Memory plans allocate once up front,
+    /// so tests assert this does not grow per call.
+    pub fn allocation_count(&self) -> u64 {
+        self.allocations.load(Ordering::Relaxed)
+    }
+
+    /// Free and total device memory in bytes.
+    pub fn memory_info(&self) -> Result<(usize, usize)> {
+        Ok(self.ctx.mem_get_info()?)
+    }
+
+    /// Allocates `bytes` of uninitialised device memory (stream-ordered).
+    pub fn alloc(&self, bytes: usize) -> Result<DeviceBuffer> {
+        self.reject_during_capture("allocating device memory")?;
+        // SAFETY: the memory is uninitialised; it is only exposed as `DeviceBuffer`, whose reads
+        // happen on the device or through explicit downloads, never as typed Rust values
+        // without a copy. A zero-byte request allocates one byte so the pointer is valid.
+        let slice = unsafe { self.stream.alloc::<u8>(bytes.max(1)) }?;
+        self.allocations.fetch_add(1, Ordering::Relaxed);
+        Ok(DeviceBuffer { slice: Arc::new(slice), len_bytes: bytes })
+    }
+
+    /// Allocates `bytes` of zeroed device memory.
+    pub fn alloc_zeroed(&self, bytes: usize) -> Result<DeviceBuffer> {
+        let buffer = self.alloc(bytes)?;
+        self.memset_d8(&buffer, 0)?;
+        Ok(buffer)
+    }
+
+    /// Sets every byte of `buffer` to `value`; `0xFF` poisons float outputs with NaN so that
+    /// an output a kernel forgot to write cannot pass a comparison.
+    pub fn memset_d8(&self, buffer: &DeviceBuffer, value: u8) -> Result<()> {
+        self.memset_d8_range(buffer, 0, buffer.len_bytes, value)
+    }
+
+    /// Sets `len` bytes of `buffer` starting at `offset` to `value`.
+    pub fn memset_d8_range(&self, buffer: &DeviceBuffer, offset: usize, len: usize, value: u8) -> Result<()> {
+        let address = self.checked_range(buffer, offset, len, "memset")?;
+        if len == 0 {
+            return Ok(());
+        }
+        self.ctx.bind_to_thread()?;
+        // SAFETY: `address..address + len` lies inside `buffer`'s live allocation (checked
+        // above), and the memset is ordered on the stream with every other use of the buffer.
+        unsafe { driver_result::memset_d8_async(address, value, len, self.stream.cu_stream()) }?;
+        self.note_captured_buffer(buffer);
+        Ok(())
+    }
+
+    /// Copies `len` bytes between device buffers (stream-ordered; may be captured in a graph).
+    pub fn copy(
+        &self,
+        src: &DeviceBuffer,
+        src_offset: usize,
+        dst: &DeviceBuffer,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<()> {
+        let from = self.checked_range(src, src_offset, len, "copy source")?;
+        let to = self.checked_range(dst, dst_offset, len, "copy destination")?;
+        if len == 0 {
+            return Ok(());
+        }
+        self.ctx.bind_to_thread()?;
+        // SAFETY: both ranges lie inside live allocations of this device (checked above); the
+        // copy is ordered on the stream with all other uses of both buffers. Overlapping ranges
+        // of one allocation are the caller's concern, as with `memcpy`.
+        unsafe { driver_result::memcpy_dtod_async(to, from, len, self.stream.cu_stream()) }?;
+        self.note_captured_buffer(src);
+        self.note_captured_buffer(dst);
+        Ok(())
+    }
+
+    /// Allocates a buffer and fills it with `data`.
+    pub fn upload(&self, data: &[u8]) -> Result<DeviceBuffer> {
+        let buffer = self.alloc(data.len())?;
+        self.upload_into(&buffer, 0, data)?;
+        Ok(buffer)
+    }
+
+    /// Allocates a buffer and fills it with typed values.
+    pub fn upload_values<T: PodScalar>(&self, values: &[T]) -> Result<DeviceBuffer> {
+        self.upload(bytes_of(values))
+    }
+
+    /// Writes `data` into `dst` at `offset` without allocating. Asynchronous: `data` is copied
+    /// into pinned staging memory and the device copy is enqueued, so the caller may reuse
+    /// `data` at once. Only when more than the staging capacity (32 MiB) is in flight does this
+    /// wait for the oldest staged copy to finish.
+    pub fn upload_into(&self, dst: &DeviceBuffer, offset: usize, data: &[u8]) -> Result<()> {
+        self.reject_during_capture("uploading from the host")?;
+        let address = self.checked_range(dst, offset, data.len(), "upload")?;
+        let mut staging = lock(&self.upload_staging);
+        let mut done = 0usize;
+        while done < data.len() {
+            let piece = &data[done..(done + UPLOAD_CHUNK_BYTES).min(data.len())];
+            let index = staging.next % UPLOAD_CHUNKS;
+            staging.next = staging.next.wrapping_add(1);
+            if index == staging.chunks.len() {
+                // SAFETY: the pinned memory is uninitialised; it is only written (below) before
+                // being read by a copy of exactly the written prefix.
+                let host = outside_capture(|| unsafe { self.ctx.alloc_pinned::<u8>(UPLOAD_CHUNK_BYTES) })?;
+                let copied = self.ctx.new_event(None)?;
+                staging.chunks.push(StagingChunk { host: DropOutsideCapture::new(host), copied });
+            }
+            let chunk = &mut staging.chunks[index];
+            // Wait until the previous copy out of this chunk has read it.
+            chunk.copied.synchronize()?;
+            chunk.host.as_mut_slice()?[..piece.len()].copy_from_slice(piece);
+            let staged = &chunk.host.as_slice()?[..piece.len()];
+            self.ctx.bind_to_thread()?;
+            // SAFETY: the destination range lies inside `dst` (checked above); the source is
+            // pinned memory owned by `chunk`, which stays allocated (it lives in
+            // `self.upload_staging`, and dropping the device synchronises the stream first) and
+            // is not written again until `chunk.copied`, recorded right after this copy, has
+            // completed.
+            unsafe { driver_result::memcpy_htod_async(address + done as u64, staged, self.stream.cu_stream()) }?;
+            chunk.copied.record(&self.stream)?;
+            done += piece.len();
+        }
+        Ok(())
+    }
+
+    /// Reads a whole buffer back to the host; waits for all work enqueued before it.
+    pub fn download(&self, src: &DeviceBuffer) -> Result<Vec<u8>> {
+        let mut out = vec![0u8; src.len_bytes];
+        self.download_into(src, 0, &mut out)?;
+        Ok(out)
+    }
+
+    /// Reads a whole buffer back as typed values (trailing partial values are dropped).
+    pub fn download_values<T: PodScalar>(&self, src: &DeviceBuffer) -> Result<Vec<T>> {
+        Ok(values_from_bytes(&self.download(src)?))
+    }
+
+    /// Reads `out.len()` bytes of `src` starting at `offset` into `out`, through pinned memory.
+    pub fn download_into(&self, src: &DeviceBuffer, offset: usize, out: &mut [u8]) -> Result<()> {
+        self.reject_during_capture("downloading to the host")?;
+        let address = self.checked_range(src, offset, out.len(), "download")?;
+        if out.is_empty() {
+            return Ok(());
+        }
+        let mut staging = lock(&self.download_staging);
+        let wanted = out.len().min(DOWNLOAD_STAGING_MAX_BYTES);
+        if staging.as_ref().is_none_or(|host| host.len() < wanted) {
+            *staging = None;
+            // SAFETY: uninitialised pinned memory, only read after a copy has filled the part
+            // that is read. Flags 0 (not write-combined) keep host reads of it fast.
+            let host = outside_capture(|| unsafe { self.ctx.alloc_pinned_with_flags::<u8>(wanted, 0) })?;
+            *staging = Some(DropOutsideCapture::new(host));
+        }
+        let host = staging.as_mut().expect("staging buffer allocated above");
+        for (index, piece) in out.chunks_mut(host.len()).enumerate() {
+            let piece_offset = (index * host.len()) as u64;
+            let landing = &mut host.as_mut_slice()?[..piece.len()];
+            self.ctx.bind_to_thread()?;
+            // SAFETY: the source range lies inside `src` (checked above); the destination is
+            // pinned memory of exactly `piece.len()` bytes, exclusively borrowed here, and the
+            // stream is synchronised before it is read or reused.
+            unsafe { driver_result::memcpy_dtoh_async(landing, address + piece_offset, self.stream.cu_stream()) }?;
+            self.stream.synchronize()?;
+            piece.copy_from_slice(&host.as_slice()?[..piece.len()]);
+        }
+        Ok(())
+    }
+
+    /// Waits until all work enqueued on the device's stream has finished, and reports any
+    /// asynchronous error it raised (e.g. an illegal address in an earlier kernel).
+    pub fn synchronize(&self) -> Result<()> {
+        self.reject_during_capture("synchronizing")?;
+        self.stream.synchronize()?;
+        self.ctx.check_err()?;
+        Ok(())
+    }
+
+    /// A pair of timing events on this device's stream.
+    pub fn event_timer(&self) -> Result<EventTimer> {
+        let timing = Some(driver_sys::CUevent_flags::CU_EVENT_DEFAULT);
+        Ok(EventTimer {
+            start: self.ctx.new_event(timing)?,
+            end: self.ctx.new_event(timing)?,
+            stream: self.stream.clone(),
+        })
+    }
+
+    /// GPU time, in milliseconds, of the work `enqueue` puts on the stream (waits for it).
+    pub fn time_ms(&self, enqueue: impl FnOnce() -> Result<()>) -> Result<f32> {
+        self.reject_during_capture("timing")?;
+        let timer = self.event_timer()?;
+        timer.start()?;
+        enqueue()?;
+        timer.stop()?;
+        timer.elapsed_ms()
+    }
+
+    pub(crate) fn checked_range(&self, buffer: &DeviceBuffer, offset: usize, len: usize, what: &str) -> Result<u64> {
+        if buffer.cu_context() != self.ctx.cu_ctx() {
+            return Err(CudaError::InvalidArgument(format!("{what}: buffer belongs to another device")));
+        }
+        buffer.address_of_range(offset, len).ok_or_else(|| {
+            CudaError::InvalidArgument(format!(
+                "{what}: bytes {offset}..{offset}+{len} out of range for a buffer of {} bytes",
+                buffer.len_bytes
+            ))
+        })
+    }
+
+    pub(crate) fn is_capturing(&self) -> bool {
+        lock(&self.capture).is_some()
+    }
+
+    pub(crate) fn reject_during_capture(&self, what: &str) -> Result<()> {
+        if self.is_capturing() {
+            return Err(CudaError::Capture(format!("{what} is not allowed while a CUDA graph is being captured")));
+        }
+        Ok(())
+    }
+
+    /// Keeps `buffer` alive for as long as the graph being captured (if any) exists.
+    pub(crate) fn note_captured_buffer(&self, buffer: &DeviceBuffer) {
+        if let Some(record) = lock(&self.capture).as_mut() {
+            record.keep_buffer(buffer);
+        }
+    }
+}
+
+impl Drop for CudaDevice {
+    fn drop(&mut self) {
+        // Staged uploads may still be reading pinned memory that is freed with the fields.
+        self.ctx.record_err(self.stream.synchronize());
+    }
+}
+
+/// Measures GPU time between two points of the device's stream.
+#[derive(Debug)]
+pub struct EventTimer {
+    start: CudaEvent,
+    end: CudaEvent,
+    stream: Arc<CudaStream>,
+}
+
+impl EventTimer {
+    /// Marks the start point (enqueued, does not wait).
+    pub fn start(&self) -> Result<()> {
+        Ok(self.start.record(&self.stream)?)
+    }
+
+    /// Marks the end point (enqueued, does not wait).
+    pub fn stop(&self) -> Result<()> {
+        Ok(self.end.record(&self.stream)?)
+    }
+
+    /// Milliseconds between start and stop; waits for the stop point to be reached.
+    pub fn elapsed_ms(&self) -> Result<f32> {
+        Ok(self.start.elapsed_ms(&self.end)?)
+    }
+}
+
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every critical section here leaves its data consistent at each step, so a panic in
+    // another holder does not make the data unusable.
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}

@@ -1,0 +1,578 @@
+//! Runs a fused [`Plan`] on one device: compiles its kernels (in parallel, through the kernel
+//! cache), places intermediates in one arena by liveness, prepares workspaces and tables once,
+//! then per call binds the caller's buffers, launches (or replays a CUDA graph of) every kernel
+//! and hands back the outputs.
+//!
+//! Outputs come from a small ring of output sets owned by the executable: a set is reused only
+//! when the caller has dropped every tensor it handed out, so a result is never overwritten
+//! behind the caller's back, and a steady loop that drops last step's results allocates nothing.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use braze_codegen::{GeneratedKernel, KernelCode, KernelConfig, Param, TableSpec};
+use braze_ir::DType;
+use braze_passes::memory::MemoryPlan;
+use braze_passes::{Activation as PlanActivation, BufferId, BufferRole, KernelKind, MatMul, Plan};
+
+use crate::autotune::{AutotuneRecord, AutotuneStore};
+use crate::blas::{Activation, BlasLt, MatmulDtype, MatmulSpec, MatrixRef};
+use crate::buffer::DeviceBuffer;
+use crate::cache::KernelCache;
+use crate::device::CudaDevice;
+use crate::error::{CudaError, Result};
+use crate::graph::CapturedGraph;
+use crate::launch::{Kernel, KernelArg};
+use crate::nvrtc::{CompileOptions, KernelResources};
+
+/// Output sets kept for reuse; beyond this a call gets fresh buffers that are not retained.
+const RETAINED_OUTPUT_SETS: usize = 4;
+/// CUDA graphs kept per output set (one per distinct set of input addresses).
+const GRAPHS_PER_OUTPUT_SET: usize = 4;
+
+/// How an executable runs.
+#[derive(Clone, Debug)]
+pub struct ExecOptions {
+    /// Replay the plan as a CUDA graph (captured on the second call with the same buffers).
+    pub cuda_graphs: bool,
+    /// Fill outputs with 0xFF (NaN for floats) before each run, so an element no kernel wrote
+    /// cannot pass a comparison. For tests; costs a memset per output.
+    pub poison_outputs: bool,
+    /// Let f32 matmuls use TF32 tensor cores (about 1e-3 relative error).
+    pub allow_tf32: bool,
+    /// Launch configurations chosen per kernel index, overriding the remembered or default one.
+    pub configs: HashMap<usize, KernelConfig>,
+}
+
+impl Default for ExecOptions {
+    fn default() -> Self {
+        ExecOptions { cuda_graphs: false, poison_outputs: false, allow_tf32: false, configs: HashMap::new() }
+    }
+}
+
+/// What building an executable cost and produced, for `explain` and benchmarks.
+#[derive(Clone, Debug, Default)]
+pub struct BuildReport {
+    pub kernels: usize,
+    /// Device launches per call (kernel launches plus library calls).
+    pub launches: usize,
+    pub compile_ms: f64,
+    pub nvrtc_compiles: u64,
+    pub cache_hits: u64,
+    pub arena_bytes: usize,
+    pub arena_unshared_bytes: usize,
+    pub resources: Vec<KernelResources>,
+}
+
+enum ReadyKernel {
+    Cuda(CudaKernel),
+    Blas(MatMul),
+    /// A kernel over zero elements: nothing to launch.
+    Empty,
+}
+
+struct CudaKernel {
+    code: GeneratedKernel,
+    config: KernelConfig,
+    /// One function per launch, in launch order.
+    functions: Vec<Kernel>,
+    scratch: Vec<DeviceBuffer>,
+    tables: Vec<ReadyTable>,
+}
+
+struct ReadyTable {
+    buffer: DeviceBuffer,
+    /// For input-pointer tables: the pointers last uploaded.
+    uploaded: Option<Vec<u64>>,
+    pointers: bool,
+}
+
+struct OutputSet {
+    /// Indexed by plan buffer id; `Some` for buffers with the `Output` role.
+    buffers: Vec<Option<DeviceBuffer>>,
+    graphs: Vec<(Vec<u64>, CapturedGraph)>,
+    /// Input addresses of the last direct run with this set (a graph is captured on a repeat).
+    last_direct: Option<Vec<u64>>,
+}
+
+impl OutputSet {
+    /// Free when nobody but this set (and its graphs) holds its buffers.
+    fn is_free(&self) -> bool {
+        let ours = 1 + self.graphs.len();
+        self.buffers.iter().flatten().all(|b| Arc::strong_count(&b.slice) <= ours)
+    }
+}
+
+/// A plan ready to run on one device for one input signature.
+pub struct PlanExecutable {
+    device: Arc<CudaDevice>,
+    plan: Plan,
+    kernels: Vec<ReadyKernel>,
+    memory: MemoryPlan,
+    arena: Option<DeviceBuffer>,
+    output_sets: Vec<OutputSet>,
+    blas: Option<BlasLt>,
+    options: ExecOptions,
+    report: BuildReport,
+}
+
+fn device_dtype(dtype: DType) -> Result<MatmulDtype> {
+    match dtype {
+        DType::F32 => Ok(MatmulDtype::F32),
+        DType::F16 => Ok(MatmulDtype::F16),
+        DType::BF16 => Ok(MatmulDtype::BF16),
+        other => Err(CudaError::InvalidArgument(format!("matmul is not defined for {other}"))),
+    }
+}
+
+impl PlanExecutable {
+    /// Generates, compiles and loads every kernel of `plan` and allocates its arena, workspaces
+    /// and tables. Configurations come from `options.configs`, else from what the autotuner
+    /// remembered for this device, else from codegen's defaults.
+    pub fn new(device: &Arc<CudaDevice>, plan: Plan, cache: &KernelCache, options: ExecOptions) -> Result<Self> {
+        let started = Instant::now();
+        let stats_before = cache.stats();
+        let store = AutotuneStore::open_default();
+        let mut configs = Vec::with_capacity(plan.kernels.len());
+        for k in 0..plan.kernels.len() {
+            let config = match options.configs.get(&k) {
+                Some(c) => *c,
+                None => store.as_ref().and_then(|s| s.lookup(device.name(), &plan, k)).unwrap_or_else(|| braze_codegen::default_config(&plan, k)),
+            };
+            configs.push(config);
+        }
+        let codes = braze_codegen::plan_sources(&plan, &configs).map_err(|e| CudaError::Codegen(e.to_string()))?;
+        let compile_options = CompileOptions { arch: device.arch(), ..CompileOptions::default() };
+        // NVRTC compiles are independent: run them in parallel, one thread per kernel source.
+        let compiled: Vec<Result<Option<Arc<crate::nvrtc::CompiledModule>>>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = codes
+                .iter()
+                .map(|code| {
+                    let opts = &compile_options;
+                    scope.spawn(move || match code {
+                        KernelCode::Cuda(g) if !g.launches.is_empty() => {
+                            cache.get_or_compile(&g.source, &g.name, opts).map(Some)
+                        }
+                        _ => Ok(None),
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(CudaError::InvalidArgument("compile thread panicked".into())))).collect()
+        });
+        let mut report = BuildReport { kernels: plan.kernels.len(), ..BuildReport::default() };
+        let mut kernels = Vec::with_capacity(codes.len());
+        for (k, ((code, module), config)) in codes.into_iter().zip(compiled).zip(configs).enumerate() {
+            let module = module?;
+            let ready = match (code, module) {
+                (KernelCode::CuBlasLt(m), _) => {
+                    if m.m * m.n * m.batch.iter().product::<usize>() == 0 {
+                        ReadyKernel::Empty
+                    } else {
+                        report.launches += 1;
+                        ReadyKernel::Blas(m)
+                    }
+                }
+                (KernelCode::Cuda(_), None) => ReadyKernel::Empty,
+                (KernelCode::Cuda(code), Some(module)) => {
+                    report.resources.extend(module.resources.iter().cloned());
+                    report.launches += code.launches.len();
+                    ReadyKernel::Cuda(Self::load_kernel(device, code, config, &module, plan.kernels[k].inputs.len())?)
+                }
+            };
+            kernels.push(ready);
+        }
+        let memory = MemoryPlan::for_plan(&plan);
+        let arena = if memory.arena_bytes > 0 { Some(device.alloc(memory.arena_bytes)?) } else { None };
+        let stats_after = cache.stats();
+        report.compile_ms = started.elapsed().as_secs_f64() * 1e3;
+        report.nvrtc_compiles = stats_after.compiles - stats_before.compiles;
+        report.cache_hits =
+            (stats_after.memory_hits + stats_after.disk_hits) - (stats_before.memory_hits + stats_before.disk_hits);
+        report.arena_bytes = memory.arena_bytes;
+        report.arena_unshared_bytes = memory.unshared_bytes;
+        tracing::debug!(target: "braze::kernels", kernels = report.kernels, launches = report.launches,
+            compile_ms = report.compile_ms, nvrtc = report.nvrtc_compiles, "plan built");
+        Ok(PlanExecutable {
+            device: device.clone(),
+            plan,
+            kernels,
+            memory,
+            arena,
+            output_sets: Vec::new(),
+            blas: None,
+            options,
+            report,
+        })
+    }
+
+    fn load_kernel(
+        device: &Arc<CudaDevice>,
+        code: GeneratedKernel,
+        config: KernelConfig,
+        module: &crate::nvrtc::CompiledModule,
+        input_slots: usize,
+    ) -> Result<CudaKernel> {
+        let loaded = device.load_module(module)?;
+        let functions = code.launches.iter().map(|l| loaded.get_function(&l.entry)).collect::<Result<Vec<_>>>()?;
+        let scratch = code
+            .scratch
+            .iter()
+            .map(|s| if s.zero_init { device.alloc_zeroed(s.bytes) } else { device.alloc(s.bytes) })
+            .collect::<Result<Vec<_>>>()?;
+        let mut tables = Vec::with_capacity(code.tables.len());
+        for spec in &code.tables {
+            tables.push(match spec {
+                TableSpec::Static(bytes) => ReadyTable { buffer: device.upload(bytes)?, uploaded: None, pointers: false },
+                // Filled before each run whose input addresses differ from the last upload.
+                TableSpec::InputPointers => {
+                    ReadyTable { buffer: device.alloc(8 * input_slots)?, uploaded: None, pointers: true }
+                }
+            });
+        }
+        Ok(CudaKernel { code, config, functions, scratch, tables })
+    }
+
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    pub fn report(&self) -> &BuildReport {
+        &self.report
+    }
+
+    pub fn device(&self) -> &Arc<CudaDevice> {
+        &self.device
+    }
+
+    /// The configuration each kernel runs with (`None` for library calls and empty kernels).
+    pub fn configs(&self) -> Vec<Option<KernelConfig>> {
+        self.kernels.iter().map(|k| if let ReadyKernel::Cuda(c) = k { Some(c.config) } else { None }).collect()
+    }
+
+    /// The generated source of each CUDA kernel (`None` for library calls and empty kernels).
+    pub fn sources(&self) -> Vec<Option<&str>> {
+        self.kernels.iter().map(|k| if let ReadyKernel::Cuda(c) = k { Some(c.code.source.as_str()) } else { None }).collect()
+    }
+
+    /// Checks the caller's buffers against the plan's inputs.
+    fn check_inputs(&self, inputs: &[DeviceBuffer]) -> Result<()> {
+        if inputs.len() != self.plan.inputs.len() {
+            return Err(CudaError::InvalidArgument(format!(
+                "the plan takes {} inputs, got {}",
+                self.plan.inputs.len(),
+                inputs.len()
+            )));
+        }
+        for (i, (&id, buffer)) in self.plan.inputs.iter().zip(inputs).enumerate() {
+            let want = self.plan.buffer(id).bytes();
+            if buffer.len_bytes() != want {
+                return Err(CudaError::InvalidArgument(format!(
+                    "input {i}: expected {want} bytes ({} x {}), got {}",
+                    self.plan.buffer(id).numel,
+                    self.plan.buffer(id).dtype,
+                    buffer.len_bytes()
+                )));
+            }
+            if buffer.cu_context() != self.device.context().cu_ctx() {
+                return Err(CudaError::InvalidArgument(format!("input {i} lives on another device")));
+            }
+        }
+        Ok(())
+    }
+
+    /// Picks a free retained output set, or makes one; `None` means "fresh, not retained".
+    fn acquire_output_set(&mut self) -> Result<usize> {
+        if let Some(i) = self.output_sets.iter().position(OutputSet::is_free) {
+            return Ok(i);
+        }
+        let mut buffers = vec![None; self.plan.buffers.len()];
+        for (i, b) in self.plan.buffers.iter().enumerate() {
+            if b.role == BufferRole::Output {
+                buffers[i] = Some(self.device.alloc(b.bytes())?);
+            }
+        }
+        let set = OutputSet { buffers, graphs: Vec::new(), last_direct: None };
+        if self.output_sets.len() < RETAINED_OUTPUT_SETS {
+            self.output_sets.push(set);
+        } else {
+            // Every retained set is still held by the caller: replace the oldest set's slot with
+            // fresh buffers (the caller keeps the old ones alive through its own handles).
+            self.output_sets.remove(0);
+            self.output_sets.push(set);
+        }
+        Ok(self.output_sets.len() - 1)
+    }
+
+    /// Where plan buffer `id` lives for this call: a buffer and a byte offset.
+    fn locate<'a>(&'a self, id: BufferId, inputs: &'a [DeviceBuffer], set: &'a OutputSet) -> (&'a DeviceBuffer, usize) {
+        match self.plan.buffer(id).role {
+            BufferRole::Input(i) => (&inputs[i], 0),
+            BufferRole::Output => (set.buffers[id.0].as_ref().expect("output sets hold every output buffer"), 0),
+            BufferRole::Intermediate => (
+                self.arena.as_ref().expect("a plan with intermediates has an arena"),
+                self.memory.offsets[id.0].expect("every intermediate has an arena offset"),
+            ),
+        }
+    }
+
+    /// Runs the plan on `inputs` (one buffer per plan input, in order) and returns one buffer per
+    /// plan output. Enqueues work on the device's stream and does not wait for it.
+    pub fn run(&mut self, inputs: &[DeviceBuffer]) -> Result<Vec<DeviceBuffer>> {
+        self.check_inputs(inputs)?;
+        self.prepare()?;
+        let set_index = self.acquire_output_set()?;
+        self.refresh_tables(inputs, set_index)?;
+        let addresses: Vec<u64> = inputs.iter().map(DeviceBuffer::device_address).collect();
+        if self.options.poison_outputs {
+            for b in self.output_sets[set_index].buffers.iter().flatten() {
+                self.device.memset_d8(b, 0xFF)?;
+            }
+        }
+        if self.options.cuda_graphs && self.report.launches > 0 {
+            let set = &self.output_sets[set_index];
+            if let Some((_, graph)) = set.graphs.iter().find(|(a, _)| *a == addresses) {
+                graph.replay()?;
+            } else if set.last_direct.as_ref() == Some(&addresses) && set.graphs.len() < GRAPHS_PER_OUTPUT_SET {
+                let graph = {
+                    let this = &*self;
+                    let set = &this.output_sets[set_index];
+                    this.device.capture_graph(|| this.enqueue_all(inputs, set))?
+                };
+                graph.prepare()?;
+                graph.replay()?;
+                self.output_sets[set_index].graphs.push((addresses, graph));
+            } else {
+                self.enqueue_all(inputs, &self.output_sets[set_index])?;
+                self.output_sets[set_index].last_direct = Some(addresses);
+            }
+        } else {
+            self.enqueue_all(inputs, &self.output_sets[set_index])?;
+        }
+        let set = &self.output_sets[set_index];
+        Ok(self.plan.outputs.iter().map(|o| self.locate(o.buffer, inputs, set).0.clone()).collect())
+    }
+
+    /// Uploads input-pointer tables whose pointers changed since the last call.
+    fn refresh_tables(&mut self, inputs: &[DeviceBuffer], set_index: usize) -> Result<()> {
+        let mut pending: Vec<(usize, usize, Vec<u64>)> = Vec::new();
+        for (k, ready) in self.kernels.iter().enumerate() {
+            let ReadyKernel::Cuda(cuda) = ready else { continue };
+            for (t, table) in cuda.tables.iter().enumerate() {
+                if !table.pointers {
+                    continue;
+                }
+                let kernel = &self.plan.kernels[k];
+                let pointers: Vec<u64> = kernel
+                    .inputs
+                    .iter()
+                    .map(|&id| {
+                        let (buffer, offset) = self.locate(id, inputs, &self.output_sets[set_index]);
+                        buffer.device_address() + offset as u64
+                    })
+                    .collect();
+                if table.uploaded.as_ref() != Some(&pointers) {
+                    pending.push((k, t, pointers));
+                }
+            }
+        }
+        for (k, t, pointers) in pending {
+            let ReadyKernel::Cuda(cuda) = &mut self.kernels[k] else { unreachable!("collected from a CUDA kernel") };
+            let table = &mut cuda.tables[t];
+            let bytes: Vec<u8> = pointers.iter().flat_map(|p| p.to_le_bytes()).collect();
+            self.device.upload_into(&table.buffer, 0, &bytes)?;
+            table.uploaded = Some(pointers);
+        }
+        Ok(())
+    }
+
+    /// Enqueues every kernel of the plan in order.
+    fn enqueue_all(&self, inputs: &[DeviceBuffer], set: &OutputSet) -> Result<()> {
+        for k in 0..self.kernels.len() {
+            self.enqueue_kernel(k, inputs, set)?;
+        }
+        Ok(())
+    }
+
+    fn enqueue_kernel(&self, k: usize, inputs: &[DeviceBuffer], set: &OutputSet) -> Result<()> {
+        let kernel = &self.plan.kernels[k];
+        match &self.kernels[k] {
+            ReadyKernel::Empty => Ok(()),
+            ReadyKernel::Cuda(cuda) => {
+                for (launch, function) in cuda.code.launches.iter().zip(&cuda.functions) {
+                    let args: Vec<KernelArg<'_>> = launch
+                        .params
+                        .iter()
+                        .map(|p| match *p {
+                            Param::Input(slot) => {
+                                let (b, off) = self.locate(kernel.inputs[slot], inputs, set);
+                                KernelArg::BufferAt(b, off)
+                            }
+                            Param::Output(slot) => {
+                                let (b, off) = self.locate(kernel.outputs[slot], inputs, set);
+                                KernelArg::BufferAt(b, off)
+                            }
+                            Param::Scratch(s) => KernelArg::Buffer(&cuda.scratch[s]),
+                            Param::Table(t) => KernelArg::Buffer(&cuda.tables[t].buffer),
+                        })
+                        .collect();
+                    let g = launch.grid;
+                    let b = launch.block;
+                    self.device.launch(function, (g[0], g[1], g[2]), (b[0], b[1], b[2]), launch.shared_bytes, &args)?;
+                }
+                Ok(())
+            }
+            ReadyKernel::Blas(m) => {
+                let blas = self.blas.as_ref().expect("BLAS handle is created before the first run");
+                let batch: usize = m.batch.iter().product();
+                let mut spec = MatmulSpec::new(m.m, m.n, m.k, device_dtype(m.dtype)?);
+                spec.batch = batch;
+                spec.stride_a = m.a_batch_stride;
+                spec.stride_b = m.b_batch_stride;
+                spec.stride_c = m.m * m.n;
+                spec.transpose_a = m.a_transposed;
+                spec.transpose_b = m.b_transposed;
+                spec.allow_tf32 = self.options.allow_tf32;
+                spec.activation = match m.activation {
+                    None => Activation::None,
+                    Some(PlanActivation::Relu) => Activation::Relu,
+                    Some(PlanActivation::GeluTanh) => Activation::Gelu,
+                };
+                let (a, a_off) = self.locate(kernel.inputs[0], inputs, set);
+                let (b, b_off) = self.locate(kernel.inputs[1], inputs, set);
+                let (c, c_off) = self.locate(kernel.outputs[0], inputs, set);
+                let bias = if m.bias {
+                    let (bias, off) = self.locate(kernel.inputs[2], inputs, set);
+                    Some(MatrixRef::at(bias, off))
+                } else {
+                    None
+                };
+                if m.k == 0 {
+                    if m.bias || m.activation.is_some() {
+                        return Err(CudaError::InvalidArgument(format!(
+                            "{}: a matmul with k = 0 and a fused epilogue is not supported",
+                            kernel.name
+                        )));
+                    }
+                    let bytes = batch * m.m * m.n * m.dtype.size_bytes();
+                    return self.device.memset_d8_range(c, c_off, bytes, 0);
+                }
+                blas.matmul(&spec, MatrixRef::at(a, a_off), MatrixRef::at(b, b_off), MatrixRef::at(c, c_off), bias)
+            }
+        }
+    }
+
+    /// Creates what the first run needs outside any capture (the cuBLASLt handle).
+    pub fn prepare(&mut self) -> Result<()> {
+        if self.blas.is_none() && self.kernels.iter().any(|k| matches!(k, ReadyKernel::Blas(_))) {
+            self.blas = Some(BlasLt::new(&self.device)?);
+        }
+        Ok(())
+    }
+
+    /// Times every CUDA kernel with each candidate configuration on the bound inputs, keeps
+    /// the fastest, and remembers the winners on disk for this device. Candidates that fail to
+    /// compile or launch are skipped with a warning.
+    pub fn autotune(&mut self, inputs: &[DeviceBuffer], cache: &KernelCache) -> Result<Vec<AutotuneRecord>> {
+        self.prepare()?;
+        // One full run so every buffer a kernel reads holds data of the right kind.
+        let outputs = self.run(inputs)?;
+        let set_index = self
+            .output_sets
+            .iter()
+            .position(|s| s.buffers.iter().flatten().zip(outputs.iter()).any(|(a, b)| a.same_allocation(b)))
+            .unwrap_or(0);
+        let mut records = Vec::new();
+        let compile_options = CompileOptions { arch: self.device.arch(), ..CompileOptions::default() };
+        for k in 0..self.kernels.len() {
+            if !matches!(self.kernels[k], ReadyKernel::Cuda(_)) {
+                continue;
+            }
+            let candidates = braze_codegen::candidate_configs(&self.plan, k);
+            if candidates.len() < 2 {
+                continue;
+            }
+            let mut timings = Vec::new();
+            let mut best: Option<(f32, usize, CudaKernel)> = None;
+            for (ci, config) in candidates.iter().enumerate() {
+                let attempt = (|| -> Result<(f32, CudaKernel)> {
+                    let code = match braze_codegen::generate(&self.plan, k, config).map_err(|e| CudaError::Codegen(e.to_string()))? {
+                        KernelCode::Cuda(g) => g,
+                        KernelCode::CuBlasLt(_) => return Err(CudaError::InvalidArgument("not a CUDA kernel".into())),
+                    };
+                    let module = cache.get_or_compile(&code.source, &code.name, &compile_options)?;
+                    let slots = self.plan.kernels[k].inputs.len();
+                    let candidate = Self::load_kernel(&self.device, code, *config, &module, slots)?;
+                    let previous = std::mem::replace(&mut self.kernels[k], ReadyKernel::Cuda(candidate));
+                    let timed = self.time_kernel(k, inputs, set_index);
+                    let ReadyKernel::Cuda(candidate) = std::mem::replace(&mut self.kernels[k], previous) else {
+                        unreachable!("the candidate was just installed")
+                    };
+                    Ok((timed?, candidate))
+                })();
+                match attempt {
+                    Ok((ms, candidate)) => {
+                        timings.push((format!("{config:?}"), ms));
+                        if best.as_ref().is_none_or(|(b, _, _)| ms < *b) {
+                            best = Some((ms, ci, candidate));
+                        }
+                    }
+                    Err(err) => tracing::warn!(target: "braze::autotune", kernel = %self.plan.kernels[k].name,
+                        config = ?config, error = %err, "autotune candidate failed; skipped"),
+                }
+            }
+            if let Some((ms, ci, winner)) = best {
+                tracing::debug!(target: "braze::autotune", kernel = %self.plan.kernels[k].name, best = ?winner.config, ms, "autotuned");
+                records.push(AutotuneRecord {
+                    kernel: self.plan.kernels[k].name.clone(),
+                    winner: format!("{:?}", winner.config),
+                    winner_index: ci,
+                    timings_ms: timings,
+                });
+                self.kernels[k] = ReadyKernel::Cuda(winner);
+                if let Some(store) = AutotuneStore::open_default() {
+                    store.remember(self.device.name(), &self.plan, k, ci);
+                }
+            }
+        }
+        // Graphs captured before tuning launch the old kernels.
+        for set in &mut self.output_sets {
+            set.graphs.clear();
+            set.last_direct = None;
+        }
+        drop(outputs);
+        Ok(records)
+    }
+
+    /// Median time of one kernel over a few runs, in milliseconds.
+    fn time_kernel(&self, k: usize, inputs: &[DeviceBuffer], set_index: usize) -> Result<f32> {
+        let set = &self.output_sets[set_index];
+        // Tables may hold pointers for another configuration's layout: the candidate's own
+        // input-pointer tables are filled here.
+        if let ReadyKernel::Cuda(cuda) = &self.kernels[k] {
+            for table in cuda.tables.iter().filter(|t| t.pointers) {
+                let pointers: Vec<u8> = self.plan.kernels[k]
+                    .inputs
+                    .iter()
+                    .flat_map(|&id| {
+                        let (b, off) = self.locate(id, inputs, set);
+                        (b.device_address() + off as u64).to_le_bytes()
+                    })
+                    .collect();
+                if table.buffer.len_bytes() < pointers.len() {
+                    return Err(CudaError::InvalidArgument("autotune table too small".into()));
+                }
+                self.device.upload_into(&table.buffer, 0, &pointers)?;
+            }
+        }
+        for _ in 0..3 {
+            self.enqueue_kernel(k, inputs, set)?;
+        }
+        let mut samples = Vec::new();
+        for _ in 0..10 {
+            samples.push(self.device.time_ms(|| self.enqueue_kernel(k, inputs, set))?);
+        }
+        samples.sort_by(f32::total_cmp);
+        Ok(samples[samples.len() / 2])
+    }
+}

@@ -1,0 +1,264 @@
+//! Loading compiled modules and launching their kernels with mixed argument lists.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use cudarc::driver::sys::CUfunction_attribute_enum;
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, LaunchConfig, PushKernelArg};
+use cudarc::nvrtc::Ptx;
+
+use crate::buffer::DeviceBuffer;
+use crate::device::CudaDevice;
+use crate::error::{CudaError, Result};
+use crate::graph::{outside_capture, DropOutsideCapture};
+use crate::nvrtc::{CompiledModule, ImageKind};
+
+/// Dynamic shared memory a kernel may use without opting in, in bytes.
+const DEFAULT_DYNAMIC_SHARED_LIMIT: u32 = 48 * 1024;
+
+/// A module loaded into a device's context; kernels taken from it keep it loaded.
+#[derive(Debug, Clone)]
+pub struct LoadedModule {
+    module: Arc<DropOutsideCapture<Arc<CudaModule>>>,
+    context: Arc<CudaContext>,
+}
+
+/// A kernel ready to launch. Cloning is cheap and shares the module.
+#[derive(Debug, Clone)]
+pub struct Kernel {
+    inner: Arc<KernelInner>,
+}
+
+#[derive(Debug)]
+struct KernelInner {
+    name: String,
+    /// Holds the module loaded; unloading it must not overlap a capture on another thread.
+    function: DropOutsideCapture<CudaFunction>,
+    context: Arc<CudaContext>,
+    max_threads_per_block: u32,
+    static_shared_bytes: u32,
+    /// The dynamic shared memory limit last set on the function, to set it only when it grows.
+    dynamic_shared_limit: AtomicU32,
+}
+
+impl Kernel {
+    /// The kernel's name in its module.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// Most threads per block this kernel can be launched with (register use limits it).
+    pub fn max_threads_per_block(&self) -> u32 {
+        self.inner.max_threads_per_block
+    }
+
+    /// Static shared memory per block, in bytes.
+    pub fn static_shared_bytes(&self) -> u32 {
+        self.inner.static_shared_bytes
+    }
+
+    /// The underlying cudarc function, for interop.
+    pub fn function(&self) -> &CudaFunction {
+        &self.inner.function
+    }
+}
+
+/// One kernel argument. Buffers are passed as device pointers; scalars by value, and must match
+/// the kernel parameter's C type exactly.
+#[derive(Debug, Clone, Copy)]
+pub enum KernelArg<'a> {
+    /// Pointer to the start of a buffer.
+    Buffer(&'a DeviceBuffer),
+    /// Pointer `offset_bytes` into a buffer (may equal its length: a one-past-the-end pointer).
+    BufferAt(&'a DeviceBuffer, usize),
+    I32(i32),
+    U32(u32),
+    I64(i64),
+    U64(u64),
+    F32(f32),
+    F64(f64),
+}
+
+/// Argument values materialised before the launch, so the launch builder can borrow them.
+enum ArgValue {
+    Pointer(u64),
+    I32(i32),
+    U32(u32),
+    I64(i64),
+    U64(u64),
+    F32(f32),
+    F64(f64),
+}
+
+impl CudaDevice {
+    /// Loads a compiled module: CUBIN directly, PTX through the driver's JIT.
+    pub fn load_module(&self, compiled: &CompiledModule) -> Result<LoadedModule> {
+        let image = match compiled.kind {
+            ImageKind::Cubin => {
+                if compiled.image.is_empty() {
+                    return Err(CudaError::InvalidArgument("empty CUBIN image".into()));
+                }
+                Ptx::from_binary(compiled.image.clone())
+            }
+            ImageKind::Ptx => {
+                let text = String::from_utf8(compiled.image.clone())
+                    .map_err(|_| CudaError::InvalidArgument("PTX image is not UTF-8".into()))?;
+                if text.contains('\0') {
+                    return Err(CudaError::InvalidArgument("PTX image contains a NUL byte".into()));
+                }
+                Ptx::from_src(text)
+            }
+        };
+        let module = outside_capture(|| self.ctx.load_module(image)).map_err(|err| {
+            CudaError::Driver(format!(
+                "loading a {:?} module on {} ({}): {err}",
+                compiled.kind,
+                self.name(),
+                self.arch()
+            ))
+        })?;
+        Ok(LoadedModule { module: Arc::new(DropOutsideCapture::new(module)), context: self.ctx.clone() })
+    }
+
+    /// Launches `kernel` on the device's stream. Validates the configuration and arguments
+    /// first, opts the kernel in to more than 48 KiB of dynamic shared memory when asked, and
+    /// reports launch errors. In debug builds it also waits for the kernel and reports faults
+    /// it raised (except while capturing a graph, where waiting is not allowed).
+    pub fn launch(
+        &self,
+        kernel: &Kernel,
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        dynamic_shared_bytes: u32,
+        args: &[KernelArg<'_>],
+    ) -> Result<()> {
+        let fail = |reason: String| CudaError::Launch { kernel: kernel.name().to_string(), reason };
+        if kernel.inner.context.cu_ctx() != self.ctx.cu_ctx() {
+            return Err(fail("kernel was loaded on another device".into()));
+        }
+        validate_dims(kernel, grid, block).map_err(fail)?;
+        self.ensure_dynamic_shared(kernel, dynamic_shared_bytes).map_err(fail)?;
+
+        let mut values = Vec::with_capacity(args.len());
+        for (index, arg) in args.iter().enumerate() {
+            values.push(match *arg {
+                KernelArg::Buffer(buffer) => ArgValue::Pointer(
+                    self.checked_range(buffer, 0, 0, &format!("argument {index}")).map_err(|e| fail(e.to_string()))?,
+                ),
+                KernelArg::BufferAt(buffer, offset) => ArgValue::Pointer(
+                    self.checked_range(buffer, offset, 0, &format!("argument {index}"))
+                        .map_err(|e| fail(e.to_string()))?,
+                ),
+                KernelArg::I32(v) => ArgValue::I32(v),
+                KernelArg::U32(v) => ArgValue::U32(v),
+                KernelArg::I64(v) => ArgValue::I64(v),
+                KernelArg::U64(v) => ArgValue::U64(v),
+                KernelArg::F32(v) => ArgValue::F32(v),
+                KernelArg::F64(v) => ArgValue::F64(v),
+            });
+        }
+
+        let mut builder = self.stream.launch_builder(&kernel.inner.function);
+        for value in &values {
+            match value {
+                ArgValue::Pointer(v) | ArgValue::U64(v) => builder.arg(v),
+                ArgValue::I32(v) => builder.arg(v),
+                ArgValue::U32(v) => builder.arg(v),
+                ArgValue::I64(v) => builder.arg(v),
+                ArgValue::F32(v) => builder.arg(v),
+                ArgValue::F64(v) => builder.arg(v),
+            };
+        }
+        let config = LaunchConfig { grid_dim: grid, block_dim: block, shared_mem_bytes: dynamic_shared_bytes };
+        // SAFETY: every pushed argument points into `values`, which outlives the launch call
+        // (the driver copies parameter values at launch). Pointer arguments address live
+        // allocations of this device (checked above) that are ordered on this stream; if they
+        // are freed later, the free is stream-ordered after the kernel. Matching the kernel's
+        // parameter list and staying within the buffers is the contract of generated code, as
+        // with any CUDA launch; the dimensions and shared memory were validated above.
+        unsafe { builder.launch(config) }.map_err(|err| fail(err.to_string()))?;
+
+        if let Some(record) = crate::device::lock(&self.capture).as_mut() {
+            record.keep_kernel(kernel);
+            for arg in args {
+                if let KernelArg::Buffer(buffer) | KernelArg::BufferAt(buffer, _) = arg {
+                    record.keep_buffer(buffer);
+                }
+            }
+        } else if cfg!(debug_assertions) {
+            self.stream.synchronize().map_err(|err| fail(format!("kernel faulted: {err}")))?;
+        }
+        Ok(())
+    }
+
+    /// Raises the kernel's dynamic shared memory limit when a launch needs more than 48 KiB.
+    fn ensure_dynamic_shared(&self, kernel: &Kernel, bytes: u32) -> std::result::Result<(), String> {
+        let available = self.max_shared_per_block_optin().saturating_sub(kernel.static_shared_bytes());
+        if bytes > available {
+            return Err(format!(
+                "{bytes} bytes of dynamic shared memory requested, at most {available} available \
+                 ({} static)",
+                kernel.static_shared_bytes()
+            ));
+        }
+        let limit = &kernel.inner.dynamic_shared_limit;
+        if bytes > DEFAULT_DYNAMIC_SHARED_LIMIT && bytes > limit.load(Ordering::Acquire) {
+            self.ctx.bind_to_thread().map_err(|e| e.to_string())?;
+            kernel
+                .inner
+                .function
+                .set_attribute(CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes as i32)
+                .map_err(|e| format!("setting the dynamic shared memory limit: {e}"))?;
+            limit.fetch_max(bytes, Ordering::AcqRel);
+        }
+        Ok(())
+    }
+}
+
+fn validate_dims(kernel: &Kernel, grid: (u32, u32, u32), block: (u32, u32, u32)) -> std::result::Result<(), String> {
+    if grid.0 == 0 || grid.1 == 0 || grid.2 == 0 || block.0 == 0 || block.1 == 0 || block.2 == 0 {
+        return Err(format!("zero dimension in grid {grid:?} or block {block:?}"));
+    }
+    if grid.0 > i32::MAX as u32 || grid.1 > 65_535 || grid.2 > 65_535 {
+        return Err(format!("grid {grid:?} exceeds (2^31-1, 65535, 65535)"));
+    }
+    if block.0 > 1024 || block.1 > 1024 || block.2 > 64 {
+        return Err(format!("block {block:?} exceeds (1024, 1024, 64)"));
+    }
+    let threads = u64::from(block.0) * u64::from(block.1) * u64::from(block.2);
+    if threads > u64::from(kernel.max_threads_per_block()) {
+        return Err(format!(
+            "block of {threads} threads exceeds this kernel's limit of {}",
+            kernel.max_threads_per_block()
+        ));
+    }
+    Ok(())
+}
+
+impl LoadedModule {
+    /// Looks up a kernel by name (the mangled name unless declared `extern "C"`).
+    pub fn get_function(&self, name: &str) -> Result<Kernel> {
+        if name.contains('\0') {
+            return Err(CudaError::InvalidArgument(format!("kernel name {name:?} contains a NUL byte")));
+        }
+        let function = self
+            .module
+            .load_function(name)
+            .map_err(|err| CudaError::Driver(format!("kernel `{name}` not in module: {err}")))?;
+        let attribute = |attr| function.get_attribute(attr).map(|v| u32::try_from(v).unwrap_or(0));
+        let max_threads_per_block = attribute(CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?;
+        let static_shared_bytes = attribute(CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)?;
+        let dynamic_shared_limit =
+            attribute(CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)?;
+        Ok(Kernel {
+            inner: Arc::new(KernelInner {
+                name: name.to_string(),
+                context: self.context.clone(),
+                function: DropOutsideCapture::new(function),
+                max_threads_per_block,
+                static_shared_bytes,
+                dynamic_shared_limit: AtomicU32::new(dynamic_shared_limit),
+            }),
+        })
+    }
+}

@@ -1,0 +1,134 @@
+//! CUDA graph capture and replay on a real GPU.
+
+mod common;
+
+use braze_cuda::{bytes_of, CudaError, KernelArg};
+
+const SCALE_ADD: &str = r#"
+extern "C" __global__ void scale_add(float* y, const float* x, float s, float t, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = s * x[i] + t;
+}
+"#;
+
+#[test]
+fn captured_graph_replays_with_new_inputs_and_keeps_buffers_alive() {
+    let Some(device) = common::gpu() else { return };
+    let kernel = common::load_kernel(&device, SCALE_ADD, "scale_add");
+    let n = 100_000usize;
+    let grid = ((n as u32).div_ceil(256), 1, 1);
+    let x = device.upload_values(&common::random_floats(n, 10)).unwrap();
+    let hidden = device.alloc(n * 4).unwrap();
+    let out = device.alloc(n * 4).unwrap();
+    let scratch = device.alloc(n * 4).unwrap();
+    device.memset_d8(&out, 0xFF).unwrap();
+
+    let graph = device
+        .capture_graph(|| {
+            device.memset_d8(&hidden, 0xFF)?;
+            let first = [
+                KernelArg::Buffer(&hidden),
+                KernelArg::Buffer(&x),
+                KernelArg::F32(2.0),
+                KernelArg::F32(1.0),
+                KernelArg::I32(n as i32),
+            ];
+            device.launch(&kernel, grid, (256, 1, 1), 0, &first)?;
+            let second = [
+                KernelArg::Buffer(&scratch),
+                KernelArg::Buffer(&hidden),
+                KernelArg::F32(3.0),
+                KernelArg::F32(0.0),
+                KernelArg::I32(n as i32),
+            ];
+            device.launch(&kernel, grid, (256, 1, 1), 0, &second)?;
+            device.copy(&scratch, 0, &out, 0, n * 4)
+        })
+        .unwrap();
+    assert_eq!(graph.kernel_launches(), 2);
+    assert_eq!(graph.retained_buffers(), 4);
+
+    // Capturing records the work without running it.
+    let untouched: Vec<f32> = device.download_values(&out).unwrap();
+    assert!(untouched.iter().all(|v| v.is_nan()));
+
+    // The caller's handles to the intermediate buffers go away; the graph keeps them alive.
+    drop((hidden, scratch));
+    let allocations = device.allocation_count();
+    graph.prepare().unwrap();
+    for seed in 11..14 {
+        let input = common::random_floats(n, seed);
+        device.upload_into(&x, 0, bytes_of(&input)).unwrap();
+        device.memset_d8(&out, 0xFF).unwrap();
+        graph.replay().unwrap();
+        let expected: Vec<f32> = input.iter().map(|v| 3.0 * (2.0 * v + 1.0)).collect();
+        common::assert_close(&device.download_values::<f32>(&out).unwrap(), &expected, 1e-5, 1e-6);
+    }
+    assert_eq!(device.allocation_count(), allocations);
+}
+
+#[test]
+fn graph_replay_is_cheaper_than_individual_launches() {
+    let Some(device) = common::gpu() else { return };
+    let kernel = common::load_kernel(&device, SCALE_ADD, "scale_add");
+    let n = 1024usize;
+    let x = device.upload_values(&common::random_floats(n, 20)).unwrap();
+    let y = device.alloc(n * 4).unwrap();
+    let launches = 200;
+    let enqueue = || -> braze_cuda::Result<()> {
+        for _ in 0..launches {
+            device.launch(
+                &kernel,
+                (4, 1, 1),
+                (256, 1, 1),
+                0,
+                &[
+                    KernelArg::Buffer(&y),
+                    KernelArg::Buffer(&x),
+                    KernelArg::F32(1.0),
+                    KernelArg::F32(1.0),
+                    KernelArg::I32(n as i32),
+                ],
+            )?;
+        }
+        Ok(())
+    };
+    let graph = device.capture_graph(enqueue).unwrap();
+    assert_eq!(graph.kernel_launches(), launches);
+    graph.replay().unwrap();
+    device.synchronize().unwrap();
+    let started = std::time::Instant::now();
+    graph.replay().unwrap();
+    device.synchronize().unwrap();
+    let replay = started.elapsed();
+    let started = std::time::Instant::now();
+    enqueue().unwrap();
+    device.synchronize().unwrap();
+    let individual = started.elapsed();
+    println!("{launches} launches: graph replay {replay:?}, individual {individual:?}");
+}
+
+#[test]
+fn capture_rejects_host_work_and_leaves_the_device_usable() {
+    let Some(device) = common::gpu() else { return };
+    let buffer = device.alloc(16).unwrap();
+    for attempt in 0..4 {
+        let err = device
+            .capture_graph(|| match attempt {
+                0 => device.alloc(16).map(drop),
+                1 => device.upload_into(&buffer, 0, &[1]),
+                2 => device.download(&buffer).map(drop),
+                _ => device.synchronize(),
+            })
+            .unwrap_err();
+        assert!(matches!(err, CudaError::Capture(_)), "{err}");
+    }
+    let nested = device.capture_graph(|| device.capture_graph(|| Ok(())).map(drop)).unwrap_err();
+    assert!(matches!(nested, CudaError::Capture(_)), "{nested}");
+
+    let user_error = device.capture_graph(|| Err(CudaError::InvalidArgument("stop".into()))).unwrap_err();
+    assert!(matches!(user_error, CudaError::InvalidArgument(_)));
+
+    device.upload_into(&buffer, 0, &[9; 16]).unwrap();
+    assert_eq!(device.download(&buffer).unwrap(), vec![9; 16]);
+}
