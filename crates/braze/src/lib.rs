@@ -1,1 +1,57 @@
+//! braze: graph capture and fusion for tensor programs in Rust, as torch.compile is for PyTorch.
+//!
+//! ```
+//! use braze::{compile, DType, Device, Tensor};
+//!
+//! let block = compile(|a: &[Tensor]| {
+//!     let y = a[0].layer_norm(&a[1], &a[2], 1e-5)?.relu()?.add(&a[3])?;
+//!     Ok(vec![y])
+//! })
+//! .fullgraph(true); // any graph break is an error
+//!
+//! let x = Tensor::randn([4, 8], DType::F32, 0)?;
+//! let w = Tensor::ones([8], DType::F32, Device::Cpu)?;
+//! let b = Tensor::zeros([8], DType::F32, Device::Cpu)?;
+//! let out = block.call(&[x.clone(), w.clone(), b.clone(), x.clone()])?; // traces, compiles, runs
+//! println!("{}", block.explain(&[x.clone(), w, b, x])?); // graphs, breaks with file:line, ...
+//! # assert_eq!(out[0].shape().dims(), &[4, 8]);
+//! # Ok::<(), braze::Error>(())
+//! ```
+//!
+//! Outside `compile` the same ops run eagerly, one graph per op, on the CPU reference.
+//!
+//! Code map, in the order a call goes through it:
+//! - `tensor`, `ops`: the [`Tensor`] handle and every op as a method, each recording the caller's
+//!   `file:line:col`.
+//! - `trace`: the thread-local trace that ops record into inside a compiled function, and eager
+//!   execution outside one.
+//! - `breaks`, `custom_op`: everything that needs values on the host ([`BreakKind`]).
+//! - `compile`: [`compile`] and [`Compiled`], the cache per input signature and its guards.
+//! - [`backend`]: the seam where graphs become runnable ([`backend::Executable`]); today the CPU
+//!   reference, later fusion, codegen and CUDA.
+//! - `explain`, [`logging`]: [`Explanation`], `BRAZE_LOG` and `BRAZE_DUMP`.
+//! - [`workloads`]: the benchmark workloads.
+//!
+//! **Invariant:** no user input makes the library panic: every op returns `Result`.
 
+pub mod backend;
+mod breaks;
+mod compile;
+mod custom_op;
+mod device;
+mod error;
+mod explain;
+pub mod logging;
+mod ops;
+mod tensor;
+mod trace;
+pub mod workloads;
+
+pub use braze_ir::{DType, Graph, HostData, HostTensor, Shape, SourceLoc};
+pub use breaks::{BreakKind, GraphBreak};
+pub use compile::{compile, CompileStats, Compiled, Mode};
+pub use custom_op::CustomOp;
+pub use device::Device;
+pub use error::{Error, Result};
+pub use explain::Explanation;
+pub use tensor::{Element, Tensor};

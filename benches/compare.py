@@ -1,0 +1,45 @@
+#!/usr/bin/env python3
+"""Joins braze's benchmark JSON with torch_anchors.py's JSON from the same run and prints one row
+per workload: braze's time, PyTorch eager / torch.compile / best library path, the speedups, and
+the fraction of the copy bandwidth measured in the same run.
+
+    python3 compare.py braze.json torch.json
+"""
+import json, sys
+
+
+def load(path):
+    with open(path) as f:
+        return json.load(f)["rows"]
+
+
+def main():
+    braze, torch = load(sys.argv[1]), load(sys.argv[2])
+    copy = next((r["gbps"] for r in torch if r["workload"] == "copy"), None)
+    keyed = {}
+    for r in torch:
+        keyed.setdefault((r["workload"], r["shape"], r["dtype"]), {})[r["variant"]] = r
+    print(f"copy bandwidth this run: {copy:.0f} GB/s" if copy else "copy bandwidth: not measured")
+    head = f"{'workload':12s} {'shape':24s} {'dtype':5s} {'braze variant':22s} {'braze us':>10s} {'%copy':>6s} " \
+           f"{'eager us':>10s} {'compile us':>10s} {'x eager':>8s} {'x compile':>9s} {'best lib':>10s} {'x lib':>7s}"
+    print(head)
+    for r in braze:
+        if r["variant"].startswith("info"):
+            continue
+        t = keyed.get((r["workload"], r["shape"], r["dtype"]), {})
+        eager = t.get("eager", t.get("eager loop"))
+        comp = t.get("compile", t.get("compile default"))
+        libs = [v for k, v in t.items() if k in ("cat_segment_reduce", "foreach_norm(ord=1)", "compile reduce-overhead")]
+        lib = min(libs, key=lambda v: v["us"]) if libs else None
+        pct = f"{100 * r['gbps'] / copy:5.1f}%" if r.get("gbps") and copy else "     -"
+        f = lambda x: f"{x['us']:10.1f}" if x else f"{'-':>10s}"
+        ratio = lambda x, w: f"{x['us'] / r['us']:{w}.2f}" if x else f"{'-':>{w}s}"
+        print(f"{r['workload']:12s} {r['shape']:24s} {r['dtype']:5s} {r['variant']:22s} {r['us']:10.1f} {pct} "
+              f"{f(eager)} {f(comp)} {ratio(eager, 8)} {ratio(comp, 9)} {f(lib)} {ratio(lib, 7)}")
+    for r in braze:
+        if r["variant"].startswith("info"):
+            print(f"{r['workload']:12s} {r['shape']:24s} {r['variant']:22s} {r.get('note', '')}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Builds what the GPU machine runs (it has no Rust toolchain) and stages it in .stage/ (ignored
+# by git): the release `braze` binary, the GPU test binaries, the PyTorch baseline script and
+# the run script. Then, on the GPU machine, from the repository root:
+#
+#     bash .stage/gpu-run.sh            # conformance, sanitizer, benchmarks, PyTorch baselines
+#
+# Results land in $OUT (or .stage/out when $OUT is unset).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+shared=${BRAZE_SHARED:-../shared}
+rm -rf .stage
+mkdir -p .stage/bin
+cargo build --release -p braze-cli
+cp target/release/braze .stage/bin/
+# Test binaries that hold GPU tests; each skips cleanly where there is no device.
+cargo test --release --workspace --no-run --message-format=json 2>/dev/null |
+  python3 -c '
+import json, sys, shutil, os
+for line in sys.stdin:
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    if m.get("reason") != "compiler-artifact" or not m.get("executable") or not m.get("profile", {}).get("test"):
+        continue
+    name = m["target"]["name"]
+    if name.startswith("gpu_") or name in ("conformance",):
+        shutil.copy(m["executable"], os.path.join(".stage/bin", name))
+        print("staged test binary", name)
+'
+cp "$shared/bench/torch_anchors.py" .stage/
+cp benches/gpu-run.sh benches/compare.py .stage/
+du -sh .stage

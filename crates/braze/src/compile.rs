@@ -1,0 +1,506 @@
+//! `compile`: a function traced once per input signature and replayed from a cache.
+
+use crate::backend::{self, GraphCache, Target};
+use crate::explain::Explanation;
+use crate::logging::{self, targets};
+use crate::tensor::caller;
+use crate::trace::{self, Binding, GraphRun, SplitRun, TraceConfig, TraceOutcome};
+use crate::{Device, Error, GraphBreak, Result, Tensor};
+use braze_ir::{DType, Shape};
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// How hard the backend works for speed. The CPU reference runs every mode the same way.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Mode {
+    #[default]
+    Default,
+    /// Fewer launches per call (CUDA graph replay) at the cost of pinned buffers.
+    ReduceOverhead,
+    /// Autotune kernel configurations on first compile.
+    MaxAutotune,
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Mode::Default => "default",
+            Mode::ReduceOverhead => "reduce-overhead",
+            Mode::MaxAutotune => "max-autotune",
+        })
+    }
+}
+
+/// Compiles `f`: the first call with a given input signature (dtype, shape and device of every
+/// input) traces `f` by running it on traced tensors that record ops instead of computing, and
+/// later calls with that signature run the recorded graph without running `f` again.
+///
+/// What `f` computes from host values is fixed at trace time: f64 scalars, shapes, loop counts,
+/// and any branch on a Rust value are baked into the graph. Tensors `f` captures from its
+/// environment (a model's weights) are not: they become graph inputs bound by identity, so
+/// [`Tensor::assign`] on a captured weight is seen by the next call, and a new dtype or shape of
+/// one traces again. Concrete tensors that `f` creates from host data are bound the same way, and
+/// so keep their trace-time value.
+///
+/// Anything that needs a tensor's value on the host inside `f` is a graph break (see
+/// [`crate::BreakKind`]). With `fullgraph(true)` the first break is an error; otherwise the
+/// function is split at its breaks, every call runs `f` again (so host control flow on tensor
+/// values stays right) and reuses the compiled pieces.
+///
+/// ```
+/// use braze::{compile, DType, Tensor};
+/// let f = compile(|a: &[Tensor]| Ok(vec![a[0].relu()?.add(&a[1])?])).fullgraph(true);
+/// let x = Tensor::from_vec(vec![-1.0f32, 2.0], [2])?;
+/// let y = f.call(&[x.clone(), x])?;
+/// assert_eq!(y[0].to_vec::<f32>()?, vec![-1.0, 4.0]);
+/// # Ok::<(), braze::Error>(())
+/// ```
+#[track_caller]
+pub fn compile<F>(f: F) -> Compiled<F>
+where
+    F: Fn(&[Tensor]) -> Result<Vec<Tensor>>,
+{
+    logging::init();
+    Compiled {
+        f,
+        name: format!("function compiled at {}", caller()),
+        fullgraph: false,
+        mode: Mode::Default,
+        recompile_limit: 8,
+        input_names: Vec::new(),
+        state: Mutex::new(CacheState::default()),
+        graphs: Arc::new(GraphCache::default()),
+    }
+}
+
+/// A compiled function; see [`compile`].
+pub struct Compiled<F> {
+    f: F,
+    name: String,
+    fullgraph: bool,
+    mode: Mode,
+    recompile_limit: usize,
+    input_names: Vec<String>,
+    state: Mutex<CacheState>,
+    /// Graphs of functions split by breaks, by structure.
+    graphs: Arc<GraphCache>,
+}
+
+/// Counters of one compiled function.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CompileStats {
+    /// Input signatures traced and cached.
+    pub traces: usize,
+    /// Traces caused by a signature change (all traces but the first).
+    pub recompiles: usize,
+    /// Calls served by a cached signature.
+    pub cache_hits: usize,
+    /// Calls run eagerly because the recompile limit was reached (lenient mode).
+    pub eager_fallbacks: usize,
+    /// Graphs compiled: one per signature without breaks, one per distinct piece of a split
+    /// function.
+    pub graphs_compiled: usize,
+}
+
+#[derive(Default)]
+struct CacheState {
+    entries: Vec<Arc<Entry>>,
+    recompile_reasons: Vec<String>,
+    stats: CompileStats,
+    whole_graphs_compiled: usize,
+    warned_limit: bool,
+}
+
+struct Entry {
+    inputs: Vec<TensorSig>,
+    kind: EntryKind,
+}
+
+enum EntryKind {
+    /// Traced without a break: replay the graph, never run the function again.
+    Whole { run: GraphRun, bindings: Vec<Binding> },
+    /// Traced with breaks: run the function again on each call, reusing compiled segments.
+    Replay,
+}
+
+/// What a compiled graph assumes about one tensor.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct TensorSig {
+    dtype: DType,
+    shape: Shape,
+    device: Device,
+}
+
+impl TensorSig {
+    pub(crate) fn of(t: &Tensor) -> TensorSig {
+        TensorSig { dtype: t.dtype(), shape: t.shape(), device: t.device() }
+    }
+
+    /// Allocation-free check of `t` against the signature.
+    fn matches(&self, t: &Tensor) -> bool {
+        match &*t.storage() {
+            crate::tensor::Storage::Host(h) => {
+                self.device == Device::Cpu && h.dtype() == self.dtype && h.shape() == &self.shape
+            }
+            crate::tensor::Storage::Traced(_) => false,
+        }
+    }
+
+    /// How `now` differs from this signature, e.g. `shape changed from [64,256] to [32,256]`.
+    fn change_to(&self, now: &TensorSig) -> String {
+        if self.dtype != now.dtype {
+            format!("dtype changed from {} to {}", self.dtype, now.dtype)
+        } else if self.shape != now.shape {
+            format!("shape changed from {} to {}", self.shape, now.shape)
+        } else if self.device != now.device {
+            format!("device changed from {} to {}", self.device, now.device)
+        } else {
+            "did not change".into()
+        }
+    }
+}
+
+impl fmt::Display for TensorSig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}{}", self.dtype, self.shape)?;
+        if self.device != Device::Cpu {
+            write!(f, "@{}", self.device)?;
+        }
+        Ok(())
+    }
+}
+
+fn format_signature(sigs: &[TensorSig]) -> String {
+    let parts: Vec<String> = sigs.iter().map(|s| s.to_string()).collect();
+    format!("({})", parts.join(", "))
+}
+
+impl Entry {
+    fn matches_inputs(&self, args: &[Tensor]) -> bool {
+        self.inputs.len() == args.len() && self.inputs.iter().zip(args).all(|(sig, arg)| sig.matches(arg))
+    }
+
+    /// Why a captured tensor no longer fits the graph, if one does not.
+    fn captured_change(&self) -> Option<String> {
+        let EntryKind::Whole { bindings, .. } = &self.kind else { return None };
+        bindings.iter().find_map(|binding| match binding {
+            Binding::Captured { tensor, traced_as, first_use } if !traced_as.matches(tensor) => {
+                let place = first_use.as_ref().map(|loc| format!(" (first used at {loc})")).unwrap_or_default();
+                Some(format!("captured tensor{place} {}", traced_as.change_to(&TensorSig::of(tensor))))
+            }
+            _ => None,
+        })
+    }
+}
+
+/// What one call did, for `explain`.
+#[derive(Default)]
+pub(crate) struct RunReport {
+    pub runs: Vec<GraphRun>,
+    pub breaks: Vec<GraphBreak>,
+    pub eager_fallback: bool,
+}
+
+impl<F> Compiled<F>
+where
+    F: Fn(&[Tensor]) -> Result<Vec<Tensor>>,
+{
+    /// `true`: any graph break is an error and the function must trace into one graph.
+    pub fn fullgraph(mut self, fullgraph: bool) -> Self {
+        self.fullgraph = fullgraph;
+        self
+    }
+
+    pub fn mode(mut self, mode: Mode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// How many input signatures are traced and cached (default 8). A new signature past it is
+    /// an error in fullgraph mode and runs eagerly, with one warning, otherwise.
+    pub fn recompile_limit(mut self, limit: usize) -> Self {
+        self.recompile_limit = limit;
+        self
+    }
+
+    /// The name used in logs and errors (default: where `compile` was called).
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// Names the inputs and fixes their number: a call with another count is an error that names
+    /// the missing inputs, and recompile reasons name the input that changed.
+    pub fn input_names(mut self, names: &[&str]) -> Self {
+        self.input_names = names.iter().map(|n| n.to_string()).collect();
+        self
+    }
+
+    pub fn get_name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn get_mode(&self) -> Mode {
+        self.mode
+    }
+
+    pub fn is_fullgraph(&self) -> bool {
+        self.fullgraph
+    }
+
+    pub fn stats(&self) -> CompileStats {
+        let state = self.lock();
+        CompileStats {
+            recompiles: state.stats.traces.saturating_sub(1),
+            graphs_compiled: state.whole_graphs_compiled + self.graphs.compiled(),
+            ..state.stats
+        }
+    }
+
+    /// Whether a call with `args` would run from the cache, without tracing: the guard check a
+    /// call makes, O(number of inputs) and allocation-free.
+    pub fn is_cached(&self, args: &[Tensor]) -> bool {
+        find_entry(&self.lock().entries, args).is_ok()
+    }
+
+    /// Runs the function on `args`: from the cache when this signature was traced before.
+    pub fn call(&self, args: &[Tensor]) -> Result<Vec<Tensor>> {
+        self.run(args, None)
+    }
+
+    /// Runs the function as [`Compiled::call`] does and reports its graphs, breaks, host
+    /// synchronizations and recompiles.
+    pub fn explain(&self, args: &[Tensor]) -> Result<Explanation> {
+        let mut report = RunReport::default();
+        self.run(args, Some(&mut report))?;
+        let state = self.lock();
+        Ok(Explanation::new(&self.name, self.mode, self.fullgraph, report, state.recompile_reasons.clone()))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, CacheState> {
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn run(&self, args: &[Tensor], mut report: Option<&mut RunReport>) -> Result<Vec<Tensor>> {
+        // Called while another compiled function traces: trace into the caller's graph.
+        if trace::is_active() {
+            return (self.f)(args);
+        }
+        self.check_arity(args)?;
+        let target = self.target(args)?;
+        let (hit, reason) = self.lookup(args);
+        match hit {
+            Some(entry) => match &entry.kind {
+                EntryKind::Whole { run, bindings } => {
+                    if let Some(report) = report.as_deref_mut() {
+                        report.runs.push(run.clone());
+                    }
+                    self.run_whole(run, bindings, args)
+                }
+                EntryKind::Replay => {
+                    let split = trace::replay_call(&self.f, args, self.trace_config(target, false, true))?;
+                    Ok(take_split(split, report))
+                }
+            },
+            None => self.trace_new(args, target, reason, report),
+        }
+    }
+
+    fn check_arity(&self, args: &[Tensor]) -> Result<()> {
+        if self.input_names.is_empty() || self.input_names.len() == args.len() {
+            return Ok(());
+        }
+        Err(Error::Arity {
+            function: self.name.clone(),
+            expected: self.input_names.len(),
+            actual: args.len(),
+            names: self.input_names.clone(),
+        })
+    }
+
+    /// The device every input is on.
+    fn target(&self, args: &[Tensor]) -> Result<Target> {
+        let device = args.first().map(Tensor::device).unwrap_or(Device::Cpu);
+        for (i, arg) in args.iter().enumerate().skip(1) {
+            if arg.device() != device {
+                return Err(Error::DeviceMismatch {
+                    op: format!("`{}` {}", self.name, self.input_label(i)),
+                    loc: None,
+                    expected: device,
+                    actual: arg.device(),
+                });
+            }
+        }
+        Ok(Target { device, mode: self.mode })
+    }
+
+    /// The cached entry for `args`, or why none fits (`None` on the first call).
+    fn lookup(&self, args: &[Tensor]) -> (Option<Arc<Entry>>, Option<String>) {
+        let mut state = self.lock();
+        match find_entry(&state.entries, args).map(Arc::clone) {
+            Ok(entry) => {
+                state.stats.cache_hits += 1;
+                (Some(entry), None)
+            }
+            Err(captured_reason) => {
+                let reason =
+                    captured_reason.or_else(|| state.entries.last().map(|e| self.describe_change(&e.inputs, args)));
+                (None, reason)
+            }
+        }
+    }
+
+    fn describe_change(&self, old: &[TensorSig], args: &[Tensor]) -> String {
+        if old.len() != args.len() {
+            return format!("number of inputs changed from {} to {}", old.len(), args.len());
+        }
+        for (i, (sig, arg)) in old.iter().zip(args).enumerate() {
+            if !sig.matches(arg) {
+                return format!("{} {}", self.input_label(i), sig.change_to(&TensorSig::of(arg)));
+            }
+        }
+        "a new signature".into()
+    }
+
+    fn input_label(&self, i: usize) -> String {
+        match self.input_names.get(i) {
+            Some(name) => format!("input {i} ({name})"),
+            None => format!("input {i}"),
+        }
+    }
+
+    fn trace_config(&self, target: Target, strict: bool, replay: bool) -> TraceConfig {
+        TraceConfig { strict, function: self.name.clone(), target, graphs: self.graphs.clone(), replay }
+    }
+
+    fn run_whole(&self, run: &GraphRun, bindings: &[Binding], args: &[Tensor]) -> Result<Vec<Tensor>> {
+        let mut inputs = Vec::with_capacity(bindings.len());
+        for binding in bindings {
+            inputs.push(match binding {
+                Binding::Arg(i) => args.get(*i).cloned().ok_or_else(|| Error::Arity {
+                    function: self.name.clone(),
+                    expected: i + 1,
+                    actual: args.len(),
+                    names: self.input_names.clone(),
+                })?,
+                Binding::Captured { tensor, .. } => tensor.clone(),
+            });
+        }
+        run.exe.run(&inputs).map_err(|e| trace::with_context(e, &format!("running `{}`", self.name)))
+    }
+
+    fn trace_new(
+        &self,
+        args: &[Tensor],
+        target: Target,
+        reason: Option<String>,
+        report: Option<&mut RunReport>,
+    ) -> Result<Vec<Tensor>> {
+        let signature: Vec<TensorSig> = args.iter().map(TensorSig::of).collect();
+        if self.past_limit(&signature, reason.as_deref())? {
+            if let Some(report) = report {
+                report.eager_fallback = true;
+            }
+            return (self.f)(args);
+        }
+        if let Some(reason) = &reason {
+            tracing::debug!(target: targets::RECOMPILES, "recompiling {}: {reason}", self.name);
+        }
+        let signature_text = format_signature(&signature);
+        let outcome = match trace::trace_call(&self.f, args, self.trace_config(target, self.fullgraph, false)) {
+            Ok(outcome) => outcome,
+            Err(error) => {
+                if let Error::GraphBreak { kind, op, loc, hint } = &error {
+                    let found = GraphBreak { kind: *kind, op: op.clone(), loc: loc.clone(), hint };
+                    logging::breaks_traced(&self.name, &signature_text, &[found]);
+                }
+                return Err(error);
+            }
+        };
+        let (outputs, kind) = match outcome {
+            TraceOutcome::Whole { graph, bindings } => {
+                logging::breaks_traced(&self.name, &signature_text, &[]);
+                let exe = backend::compile_traced(&graph, target, &self.name)?;
+                let run = GraphRun { graph: Arc::new(graph), exe };
+                self.lock().whole_graphs_compiled += 1;
+                let outputs = self.run_whole(&run, &bindings, args)?;
+                if let Some(report) = report {
+                    report.runs.push(run.clone());
+                }
+                (outputs, EntryKind::Whole { run, bindings })
+            }
+            TraceOutcome::Split(split) => {
+                logging::breaks_traced(&self.name, &signature_text, &split.breaks);
+                (take_split(split, report), EntryKind::Replay)
+            }
+        };
+        let mut state = self.lock();
+        // A signature traced again (a captured tensor changed) replaces its old entry.
+        state.entries.retain(|e| e.inputs != signature);
+        state.entries.push(Arc::new(Entry { inputs: signature, kind }));
+        state.stats.traces += 1;
+        if let Some(reason) = reason {
+            state.recompile_reasons.push(reason);
+        }
+        Ok(outputs)
+    }
+
+    /// Whether tracing `signature` would pass the recompile limit: an error in fullgraph mode,
+    /// `true` (run eagerly) otherwise.
+    fn past_limit(&self, signature: &[TensorSig], reason: Option<&str>) -> Result<bool> {
+        let mut state = self.lock();
+        let replaces = state.entries.iter().any(|e| e.inputs == signature);
+        if replaces || state.entries.len() < self.recompile_limit {
+            return Ok(false);
+        }
+        let new_signature = format_signature(signature);
+        if self.fullgraph {
+            return Err(Error::RecompileLimit {
+                function: self.name.clone(),
+                limit: self.recompile_limit,
+                new_signature,
+                signatures: state.entries.iter().map(|e| format_signature(&e.inputs)).collect(),
+            });
+        }
+        let why = reason.unwrap_or("a new signature");
+        if state.warned_limit {
+            tracing::debug!(target: targets::RECOMPILES, "{}: running eagerly for {new_signature} ({why})", self.name);
+        } else {
+            state.warned_limit = true;
+            tracing::warn!(
+                target: targets::RECOMPILES,
+                "{} reached its recompile limit of {}: calls with new signatures run eagerly from now on \
+                 (this one: {new_signature}, {why})",
+                self.name,
+                self.recompile_limit
+            );
+        }
+        state.stats.eager_fallbacks += 1;
+        Ok(true)
+    }
+}
+
+/// The entry whose guards `args` pass; otherwise why an entry traced for these inputs no longer
+/// fits (a captured tensor changed), if one was.
+fn find_entry<'e>(entries: &'e [Arc<Entry>], args: &[Tensor]) -> std::result::Result<&'e Arc<Entry>, Option<String>> {
+    let mut captured_reason = None;
+    for entry in entries {
+        if !entry.matches_inputs(args) {
+            continue;
+        }
+        match entry.captured_change() {
+            None => return Ok(entry),
+            Some(reason) => captured_reason = Some(reason),
+        }
+    }
+    Err(captured_reason)
+}
+
+/// The outputs of a split run, its graphs and breaks going to `report`.
+fn take_split(split: SplitRun, report: Option<&mut RunReport>) -> Vec<Tensor> {
+    if let Some(report) = report {
+        report.runs.extend(split.runs);
+        report.breaks.extend(split.breaks);
+    }
+    split.outputs
+}

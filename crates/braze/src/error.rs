@@ -1,0 +1,122 @@
+//! The crate's one error type. Every message names the op or argument, what was expected and
+//! what came, and the caller's `file:line:col` where it is known, e.g.
+//! `add at src/main.rs:12:17: cannot broadcast [3] with [4]`.
+
+use crate::{BreakKind, Device};
+use braze_cpu::CpuError;
+use braze_ir::{DType, IrError, SourceLoc};
+use std::fmt;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The operands of an op do not type-check (shape, dtype, axis, operand count).
+    #[error("{}: {}", At(op, loc), ir_detail(ir))]
+    Ir { op: String, loc: Option<SourceLoc>, ir: Box<IrError> },
+
+    /// An argument the op cannot take (a value count that does not fill the shape, an empty
+    /// tensor list, a repeated axis, ...).
+    #[error("{}: {detail}", At(op, loc))]
+    InvalidArgument { op: String, loc: Option<SourceLoc>, detail: String },
+
+    #[error("{}: expected dtype {expected}, got {actual}", At(op, loc))]
+    DTypeMismatch { op: String, loc: Option<SourceLoc>, expected: DType, actual: DType },
+
+    #[error("{}: operands must be on one device: expected {expected}, got {actual}", At(op, loc))]
+    DeviceMismatch { op: String, loc: Option<SourceLoc>, expected: Device, actual: Device },
+
+    #[error("{op}: CUDA device not available (asked for {device}); this build runs on Device::Cpu")]
+    DeviceUnavailable { op: String, device: Device },
+
+    /// A graph break inside a function compiled with `fullgraph(true)`. Tracing stopped at it:
+    /// nothing of the call ran.
+    #[error("graph break in fullgraph mode: `{op}` at {loc} {} ({kind}); hint: {hint}", kind.description())]
+    GraphBreak { kind: BreakKind, op: String, loc: SourceLoc, hint: &'static str },
+
+    /// A compiled function called with the wrong number of inputs.
+    #[error("`{function}`: {}", arity_detail(*expected, *actual, names))]
+    Arity { function: String, expected: usize, actual: usize, names: Vec<String> },
+
+    /// A new input signature past the recompile limit, in fullgraph mode.
+    #[error(
+        "`{function}` reached its recompile limit of {limit} signatures; new signature {new_signature}, \
+         cached: {}; raise it with recompile_limit(n) or keep input shapes fixed",
+        signatures.join(", ")
+    )]
+    RecompileLimit { function: String, limit: usize, new_signature: String, signatures: Vec<String> },
+
+    /// A tensor traced inside a compiled function, used after that call ended.
+    #[error(
+        "{}: this tensor was traced inside a compiled function whose call has ended; \
+         return it from the function to use its value",
+        At(op, loc)
+    )]
+    StaleTrace { op: String, loc: Option<SourceLoc> },
+
+    /// The CPU reference executor rejected a graph or its inputs.
+    #[error("{context}: {cpu}")]
+    Cpu { context: String, cpu: Box<CpuError> },
+
+    /// An error raised by user code inside a custom op.
+    #[error("{op}: {message}")]
+    Custom { op: String, message: String },
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+impl Error {
+    /// An error for a custom op's host function to return.
+    pub fn custom(op: impl Into<String>, message: impl Into<String>) -> Error {
+        Error::Custom { op: op.into(), message: message.into() }
+    }
+
+    pub(crate) fn ir(op: &str, loc: &SourceLoc, ir: IrError) -> Error {
+        Error::Ir { op: op.to_string(), loc: Some(loc.clone()), ir: Box::new(ir) }
+    }
+
+    pub(crate) fn invalid(op: &str, loc: &SourceLoc, detail: impl Into<String>) -> Error {
+        Error::InvalidArgument { op: op.to_string(), loc: Some(loc.clone()), detail: detail.into() }
+    }
+}
+
+/// `op at file:line:col`, or just `op` when the location is unknown.
+struct At<'a>(&'a String, &'a Option<SourceLoc>);
+
+impl fmt::Display for At<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.1 {
+            Some(loc) => write!(f, "{} at {loc}", self.0),
+            None => f.write_str(self.0),
+        }
+    }
+}
+
+/// The IR message without its leading `op: ` (the frontend prints its own op name, which is the
+/// method the user called, e.g. `maximum` rather than the IR's `max`).
+fn ir_detail(ir: &IrError) -> String {
+    let text = ir.to_string();
+    let op = match ir {
+        IrError::Arity { op, .. }
+        | IrError::DTypeMismatch { op, .. }
+        | IrError::ShapeMismatch { op, .. }
+        | IrError::Broadcast { op, .. }
+        | IrError::BadAxis { op, .. }
+        | IrError::UnsupportedDType { op, .. } => op,
+        _ => return text,
+    };
+    match text.strip_prefix(op.as_str()).and_then(|rest| rest.strip_prefix(": ")) {
+        Some(detail) => detail.to_string(),
+        None => text,
+    }
+}
+
+fn arity_detail(expected: usize, actual: usize, names: &[String]) -> String {
+    let mut text = format!("expected {expected} inputs");
+    if !names.is_empty() {
+        text.push_str(&format!(" ({})", names.join(", ")));
+    }
+    text.push_str(&format!(", got {actual}"));
+    if actual < names.len() {
+        text.push_str(&format!("; missing {}", names[actual..].join(", ")));
+    }
+    text
+}

@@ -1,0 +1,83 @@
+//! What a compiled call did: its graphs, breaks, host synchronizations and recompiles.
+
+use crate::compile::RunReport;
+use crate::{GraphBreak, Mode};
+use braze_ir::Graph;
+use std::fmt;
+use std::sync::Arc;
+
+#[derive(Clone, Debug)]
+pub struct Explanation {
+    pub function: String,
+    pub mode: Mode,
+    pub fullgraph: bool,
+    /// The graphs the call ran, in order: one without breaks, one per piece of a split function.
+    pub graphs: Vec<Arc<Graph>>,
+    pub breaks: Vec<GraphBreak>,
+    /// Times the host waited for tensor values: every break reads values on the host, so each
+    /// counts one.
+    pub host_syncs: usize,
+    /// Traces caused by a new signature so far, and why each happened.
+    pub recompiles: usize,
+    pub recompile_reasons: Vec<String>,
+    /// The call ran eagerly because the recompile limit was reached.
+    pub eager_fallback: bool,
+    /// Kernels generated for the graphs and launches per call; `None` where the backend
+    /// interprets graphs instead (the CPU reference).
+    pub kernels: Option<usize>,
+    pub launches: Option<usize>,
+}
+
+impl Explanation {
+    pub(crate) fn new(
+        function: &str,
+        mode: Mode,
+        fullgraph: bool,
+        report: RunReport,
+        recompile_reasons: Vec<String>,
+    ) -> Explanation {
+        let counts: Option<Vec<_>> = report.runs.iter().map(|run| run.exe.kernel_counts()).collect();
+        let counts = counts.filter(|c| !c.is_empty());
+        Explanation {
+            function: function.to_string(),
+            mode,
+            fullgraph,
+            graphs: report.runs.iter().map(|run| run.graph.clone()).collect(),
+            host_syncs: report.breaks.len(),
+            breaks: report.breaks,
+            recompiles: recompile_reasons.len(),
+            recompile_reasons,
+            eager_fallback: report.eager_fallback,
+            kernels: counts.as_ref().map(|c| c.iter().map(|k| k.kernels).sum()),
+            launches: counts.as_ref().map(|c| c.iter().map(|k| k.launches_per_call).sum()),
+        }
+    }
+}
+
+fn or_na(value: Option<usize>) -> String {
+    value.map_or_else(|| "n/a".to_string(), |v| v.to_string())
+}
+
+impl fmt::Display for Explanation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "function: {} (mode: {}, fullgraph: {})", self.function, self.mode, self.fullgraph)?;
+        writeln!(f, "graphs: {}", self.graphs.len())?;
+        for (i, graph) in self.graphs.iter().enumerate() {
+            writeln!(f, "  graph {i}: {} ops", graph.op_count())?;
+        }
+        if self.eager_fallback {
+            writeln!(f, "eager fallback: the recompile limit was reached, this call ran op by op")?;
+        }
+        writeln!(f, "breaks: {}", self.breaks.len())?;
+        for b in &self.breaks {
+            writeln!(f, "break: {b}")?;
+        }
+        writeln!(f, "host syncs: {}", self.host_syncs)?;
+        writeln!(f, "recompiles: {}", self.recompiles)?;
+        for reason in &self.recompile_reasons {
+            writeln!(f, "  recompile: {reason}")?;
+        }
+        writeln!(f, "kernels: {}", or_na(self.kernels))?;
+        writeln!(f, "launches: {}", or_na(self.launches))
+    }
+}

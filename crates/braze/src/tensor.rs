@@ -1,0 +1,301 @@
+//! The tensor handle: a cheap-to-clone `Arc` whose storage is either concrete data or a value of
+//! the thread's active trace.
+
+use crate::{trace, Device, Error, Result};
+use braze_ir::{DType, HostData, HostTensor, Shape, SourceLoc};
+use half::{bf16, f16};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::fmt;
+use std::panic::Location;
+use std::sync::{Arc, RwLock, RwLockReadGuard};
+
+/// A tensor. Cloning copies the handle, not the data; two clones are the same tensor, and
+/// [`Tensor::assign`] through one is seen by the other.
+///
+/// Outside [`crate::compile`] every op runs eagerly; inside, ops on traced tensors record into
+/// the trace and run when the compiled graph runs.
+#[derive(Clone)]
+pub struct Tensor {
+    pub(crate) inner: Arc<TensorInner>,
+}
+
+pub(crate) struct TensorInner {
+    // Behind a lock so `assign` can swap a captured weight's data while compiled functions hold
+    // the handle.
+    storage: RwLock<Storage>,
+}
+
+pub(crate) enum Storage {
+    /// Concrete data in host memory (`Device::Cpu`). A CUDA variant joins this one when the
+    /// CUDA runtime is plugged in.
+    Host(Arc<HostTensor>),
+    /// A value of a trace: no data, only its type.
+    Traced(TracedRef),
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct TracedRef {
+    pub trace: u64,
+    pub value: usize,
+    pub dtype: DType,
+    pub shape: Shape,
+    pub device: Device,
+}
+
+/// Element types a tensor can be built from and read into. `f64` values are stored as f32 (there
+/// is no f64 dtype) and read back widened.
+pub trait Element: Copy + Send + Sync + 'static + sealed::Sealed {
+    const DTYPE: DType;
+    #[doc(hidden)]
+    fn into_data(values: Vec<Self>) -> HostData;
+    #[doc(hidden)]
+    fn from_data(data: &HostData) -> Option<Vec<Self>>;
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+macro_rules! element {
+    ($t:ty, $dtype:ident, $variant:ident) => {
+        impl sealed::Sealed for $t {}
+        impl Element for $t {
+            const DTYPE: DType = DType::$dtype;
+            fn into_data(values: Vec<Self>) -> HostData {
+                HostData::$variant(values)
+            }
+            fn from_data(data: &HostData) -> Option<Vec<Self>> {
+                match data {
+                    HostData::$variant(v) => Some(v.clone()),
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
+element!(f32, F32, F32);
+element!(f16, F16, F16);
+element!(bf16, BF16, BF16);
+element!(i32, I32, I32);
+element!(i64, I64, I64);
+element!(bool, Bool, Bool);
+
+impl sealed::Sealed for f64 {}
+impl Element for f64 {
+    const DTYPE: DType = DType::F32;
+    fn into_data(values: Vec<Self>) -> HostData {
+        HostData::F32(values.into_iter().map(|v| v as f32).collect())
+    }
+    fn from_data(data: &HostData) -> Option<Vec<Self>> {
+        match data {
+            HostData::F32(v) => Some(v.iter().map(|&x| x as f64).collect()),
+            _ => None,
+        }
+    }
+}
+
+impl Tensor {
+    pub(crate) fn from_storage(storage: Storage) -> Tensor {
+        Tensor { inner: Arc::new(TensorInner { storage: RwLock::new(storage) }) }
+    }
+
+    pub(crate) fn storage(&self) -> RwLockReadGuard<'_, Storage> {
+        // A poisoned lock only means another thread panicked while swapping data in; the data
+        // itself is a whole value either way.
+        self.inner.storage.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The concrete data, or `None` for a traced tensor.
+    pub(crate) fn host_data(&self) -> Option<Arc<HostTensor>> {
+        match &*self.storage() {
+            Storage::Host(h) => Some(h.clone()),
+            Storage::Traced(_) => None,
+        }
+    }
+
+    /// Whether both handles are the same tensor.
+    pub fn same_tensor(&self, other: &Tensor) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    pub fn from_host(host: HostTensor) -> Tensor {
+        Tensor::from_storage(Storage::Host(Arc::new(host)))
+    }
+
+    /// A tensor of `shape` holding `values` in row-major order.
+    #[track_caller]
+    pub fn from_vec<T: Element>(values: Vec<T>, shape: impl Into<Shape>) -> Result<Tensor> {
+        let loc = caller();
+        let shape = shape.into();
+        if values.len() != shape.numel() {
+            return Err(Error::invalid(
+                "from_vec",
+                &loc,
+                format!("{} values do not fill shape {shape} ({} elements)", values.len(), shape.numel()),
+            ));
+        }
+        let host = HostTensor::new(shape, T::into_data(values)).map_err(|ir| Error::ir("from_vec", &loc, ir))?;
+        Ok(Tensor::from_host(host))
+    }
+
+    #[track_caller]
+    pub fn from_slice<T: Element>(values: &[T], shape: impl Into<Shape>) -> Result<Tensor> {
+        Tensor::from_vec(values.to_vec(), shape)
+    }
+
+    /// A rank-0 tensor.
+    pub fn scalar<T: Element>(value: T) -> Tensor {
+        Tensor::from_host(HostTensor::new(Shape::scalar(), T::into_data(vec![value])).expect("one value, rank 0"))
+    }
+
+    /// A tensor of `shape` filled with `value`. Inside a compiled function this records a
+    /// constant broadcast to `shape` (no graph input).
+    #[track_caller]
+    pub fn full(shape: impl Into<Shape>, value: f64, dtype: DType, device: Device) -> Result<Tensor> {
+        trace::full("full", shape.into(), value, dtype, device, caller())
+    }
+
+    #[track_caller]
+    pub fn zeros(shape: impl Into<Shape>, dtype: DType, device: Device) -> Result<Tensor> {
+        trace::full("zeros", shape.into(), 0.0, dtype, device, caller())
+    }
+
+    #[track_caller]
+    pub fn ones(shape: impl Into<Shape>, dtype: DType, device: Device) -> Result<Tensor> {
+        trace::full("ones", shape.into(), 1.0, dtype, device, caller())
+    }
+
+    /// Standard normal values (Box-Muller over a seeded `StdRng`), rounded to `dtype`, on the
+    /// CPU. The same seed gives the same tensor.
+    #[track_caller]
+    pub fn randn(shape: impl Into<Shape>, dtype: DType, seed: u64) -> Result<Tensor> {
+        let loc = caller();
+        let shape = shape.into();
+        float_only("randn", dtype, &loc)?;
+        let mut rng = StdRng::seed_from_u64(seed);
+        let values: Vec<f64> = (0..shape.numel()).map(|_| standard_normal(&mut rng)).collect();
+        let host = HostTensor::from_f64(dtype, shape, &values).map_err(|ir| Error::ir("randn", &loc, ir))?;
+        Ok(Tensor::from_host(host))
+    }
+
+    /// Values uniform in `[lo, hi)`, rounded to `dtype`, on the CPU.
+    #[track_caller]
+    pub fn rand_uniform(shape: impl Into<Shape>, dtype: DType, lo: f64, hi: f64, seed: u64) -> Result<Tensor> {
+        let loc = caller();
+        let shape = shape.into();
+        float_only("rand_uniform", dtype, &loc)?;
+        if !lo.is_finite() || !hi.is_finite() || lo >= hi {
+            return Err(Error::invalid(
+                "rand_uniform",
+                &loc,
+                format!("expected finite bounds with lo < hi, got lo={lo}, hi={hi}"),
+            ));
+        }
+        let mut rng = StdRng::seed_from_u64(seed);
+        let values: Vec<f64> = (0..shape.numel()).map(|_| lo + (hi - lo) * rng.random::<f64>()).collect();
+        let host = HostTensor::from_f64(dtype, shape, &values).map_err(|ir| Error::ir("rand_uniform", &loc, ir))?;
+        Ok(Tensor::from_host(host))
+    }
+
+    pub fn shape(&self) -> Shape {
+        match &*self.storage() {
+            Storage::Host(h) => h.shape().clone(),
+            Storage::Traced(r) => r.shape.clone(),
+        }
+    }
+
+    pub fn rank(&self) -> usize {
+        match &*self.storage() {
+            Storage::Host(h) => h.shape().rank(),
+            Storage::Traced(r) => r.shape.rank(),
+        }
+    }
+
+    pub fn dtype(&self) -> DType {
+        match &*self.storage() {
+            Storage::Host(h) => h.dtype(),
+            Storage::Traced(r) => r.dtype,
+        }
+    }
+
+    pub fn device(&self) -> Device {
+        match &*self.storage() {
+            Storage::Host(_) => Device::Cpu,
+            Storage::Traced(r) => r.device,
+        }
+    }
+
+    pub fn numel(&self) -> usize {
+        match &*self.storage() {
+            Storage::Host(h) => h.numel(),
+            Storage::Traced(r) => r.shape.numel(),
+        }
+    }
+
+    /// Whether this handle is a value being traced inside a compiled function.
+    pub fn is_traced(&self) -> bool {
+        matches!(&*self.storage(), Storage::Traced(_))
+    }
+
+    /// Replaces this tensor's data with `value`'s, in place: every clone of this handle, and every
+    /// compiled function that captured it, sees the new data on its next call. A new dtype or
+    /// shape makes those functions trace again.
+    ///
+    /// Not allowed inside a compiled function (in-place updates are not traced) or on a traced
+    /// tensor.
+    #[track_caller]
+    pub fn assign(&self, value: &Tensor) -> Result<()> {
+        let loc = caller();
+        if trace::is_active() {
+            return Err(Error::invalid(
+                "assign",
+                &loc,
+                "cannot assign inside a compiled function (in-place updates are not traced); \
+                 assign before or after the call",
+            ));
+        }
+        let Some(new_data) = value.host_data() else {
+            return Err(Error::StaleTrace { op: "assign".into(), loc: Some(loc) });
+        };
+        let mut storage = self.inner.storage.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+        match &mut *storage {
+            Storage::Host(data) => {
+                *data = new_data;
+                Ok(())
+            }
+            Storage::Traced(_) => Err(Error::StaleTrace { op: "assign".into(), loc: Some(loc) }),
+        }
+    }
+}
+
+impl fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &*self.storage() {
+            Storage::Host(h) => write!(f, "Tensor({}{}, cpu)", h.dtype(), h.shape()),
+            Storage::Traced(r) => write!(f, "Tensor({}{}, {}, traced value {})", r.dtype, r.shape, r.device, r.value),
+        }
+    }
+}
+
+/// The caller of the current `#[track_caller]` function as a [`SourceLoc`].
+#[track_caller]
+pub(crate) fn caller() -> SourceLoc {
+    SourceLoc::from_location(Location::caller())
+}
+
+fn float_only(op: &str, dtype: DType, loc: &SourceLoc) -> Result<()> {
+    if dtype.is_float() {
+        Ok(())
+    } else {
+        Err(Error::invalid(op, loc, format!("expected a float dtype (f32, f16, bf16), got {dtype}")))
+    }
+}
+
+fn standard_normal(rng: &mut StdRng) -> f64 {
+    // Box-Muller; 1 - u keeps the log finite.
+    let u1: f64 = 1.0 - rng.random::<f64>();
+    let u2: f64 = rng.random::<f64>();
+    (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+}

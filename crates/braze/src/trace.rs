@@ -1,0 +1,655 @@
+//! Tracing: running a function on traced tensors that record ops into a thread-local trace, as
+//! jax.jit does, and eager execution of the same ops when no trace is active.
+//!
+//! A trace records into a *segment* graph. Values of the trace are either pending (a node of the
+//! current segment) or concrete (a call argument, a captured tensor, or the result of a segment
+//! that already ran). A concrete value used by an op becomes an input of the segment. When a graph
+//! break needs a pending value on the host (lenient mode), the segment runs with every pending
+//! value that still has a live handle as an output; those values turn concrete and tracing goes on
+//! in a new segment. In fullgraph mode the first break aborts the trace before anything runs.
+
+use crate::backend::{self, Executable, GraphCache, Target};
+use crate::compile::TensorSig;
+use crate::logging::targets;
+use crate::tensor::{Storage, TensorInner, TracedRef};
+use crate::{BreakKind, Device, Error, GraphBreak, Mode, Result, Tensor};
+use braze_ir::{DType, Graph, HostTensor, NodeId, Op, Shape, SourceLoc};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+
+thread_local! {
+    static ACTIVE: RefCell<Option<Trace>> = const { RefCell::new(None) };
+}
+
+static NEXT_TRACE_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Whether a compiled function is being traced on this thread.
+pub(crate) fn is_active() -> bool {
+    // Borrowed mutably means an op of the active trace is recording.
+    ACTIVE.with(|cell| cell.try_borrow().map(|slot| slot.is_some()).unwrap_or(true))
+}
+
+/// Adds nodes for one user-level op, each carrying the user's source location.
+pub(crate) struct OpBuilder<'g> {
+    graph: &'g mut Graph,
+    loc: SourceLoc,
+}
+
+impl OpBuilder<'_> {
+    pub(crate) fn op(&mut self, op: Op, operands: &[NodeId]) -> braze_ir::Result<NodeId> {
+        self.graph.add(op, operands, Some(self.loc.clone()))
+    }
+
+    pub(crate) fn constant(&mut self, value: f64, dtype: DType) -> NodeId {
+        let id = self.graph.constant(value, dtype);
+        self.graph.set_loc(id, Some(self.loc.clone()));
+        id
+    }
+
+    pub(crate) fn cast(&mut self, x: NodeId, dtype: DType) -> braze_ir::Result<NodeId> {
+        let id = self.graph.cast(x, dtype)?;
+        self.graph.set_loc(id, Some(self.loc.clone()));
+        Ok(id)
+    }
+
+    pub(crate) fn reshape(&mut self, x: NodeId, shape: Shape) -> braze_ir::Result<NodeId> {
+        let id = self.graph.reshape(x, shape)?;
+        self.graph.set_loc(id, Some(self.loc.clone()));
+        Ok(id)
+    }
+
+    pub(crate) fn broadcast_to(&mut self, x: NodeId, shape: Shape) -> braze_ir::Result<NodeId> {
+        let id = self.graph.broadcast_to(x, shape)?;
+        self.graph.set_loc(id, Some(self.loc.clone()));
+        Ok(id)
+    }
+
+    pub(crate) fn shape(&self, x: NodeId) -> &Shape {
+        &self.graph.node(x).shape
+    }
+
+    pub(crate) fn dtype(&self, x: NodeId) -> DType {
+        self.graph.node(x).dtype
+    }
+}
+
+/// Applies one user-level op: recorded into the active trace, or run eagerly as a one-op graph.
+/// `build` adds the op's nodes given the operands' nodes.
+pub(crate) fn apply(
+    op: &'static str,
+    operands: &[&Tensor],
+    loc: SourceLoc,
+    build: impl Fn(&mut OpBuilder<'_>, &[NodeId]) -> braze_ir::Result<NodeId>,
+) -> Result<Tensor> {
+    let recorded = ACTIVE.with(|cell| cell.borrow_mut().as_mut().map(|trace| trace.record(op, operands, &loc, &build)));
+    match recorded {
+        Some(result) => result,
+        None => eager(op, operands, &loc, &build),
+    }
+}
+
+/// Eager execution: the op as a graph of its own, compiled and run at once (nothing cached).
+fn eager(
+    op: &'static str,
+    operands: &[&Tensor],
+    loc: &SourceLoc,
+    build: &dyn Fn(&mut OpBuilder<'_>, &[NodeId]) -> braze_ir::Result<NodeId>,
+) -> Result<Tensor> {
+    let mut graph = Graph::new();
+    let mut ids = Vec::with_capacity(operands.len());
+    let mut device = None;
+    for t in operands {
+        let Some(data) = t.host_data() else {
+            return Err(Error::StaleTrace { op: op.to_string(), loc: Some(loc.clone()) });
+        };
+        let here = t.device();
+        match device {
+            Some(expected) if expected != here => {
+                return Err(Error::DeviceMismatch { op: op.into(), loc: Some(loc.clone()), expected, actual: here })
+            }
+            _ => device = Some(here),
+        }
+        ids.push(graph.input(data.dtype(), data.shape().clone()));
+    }
+    let out =
+        build(&mut OpBuilder { graph: &mut graph, loc: loc.clone() }, &ids).map_err(|ir| Error::ir(op, loc, ir))?;
+    graph.set_outputs(vec![out]);
+    let target = Target { device: device.unwrap_or(Device::Cpu), mode: Mode::Default };
+    let inputs: Vec<Tensor> = operands.iter().map(|t| (*t).clone()).collect();
+    let mut outputs =
+        backend::compile_graph(&graph, target)?.run(&inputs).map_err(|e| with_context(e, &format!("{op} at {loc}")))?;
+    outputs.pop().ok_or_else(|| Error::invalid(op, loc, "the executor returned no result"))
+}
+
+/// `full`/`zeros`/`ones`: a constant broadcast to `shape` inside a trace, host data otherwise.
+pub(crate) fn full(
+    op: &'static str,
+    shape: Shape,
+    value: f64,
+    dtype: DType,
+    device: Device,
+    loc: SourceLoc,
+) -> Result<Tensor> {
+    device.check_available(op)?;
+    if is_active() {
+        apply(op, &[], loc, |b, _| {
+            let scalar = b.constant(value, dtype);
+            b.broadcast_to(scalar, shape.clone())
+        })
+    } else {
+        Ok(Tensor::from_host(HostTensor::full(dtype, shape, value)))
+    }
+}
+
+/// The host data of `tensor` for a host-side read of `kind`. Inside a trace this is a graph
+/// break: an error in fullgraph mode, a split of the graph in lenient mode.
+pub(crate) fn host_value(tensor: &Tensor, kind: BreakKind, op: &str, loc: SourceLoc) -> Result<Arc<HostTensor>> {
+    let in_trace = ACTIVE.with(|cell| {
+        cell.borrow_mut().as_mut().map(|trace| {
+            let value = trace.value_of(tensor, op, Some(&loc))?;
+            trace.graph_break(kind, op, &loc, &[value])?;
+            trace.host_of(value, op, &loc)
+        })
+    });
+    match in_trace {
+        Some(result) => result,
+        None => tensor.host_data().ok_or_else(|| Error::StaleTrace { op: op.to_string(), loc: Some(loc) }),
+    }
+}
+
+/// Runs an opaque host function on `inputs`; inside a trace it is a graph break.
+pub(crate) fn host_call(
+    op: &str,
+    inputs: &[Tensor],
+    loc: SourceLoc,
+    host_fn: &dyn Fn(&[HostTensor]) -> Result<Vec<HostTensor>>,
+) -> Result<Vec<Tensor>> {
+    let in_trace = ACTIVE.with(|cell| {
+        cell.borrow_mut().as_mut().map(|trace| {
+            let values = inputs.iter().map(|t| trace.value_of(t, op, Some(&loc))).collect::<Result<Vec<usize>>>()?;
+            trace.graph_break(BreakKind::OpaqueHostFn, op, &loc, &values)?;
+            values.iter().map(|&v| trace.host_of(v, op, &loc).map(|h| (*h).clone())).collect::<Result<Vec<_>>>()
+        })
+    });
+    let host_inputs = match in_trace {
+        Some(result) => result?,
+        None => inputs
+            .iter()
+            .map(|t| t.host_data().map(|h| (*h).clone()))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| Error::StaleTrace { op: op.to_string(), loc: Some(loc.clone()) })?,
+    };
+    // Host code may use tensors itself; those run eagerly, outside the trace.
+    let outputs = suspended(|| host_fn(&host_inputs))?;
+    Ok(outputs.into_iter().map(Tensor::from_host).collect())
+}
+
+/// Runs `f` with this thread's trace set aside, restoring it afterwards (also on unwind).
+fn suspended<R>(f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<Trace>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let trace = self.0.take();
+            ACTIVE.with(|cell| *cell.borrow_mut() = trace);
+        }
+    }
+    let _restore = Restore(ACTIVE.with(|cell| cell.borrow_mut().take()));
+    f()
+}
+
+/// Puts a trace in place for the duration of a traced call; takes it out on drop if the call
+/// unwinds.
+struct Installed {
+    taken: bool,
+}
+
+impl Installed {
+    fn new(trace: Trace) -> Installed {
+        ACTIVE.with(|cell| *cell.borrow_mut() = Some(trace));
+        Installed { taken: false }
+    }
+
+    fn take(mut self) -> Option<Trace> {
+        self.taken = true;
+        ACTIVE.with(|cell| cell.borrow_mut().take())
+    }
+}
+
+impl Drop for Installed {
+    fn drop(&mut self) {
+        if !self.taken {
+            ACTIVE.with(|cell| cell.borrow_mut().take());
+        }
+    }
+}
+
+/// How a trace treats breaks, and where its graphs are compiled.
+pub(crate) struct TraceConfig {
+    pub strict: bool,
+    pub function: String,
+    pub target: Target,
+    pub graphs: Arc<GraphCache>,
+    /// Running a function cached as split, again: breaks are not logged again, new graph
+    /// structures are.
+    pub replay: bool,
+}
+
+/// A graph that ran (or will run) and the executable that runs it.
+#[derive(Clone)]
+pub(crate) struct GraphRun {
+    pub graph: Arc<Graph>,
+    pub exe: Arc<dyn Executable>,
+}
+
+/// What a whole-graph input is bound to on later calls.
+#[derive(Clone)]
+pub(crate) enum Binding {
+    /// Argument `i` of the call.
+    Arg(usize),
+    /// A concrete tensor the function used without receiving it (a captured weight): bound by
+    /// identity, so its current data is read at each call; its type at trace time is guarded.
+    Captured { tensor: Tensor, traced_as: TensorSig, first_use: Option<SourceLoc> },
+}
+
+pub(crate) enum TraceOutcome {
+    /// No break: one graph, not yet run, to cache and replay without running the function again.
+    Whole { graph: Graph, bindings: Vec<Binding> },
+    /// Breaks split the function; its graphs already ran.
+    Split(SplitRun),
+}
+
+/// A run of a function split into graphs at its breaks.
+pub(crate) struct SplitRun {
+    pub outputs: Vec<Tensor>,
+    pub runs: Vec<GraphRun>,
+    pub breaks: Vec<GraphBreak>,
+}
+
+/// Traces `f` on `args`: the whole graph, unrun, when there was no break; otherwise the
+/// results of the graphs split at the breaks.
+pub(crate) fn trace_call<F>(f: &F, args: &[Tensor], config: TraceConfig) -> Result<TraceOutcome>
+where
+    F: Fn(&[Tensor]) -> Result<Vec<Tensor>> + ?Sized,
+{
+    let (mut trace, returned) = run_traced(f, args, config)?;
+    if trace.breaks.is_empty() {
+        let (graph, bindings) = trace.whole_graph(&returned)?;
+        Ok(TraceOutcome::Whole { graph, bindings })
+    } else {
+        trace.finish_split(&returned).map(TraceOutcome::Split)
+    }
+}
+
+/// Runs `f` on `args` split at its breaks, the graphs compiled by structure.
+pub(crate) fn replay_call<F>(f: &F, args: &[Tensor], config: TraceConfig) -> Result<SplitRun>
+where
+    F: Fn(&[Tensor]) -> Result<Vec<Tensor>> + ?Sized,
+{
+    let (trace, returned) = run_traced(f, args, config)?;
+    trace.finish_split(&returned)
+}
+
+/// Runs `f` on traced handles of `args` with a trace installed.
+fn run_traced<F>(f: &F, args: &[Tensor], config: TraceConfig) -> Result<(Trace, Vec<Tensor>)>
+where
+    F: Fn(&[Tensor]) -> Result<Vec<Tensor>> + ?Sized,
+{
+    let mut trace = Trace::new(config);
+    let handles = trace.bind_args(args)?;
+    let installed = Installed::new(trace);
+    let result = f(&handles);
+    drop(handles);
+    let Some(trace) = installed.take() else {
+        return Err(Error::InvalidArgument {
+            op: "compile".into(),
+            loc: None,
+            detail: "the trace was removed while the function ran".into(),
+        });
+    };
+    if let Some(first_break) = &trace.aborted {
+        return Err(first_break.to_error());
+    }
+    Ok((trace, result?))
+}
+
+type ValueId = usize;
+
+enum ValueState {
+    /// A node of the current segment.
+    Pending(NodeId),
+    Concrete(Tensor),
+    /// Was pending when its segment ran, with no handle left: nobody can use it.
+    Dropped,
+}
+
+enum Origin {
+    Arg(usize),
+    /// A concrete tensor met in an op, and where.
+    Captured(Option<SourceLoc>),
+    /// The result of an op of this trace.
+    Computed,
+}
+
+struct Value {
+    dtype: DType,
+    shape: Shape,
+    state: ValueState,
+    origin: Origin,
+    /// The traced handle of a computed value; alive while user code can still use the value.
+    handle: Weak<TensorInner>,
+}
+
+#[derive(Default)]
+struct Segment {
+    graph: Graph,
+    /// Graph input `i` reads value `bindings[i]`.
+    bindings: Vec<ValueId>,
+    input_nodes: HashMap<ValueId, NodeId>,
+    /// Computed values of this segment, in creation order.
+    pending: Vec<ValueId>,
+}
+
+struct Trace {
+    id: u64,
+    config: TraceConfig,
+    values: Vec<Value>,
+    /// Concrete tensors already seen, by handle identity.
+    captured: HashMap<*const TensorInner, ValueId>,
+    segment: Segment,
+    runs: Vec<GraphRun>,
+    breaks: Vec<GraphBreak>,
+    /// The break that stopped a fullgraph trace; every later op fails with it.
+    aborted: Option<GraphBreak>,
+}
+
+impl Trace {
+    fn new(config: TraceConfig) -> Trace {
+        Trace {
+            id: NEXT_TRACE_ID.fetch_add(1, Ordering::Relaxed),
+            config,
+            values: Vec::new(),
+            captured: HashMap::new(),
+            segment: Segment::default(),
+            runs: Vec::new(),
+            breaks: Vec::new(),
+            aborted: None,
+        }
+    }
+
+    /// Makes each argument graph input `i` and returns the traced handles `f` receives.
+    fn bind_args(&mut self, args: &[Tensor]) -> Result<Vec<Tensor>> {
+        let mut handles = Vec::with_capacity(args.len());
+        for (i, arg) in args.iter().enumerate() {
+            let Some(data) = arg.host_data() else {
+                return Err(Error::StaleTrace { op: format!("input {i}"), loc: None });
+            };
+            let (dtype, shape) = (data.dtype(), data.shape().clone());
+            let value = self.values.len();
+            let node = self.segment.graph.input(dtype, shape.clone());
+            self.segment.input_nodes.insert(value, node);
+            self.segment.bindings.push(value);
+            handles.push(self.traced_handle(value, dtype, shape.clone()));
+            self.values.push(Value {
+                dtype,
+                shape,
+                state: ValueState::Concrete(arg.clone()),
+                origin: Origin::Arg(i),
+                handle: Weak::new(),
+            });
+        }
+        Ok(handles)
+    }
+
+    fn traced_handle(&self, value: ValueId, dtype: DType, shape: Shape) -> Tensor {
+        Tensor::from_storage(Storage::Traced(TracedRef {
+            trace: self.id,
+            value,
+            dtype,
+            shape,
+            device: self.config.target.device,
+        }))
+    }
+
+    fn check_aborted(&self) -> Result<()> {
+        match &self.aborted {
+            Some(first_break) => Err(first_break.to_error()),
+            None => Ok(()),
+        }
+    }
+
+    fn record(
+        &mut self,
+        op: &'static str,
+        operands: &[&Tensor],
+        loc: &SourceLoc,
+        build: &dyn Fn(&mut OpBuilder<'_>, &[NodeId]) -> braze_ir::Result<NodeId>,
+    ) -> Result<Tensor> {
+        self.check_aborted()?;
+        let mut ids = Vec::with_capacity(operands.len());
+        for t in operands {
+            let value = self.value_of(t, op, Some(loc))?;
+            ids.push(self.node_for(value, op, Some(loc))?);
+        }
+        let mut builder = OpBuilder { graph: &mut self.segment.graph, loc: loc.clone() };
+        let node = build(&mut builder, &ids).map_err(|ir| Error::ir(op, loc, ir))?;
+        let (dtype, shape) = {
+            let n = self.segment.graph.node(node);
+            (n.dtype, n.shape.clone())
+        };
+        let value = self.values.len();
+        let handle = self.traced_handle(value, dtype, shape.clone());
+        self.values.push(Value {
+            dtype,
+            shape,
+            state: ValueState::Pending(node),
+            origin: Origin::Computed,
+            handle: Arc::downgrade(&handle.inner),
+        });
+        self.segment.pending.push(value);
+        Ok(handle)
+    }
+
+    /// The trace value of `t`, registering a concrete tensor the first time it is seen.
+    fn value_of(&mut self, t: &Tensor, op: &str, loc: Option<&SourceLoc>) -> Result<ValueId> {
+        let data = match &*t.storage() {
+            Storage::Traced(r) if r.trace == self.id => return Ok(r.value),
+            Storage::Traced(_) => return Err(Error::StaleTrace { op: op.to_string(), loc: loc.cloned() }),
+            Storage::Host(data) => data.clone(),
+        };
+        let key = Arc::as_ptr(&t.inner);
+        if let Some(&value) = self.captured.get(&key) {
+            return Ok(value);
+        }
+        let value = self.values.len();
+        self.values.push(Value {
+            dtype: data.dtype(),
+            shape: data.shape().clone(),
+            state: ValueState::Concrete(t.clone()),
+            origin: Origin::Captured(loc.cloned()),
+            handle: Weak::new(),
+        });
+        self.captured.insert(key, value);
+        Ok(value)
+    }
+
+    /// The node of `value` in the current segment, adding a bound input for a concrete value.
+    fn node_for(&mut self, value: ValueId, op: &str, loc: Option<&SourceLoc>) -> Result<NodeId> {
+        let v = &self.values[value];
+        match v.state {
+            ValueState::Pending(node) => Ok(node),
+            ValueState::Concrete(_) => {
+                if let Some(&node) = self.segment.input_nodes.get(&value) {
+                    return Ok(node);
+                }
+                let node = self.segment.graph.input(v.dtype, v.shape.clone());
+                self.segment.input_nodes.insert(value, node);
+                self.segment.bindings.push(value);
+                Ok(node)
+            }
+            ValueState::Dropped => Err(Error::StaleTrace { op: op.to_string(), loc: loc.cloned() }),
+        }
+    }
+
+    fn concrete(&self, value: ValueId) -> Result<Tensor> {
+        match &self.values[value].state {
+            ValueState::Concrete(t) => Ok(t.clone()),
+            ValueState::Pending(_) | ValueState::Dropped => {
+                Err(Error::StaleTrace { op: format!("value {value} of the trace"), loc: None })
+            }
+        }
+    }
+
+    fn host_of(&self, value: ValueId, op: &str, loc: &SourceLoc) -> Result<Arc<HostTensor>> {
+        self.concrete(value)?
+            .host_data()
+            .ok_or_else(|| Error::StaleTrace { op: op.to_string(), loc: Some(loc.clone()) })
+    }
+
+    /// A break at `op` that needs `reads` on the host.
+    fn graph_break(&mut self, kind: BreakKind, op: &str, loc: &SourceLoc, reads: &[ValueId]) -> Result<()> {
+        self.check_aborted()?;
+        let found = GraphBreak::new(kind, op, loc.clone());
+        if self.config.strict {
+            tracing::debug!(
+                target: targets::BREAKS,
+                "graph break in `{}` (fullgraph: tracing stops): {found}",
+                self.config.function
+            );
+            let error = found.to_error();
+            self.aborted = Some(found);
+            return Err(error);
+        }
+        if !self.config.replay {
+            tracing::debug!(target: targets::BREAKS, "graph break in `{}`: {found}", self.config.function);
+        }
+        self.breaks.push(found);
+        if reads.iter().any(|&v| matches!(self.values[v].state, ValueState::Pending(_))) {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Runs the current segment with its live pending values as outputs; they become concrete.
+    fn flush(&mut self) -> Result<()> {
+        let pending = std::mem::take(&mut self.segment.pending);
+        let mut live = Vec::new();
+        let mut nodes = Vec::new();
+        for value in pending {
+            let v = &mut self.values[value];
+            match v.state {
+                ValueState::Pending(node) if v.handle.strong_count() > 0 => {
+                    live.push(value);
+                    nodes.push(node);
+                }
+                _ => v.state = ValueState::Dropped,
+            }
+        }
+        if live.is_empty() {
+            self.segment = Segment::default();
+            return Ok(());
+        }
+        let results = self.run_segment(nodes)?;
+        for (value, tensor) in live.into_iter().zip(results) {
+            self.values[value].state = ValueState::Concrete(tensor);
+        }
+        Ok(())
+    }
+
+    /// Compiles (or reuses, by structure) and runs the current segment with `outputs`, and starts
+    /// a new segment.
+    fn run_segment(&mut self, outputs: Vec<NodeId>) -> Result<Vec<Tensor>> {
+        let mut segment = std::mem::take(&mut self.segment);
+        for value in segment.pending.drain(..) {
+            if !matches!(self.values[value].state, ValueState::Concrete(_)) {
+                self.values[value].state = ValueState::Dropped;
+            }
+        }
+        segment.graph.set_outputs(outputs);
+        prune_dead(&mut segment.graph);
+        let inputs = segment.bindings.iter().map(|&v| self.concrete(v)).collect::<Result<Vec<_>>>()?;
+        let (exe, compiled) =
+            self.config.graphs.get_or_compile(&segment.graph, self.config.target, &self.config.function)?;
+        if compiled && self.config.replay {
+            // A replay meets a structure its first trace did not: usually a host value baked
+            // into the graph (a float computed from a read) that differs from call to call.
+            tracing::debug!(
+                target: targets::RECOMPILES,
+                "`{}`: compiling graph {} again with a new structure (a host value baked into it changed?)",
+                self.config.function,
+                self.runs.len()
+            );
+        }
+        let context = format!("running graph {} of `{}`", self.runs.len(), self.config.function);
+        let results = exe.run(&inputs).map_err(|e| with_context(e, &context))?;
+        self.runs.push(GraphRun { graph: Arc::new(segment.graph), exe });
+        Ok(results)
+    }
+
+    /// The current segment as the whole graph with `returned` as outputs, and its bindings.
+    fn whole_graph(&mut self, returned: &[Tensor]) -> Result<(Graph, Vec<Binding>)> {
+        let mut nodes = Vec::with_capacity(returned.len());
+        for t in returned {
+            let value = self.value_of(t, "return", None)?;
+            nodes.push(self.node_for(value, "return", None)?);
+        }
+        let mut segment = std::mem::take(&mut self.segment);
+        segment.graph.set_outputs(nodes);
+        prune_dead(&mut segment.graph);
+        let bindings = segment.bindings.iter().map(|&v| self.binding(v)).collect::<Result<Vec<_>>>()?;
+        Ok((segment.graph, bindings))
+    }
+
+    /// Runs the last segment for the returned values still pending and collects the results.
+    fn finish_split(mut self, returned: &[Tensor]) -> Result<SplitRun> {
+        let values = returned.iter().map(|t| self.value_of(t, "return", None)).collect::<Result<Vec<ValueId>>>()?;
+        let mut pending_returned: Vec<ValueId> = Vec::new();
+        let mut nodes = Vec::new();
+        for &v in &values {
+            if let ValueState::Pending(node) = self.values[v].state {
+                if !pending_returned.contains(&v) {
+                    pending_returned.push(v);
+                    nodes.push(node);
+                }
+            }
+        }
+        if !nodes.is_empty() {
+            let results = self.run_segment(nodes)?;
+            for (value, tensor) in pending_returned.into_iter().zip(results) {
+                self.values[value].state = ValueState::Concrete(tensor);
+            }
+        }
+        let outputs = values.iter().map(|&v| self.concrete(v)).collect::<Result<Vec<_>>>()?;
+        Ok(SplitRun { outputs, runs: self.runs, breaks: self.breaks })
+    }
+
+    fn binding(&self, value: ValueId) -> Result<Binding> {
+        let v = &self.values[value];
+        let first_use = match &v.origin {
+            Origin::Arg(i) => return Ok(Binding::Arg(*i)),
+            Origin::Captured(first_use) => first_use.clone(),
+            Origin::Computed => None,
+        };
+        let tensor = self.concrete(value)?;
+        Ok(Binding::Captured { traced_as: TensorSig::of(&tensor), tensor, first_use })
+    }
+}
+
+/// Removes nodes nothing reads (inputs stay: they are the signature).
+fn prune_dead(graph: &mut Graph) {
+    for id in graph.topo_order().into_iter().rev() {
+        if graph.use_count(id) == 0 && !matches!(graph.node(id).op, Op::Input { .. }) {
+            // Cannot fail: the node is unused and not an input.
+            let _ = graph.remove(id);
+        }
+    }
+}
+
+/// Prefixes the context of an executor error.
+pub(crate) fn with_context(error: Error, context: &str) -> Error {
+    match error {
+        Error::Cpu { context: inner, cpu } => Error::Cpu { context: format!("{context}: {inner}"), cpu },
+        other => other,
+    }
+}
