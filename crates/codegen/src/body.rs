@@ -1,0 +1,272 @@
+//! Kernel bodies: checking them, finding what is live, and rendering values as C.
+
+use crate::cuda::{cast, const_literal, value_type, Helper, Helpers};
+use crate::error::{malformed, unsupported, Result};
+use braze_ir::{BinaryOp, DType, UnaryOp};
+use braze_passes::{Body, Expr, ValueId};
+
+/// What a family allows in its bodies.
+pub(crate) struct BodyRules {
+    pub(crate) inputs: usize,
+    pub(crate) outputs: usize,
+    /// Strides per load: the rank of the iteration domain.
+    pub(crate) rank: usize,
+    pub(crate) reductions: bool,
+}
+
+/// Checks that a body is well formed: values refer only to earlier values, loads to existing
+/// input slots with one stride per domain dim, stores to existing output slots.
+pub(crate) fn check_body(kernel: &str, body: &Body, rules: &BodyRules) -> Result<()> {
+    for (id, value) in body.values.iter().enumerate() {
+        for operand in value.expr.operands() {
+            if operand.0 >= id {
+                return Err(malformed(kernel, format!("v{id} uses {operand}, which is not an earlier value")));
+            }
+        }
+        match &value.expr {
+            Expr::Load { input, strides, .. } => {
+                if *input >= rules.inputs {
+                    return Err(malformed(
+                        kernel,
+                        format!("v{id} loads input slot {input}, but the kernel has {}", rules.inputs),
+                    ));
+                }
+                if strides.len() != rules.rank {
+                    return Err(malformed(
+                        kernel,
+                        format!("v{id} has {} strides for a rank-{} domain", strides.len(), rules.rank),
+                    ));
+                }
+            }
+            Expr::Reduce { .. } if !rules.reductions => {
+                return Err(malformed(kernel, format!("v{id} is a reduction outside a row kernel")));
+            }
+            _ => {}
+        }
+    }
+    for store in &body.stores {
+        if store.value.0 >= body.values.len() {
+            return Err(malformed(kernel, format!("a store writes {}, which does not exist", store.value)));
+        }
+        if store.output >= rules.outputs {
+            return Err(malformed(
+                kernel,
+                format!("a store writes output slot {}, but the kernel has {}", store.output, rules.outputs),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Values that some root depends on.
+pub(crate) fn live_values(body: &Body, roots: impl IntoIterator<Item = ValueId>) -> Vec<bool> {
+    let mut live = vec![false; body.values.len()];
+    for root in roots {
+        live[root.0] = true;
+    }
+    for id in (0..body.values.len()).rev() {
+        if live[id] {
+            for operand in body.values[id].expr.operands() {
+                live[operand.0] = true;
+            }
+        }
+    }
+    live
+}
+
+/// For each value, the values that use it (in ascending order).
+pub(crate) fn users(body: &Body) -> Vec<Vec<usize>> {
+    let mut users = vec![Vec::new(); body.values.len()];
+    for (id, value) in body.values.iter().enumerate() {
+        for operand in value.expr.operands() {
+            if users[operand.0].last() != Some(&id) {
+                users[operand.0].push(id);
+            }
+        }
+    }
+    users
+}
+
+/// The C name of value `id`.
+pub(crate) fn value_name(id: usize) -> String {
+    format!("v{id}")
+}
+
+/// `const T vN = rhs;`
+pub(crate) fn declare(body: &Body, id: usize, rhs: &str) -> String {
+    format!("const {} {} = {rhs};", value_type(body.values[id].dtype), value_name(id))
+}
+
+/// The right-hand side of a computed value (not a load or a reduction), given the C names of
+/// the values so far.
+pub(crate) fn render_value(
+    kernel: &str,
+    helpers: &mut Helpers,
+    body: &Body,
+    id: usize,
+    names: &[String],
+) -> Result<String> {
+    let value = &body.values[id];
+    let operand_dtype = |v: &ValueId| body.values[v.0].dtype;
+    match &value.expr {
+        Expr::Const { value: c } => Ok(const_literal(*c, value.dtype)),
+        Expr::Cast { x } => Ok(cast(helpers, operand_dtype(x), value.dtype, &names[x.0])),
+        Expr::Unary { op, x } => render_unary(kernel, helpers, *op, operand_dtype(x), &names[x.0]),
+        Expr::Binary { op, a, b } => {
+            let (da, db) = (operand_dtype(a), operand_dtype(b));
+            if da != db {
+                return Err(malformed(kernel, format!("v{id}: {} of {da} and {db}", op.name())));
+            }
+            render_binary(kernel, helpers, *op, da, &names[a.0], &names[b.0])
+        }
+        Expr::Where { cond, a, b } => {
+            let (da, db) = (operand_dtype(a), operand_dtype(b));
+            if da != db {
+                return Err(malformed(kernel, format!("v{id}: where of {da} and {db}")));
+            }
+            let cond = cast(helpers, operand_dtype(cond), DType::Bool, &names[cond.0]);
+            Ok(format!("{cond} ? {} : {}", names[a.0], names[b.0]))
+        }
+        Expr::Load { .. } | Expr::Reduce { .. } => unreachable!("loads and reductions are rendered by the family"),
+    }
+}
+
+fn render_unary(kernel: &str, helpers: &mut Helpers, op: UnaryOp, dtype: DType, x: &str) -> Result<String> {
+    let mut call = |helper: Helper, name: &str| {
+        helpers.need(helper);
+        format!("{name}({x})")
+    };
+    let text = match dtype {
+        DType::F32 | DType::F16 | DType::BF16 => match op {
+            UnaryOp::Neg => format!("-{x}"),
+            UnaryOp::Abs => format!("fabsf({x})"),
+            UnaryOp::Exp => format!("expf({x})"),
+            UnaryOp::Log => format!("logf({x})"),
+            UnaryOp::Sqrt => format!("sqrtf({x})"),
+            // About 2 ulp: well inside the f32 tolerance, and one instruction.
+            UnaryOp::Rsqrt => format!("rsqrtf({x})"),
+            UnaryOp::Reciprocal => format!("1.0f / {x}"),
+            UnaryOp::Relu => call(Helper::Relu, "relu_f32"),
+            UnaryOp::GeluErf => call(Helper::GeluErf, "gelu_erf_f32"),
+            UnaryOp::GeluTanh => call(Helper::GeluTanh, "gelu_tanh_f32"),
+            UnaryOp::Silu => call(Helper::Silu, "silu_f32"),
+            UnaryOp::Sigmoid => call(Helper::Sigmoid, "sigmoid_f32"),
+            UnaryOp::Tanh => format!("tanhf({x})"),
+            UnaryOp::IsNan => format!("{x} != {x}"),
+            UnaryOp::IsFinite => call(Helper::IsFinite, "is_finite_f32"),
+            UnaryOp::Not => format!("{x} == 0.0f"),
+        },
+        DType::I32 | DType::I64 => {
+            let (ty, unsigned, zero) = if dtype == DType::I32 {
+                ("int", "unsigned", "0u")
+            } else {
+                ("long long", "unsigned long long", "0ull")
+            };
+            // Negation wraps (through unsigned math: signed overflow is undefined in C++).
+            let negated = format!("({ty})({zero} - ({unsigned}){x})");
+            match op {
+                UnaryOp::Neg => negated,
+                UnaryOp::Abs => format!("{x} < 0 ? {negated} : {x}"),
+                UnaryOp::Relu => format!("{x} > 0 ? {x} : 0"),
+                UnaryOp::IsNan => "false".to_string(),
+                UnaryOp::IsFinite => "true".to_string(),
+                UnaryOp::Not => format!("{x} == 0"),
+                _ => return Err(unsupported(kernel, format!("{} on {dtype}", op.name()))),
+            }
+        }
+        DType::Bool => match op {
+            UnaryOp::Not => format!("!{x}"),
+            UnaryOp::IsNan => "false".to_string(),
+            UnaryOp::IsFinite => "true".to_string(),
+            _ => return Err(unsupported(kernel, format!("{} on bool", op.name()))),
+        },
+    };
+    Ok(text)
+}
+
+fn render_binary(kernel: &str, helpers: &mut Helpers, op: BinaryOp, dtype: DType, a: &str, b: &str) -> Result<String> {
+    if op.is_comparison() {
+        let symbol = match op {
+            BinaryOp::Eq => "==",
+            BinaryOp::Ne => "!=",
+            BinaryOp::Lt => "<",
+            BinaryOp::Le => "<=",
+            BinaryOp::Gt => ">",
+            _ => ">=",
+        };
+        return Ok(format!("{a} {symbol} {b}"));
+    }
+    let text = match dtype {
+        DType::F32 | DType::F16 | DType::BF16 => match op {
+            BinaryOp::Add => format!("{a} + {b}"),
+            BinaryOp::Sub => format!("{a} - {b}"),
+            BinaryOp::Mul => format!("{a} * {b}"),
+            BinaryOp::Div => format!("{a} / {b}"),
+            BinaryOp::Max => {
+                helpers.need(Helper::MaxF32);
+                format!("max_f32({a}, {b})")
+            }
+            BinaryOp::Min => {
+                helpers.need(Helper::MinF32);
+                format!("min_f32({a}, {b})")
+            }
+            BinaryOp::Pow => format!("powf({a}, {b})"),
+            _ => return Err(unsupported(kernel, format!("{} on {dtype}", op.name()))),
+        },
+        DType::I32 | DType::I64 => {
+            let (ty, unsigned) =
+                if dtype == DType::I32 { ("int", "unsigned") } else { ("long long", "unsigned long long") };
+            // Wrapping arithmetic through unsigned math: signed overflow is undefined in C++.
+            let wrapping = |symbol: &str| format!("({ty})(({unsigned}){a} {symbol} ({unsigned}){b})");
+            match op {
+                BinaryOp::Add => wrapping("+"),
+                BinaryOp::Sub => wrapping("-"),
+                BinaryOp::Mul => wrapping("*"),
+                BinaryOp::Div => {
+                    if dtype == DType::I32 {
+                        helpers.need(Helper::DivI32);
+                        format!("div_i32({a}, {b})")
+                    } else {
+                        helpers.need(Helper::DivI64);
+                        format!("div_i64({a}, {b})")
+                    }
+                }
+                BinaryOp::Max => format!("{a} > {b} ? {a} : {b}"),
+                BinaryOp::Min => format!("{a} < {b} ? {a} : {b}"),
+                _ => return Err(unsupported(kernel, format!("{} on {dtype}", op.name()))),
+            }
+        }
+        DType::Bool => match op {
+            BinaryOp::And => format!("{a} && {b}"),
+            BinaryOp::Or => format!("{a} || {b}"),
+            _ => return Err(unsupported(kernel, format!("{} on bool", op.name()))),
+        },
+    };
+    Ok(text)
+}
+
+/// Declares the values `ids` (in order) as C constants. `source` gives a value's right-hand side
+/// where the caller knows it (every load, values held in registers); otherwise a value is
+/// rendered from the names of its operands, and a load is taken as declared already.
+/// `names[id]` becomes each value's C name.
+pub(crate) fn emit_values(
+    w: &mut crate::writer::CodeWriter,
+    kernel: &str,
+    helpers: &mut Helpers,
+    body: &Body,
+    ids: impl IntoIterator<Item = usize>,
+    names: &mut [String],
+    mut source: impl FnMut(usize, &mut Helpers) -> Option<String>,
+) -> Result<()> {
+    for id in ids {
+        let rhs = match (source(id, helpers), &body.values[id].expr) {
+            (Some(rhs), _) => rhs,
+            (None, Expr::Load { .. }) => continue,
+            (None, Expr::Reduce { .. }) => unreachable!("reductions are declared by the row kernel"),
+            (None, _) => render_value(kernel, helpers, body, id, names)?,
+        };
+        w.line(declare(body, id, &rhs));
+        names[id] = value_name(id);
+    }
+    Ok(())
+}

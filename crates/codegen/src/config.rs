@@ -1,0 +1,265 @@
+//! Launch configurations: what the autotuner varies, with defaults chosen for the H200.
+
+use crate::cuda::Helpers;
+use crate::index::merge_view;
+use crate::row::{vector_width, RowAnalysis, MAX_CACHED_PER_THREAD};
+use crate::Unit;
+use braze_passes::{Expr, KernelKind, Plan, RowKernel};
+use std::fmt;
+
+/// Streaming multiprocessors of the target GPU (H200).
+pub const SM_COUNT: u32 = 132;
+/// Resident threads per SM on Hopper.
+const THREADS_PER_SM: u32 = 2048;
+/// Most reduction passes for which an uncached row kernel is a candidate.
+const MAX_UNCACHED_ROUNDS: usize = 4;
+/// Registers a cached row may spend on held elements per thread before it is better re-read.
+const CACHED_REGISTER_BUDGET: usize = 64;
+
+/// How one kernel is launched; each variant belongs to one kernel family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum KernelConfig {
+    /// `block` threads per block, `vec` consecutive elements per thread and step (a power of
+    /// two up to 16), at most `grid_limit` blocks (the rest is a grid-stride loop).
+    Pointwise {
+        block: u32,
+        vec: u32,
+        grid_limit: u32,
+    },
+    /// `threads_per_row` threads (a power of two up to 1024) cooperate on a row;
+    /// `rows_per_block` rows share a block (1 when a row spans several warps); `cached` keeps
+    /// the row's element values in registers across reduction passes.
+    Row {
+        threads_per_row: u32,
+        rows_per_block: u32,
+        cached: bool,
+    },
+    /// `block` threads per block, items cut into segments of at most `chunk` elements.
+    MultiReduce {
+        block: u32,
+        chunk: u32,
+    },
+    Concat {
+        block: u32,
+    },
+    /// The kernel is a library call (cuBLASLt); nothing to configure.
+    Library,
+}
+
+impl KernelConfig {
+    /// The kernel family this config is for, as [`braze_passes::KernelKind::family`] names it.
+    pub fn family(&self) -> &'static str {
+        match self {
+            KernelConfig::Pointwise { .. } => "pointwise",
+            KernelConfig::Row { .. } => "row",
+            KernelConfig::MultiReduce { .. } => "multi_reduce",
+            KernelConfig::Concat { .. } => "concat",
+            KernelConfig::Library => "matmul",
+        }
+    }
+}
+
+impl fmt::Display for KernelConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KernelConfig::Pointwise { block, vec, grid_limit } => {
+                write!(f, "pointwise block={block} vec={vec} grid_limit={grid_limit}")
+            }
+            KernelConfig::Row { threads_per_row, rows_per_block, cached } => write!(
+                f,
+                "row threads_per_row={threads_per_row} rows_per_block={rows_per_block} {}",
+                if *cached { "cached" } else { "uncached" }
+            ),
+            KernelConfig::MultiReduce { block, chunk } => write!(f, "multi_reduce block={block} chunk={chunk}"),
+            KernelConfig::Concat { block } => write!(f, "concat block={block}"),
+            KernelConfig::Library => write!(f, "library call"),
+        }
+    }
+}
+
+/// A good configuration for `plan.kernels[kernel]` on the H200.
+///
+/// # Panics
+/// If `kernel` is not an index into `plan.kernels`.
+pub fn default_config(plan: &Plan, kernel: usize) -> KernelConfig {
+    candidate_configs(plan, kernel)[0]
+}
+
+/// A small set of configurations (one to eight, the default first) for the autotuner to time.
+///
+/// # Panics
+/// If `kernel` is not an index into `plan.kernels`.
+pub fn candidate_configs(plan: &Plan, kernel: usize) -> Vec<KernelConfig> {
+    let k = &plan.kernels[kernel];
+    let unit = Unit { plan, kernel: k, helpers: Helpers::default() };
+    let candidates = match &k.kind {
+        KernelKind::Pointwise(_) => pointwise_candidates(&unit),
+        KernelKind::Row(row) => row_candidates(&unit, row),
+        KernelKind::MultiReduce(_) => [(256, 16_384), (256, 8_192), (512, 16_384), (256, 32_768), (128, 4_096)]
+            .into_iter()
+            .map(|(block, chunk)| KernelConfig::MultiReduce { block, chunk })
+            .collect(),
+        KernelKind::Concat(_) => [256, 128, 512].into_iter().map(|block| KernelConfig::Concat { block }).collect(),
+        KernelKind::MatMul(_) => vec![KernelConfig::Library],
+    };
+    let mut unique: Vec<KernelConfig> = Vec::new();
+    for candidate in candidates {
+        if !unique.contains(&candidate) {
+            unique.push(candidate);
+        }
+    }
+    unique.truncate(8);
+    unique
+}
+
+/// The narrowest element (bytes) among the buffers a kernel touches, at most 4.
+fn narrowest_element(unit: &Unit<'_>) -> usize {
+    let kernel = unit.kernel;
+    kernel
+        .inputs
+        .iter()
+        .chain(&kernel.outputs)
+        .map(|&b| unit.plan.buffer(b).dtype.size_bytes())
+        .min()
+        .unwrap_or(4)
+        .min(4)
+}
+
+fn pointwise_candidates(unit: &Unit<'_>) -> Vec<KernelConfig> {
+    // 16-byte accesses of the narrowest dtype; wider dtypes then take several per step.
+    let vec = (16 / narrowest_element(unit) as u32).min(8);
+    // Measured on the H200: a grid with one vector per thread streams a few percent faster than
+    // a persistent grid, so the cap only bounds the grid for huge tensors.
+    let large = SM_COUNT * 1024;
+    let persistent = SM_COUNT * (THREADS_PER_SM / 256);
+    vec![
+        KernelConfig::Pointwise { block: 256, vec, grid_limit: large },
+        KernelConfig::Pointwise { block: 128, vec, grid_limit: large },
+        KernelConfig::Pointwise { block: 512, vec, grid_limit: large },
+        KernelConfig::Pointwise { block: 256, vec: (vec * 2).min(16), grid_limit: large },
+        KernelConfig::Pointwise { block: 256, vec: (vec / 2).max(1), grid_limit: large },
+        KernelConfig::Pointwise { block: 256, vec, grid_limit: persistent },
+    ]
+}
+
+/// Whether the row's elements are strided while consecutive rows are adjacent in memory (a
+/// reduction over a non-trailing axis): then a thread per row keeps every access coalesced.
+fn columns_are_strided(row: &RowKernel) -> bool {
+    let per_row = row.body.row_values(row.outer.len());
+    let mut strided = false;
+    for (id, value) in row.body.values.iter().enumerate() {
+        if let Expr::Load { strides, .. } = &value.expr {
+            if per_row[id] || strides.len() != row.outer.len() + row.inner.len() {
+                continue;
+            }
+            let inner = merge_view(&row.inner, &strides[row.outer.len()..]);
+            let outer = merge_view(&row.outer, &strides[..row.outer.len()]);
+            let unit_columns = inner.last().is_some_and(|d| d.stride == 1);
+            let unit_rows = outer.last().is_some_and(|d| d.stride == 1);
+            if unit_columns {
+                return false;
+            }
+            strided |= unit_rows;
+        }
+    }
+    strided
+}
+
+/// Elements of one value a thread holds when `tpr` threads share a row.
+fn per_thread(cols: usize, tpr: usize, vec: usize) -> usize {
+    cols.div_ceil(tpr * vec) * vec
+}
+
+fn row_config_valid(cols: usize, vec: usize, config: &KernelConfig) -> bool {
+    let KernelConfig::Row { threads_per_row: tpr, rows_per_block: rpb, cached } = *config else { return false };
+    let block = tpr * rpb;
+    tpr.is_power_of_two()
+        && tpr <= 1024
+        && (tpr <= 32 || rpb == 1)
+        && (32..=1024).contains(&block)
+        && block % 32 == 0
+        && (!cached || per_thread(cols, tpr as usize, vec) <= MAX_CACHED_PER_THREAD)
+}
+
+/// Rows per block for rows of `tpr` threads (at most a warp): blocks of 32..256 threads, with
+/// at least two blocks per SM where there are rows enough.
+fn rows_per_block(rows: usize, tpr: u32) -> u32 {
+    if tpr > 32 {
+        return 1;
+    }
+    let most = 256 / tpr;
+    let least = 32 / tpr;
+    let wanted = (rows / (2 * SM_COUNT as usize)).max(1);
+    let wanted = 1u32 << (usize::BITS - 1 - wanted.leading_zeros()).min(31);
+    wanted.clamp(least, most)
+}
+
+fn row_candidates(unit: &Unit<'_>, row: &RowKernel) -> Vec<KernelConfig> {
+    let cols = row.cols();
+    let rows = row.rows();
+    let vec = vector_width(unit, row);
+    let analysis = RowAnalysis::new(&row.body, row.outer.len(), true);
+    let peak = analysis.peak_cached_arrays().max(1);
+    let rounds = analysis.rounds;
+    let config = |tpr: u32, cached: bool| KernelConfig::Row {
+        threads_per_row: tpr,
+        rows_per_block: rows_per_block(rows, tpr),
+        cached,
+    };
+    let fits = |tpr: u32| {
+        let held = per_thread(cols, tpr as usize, vec);
+        held <= MAX_CACHED_PER_THREAD && held * peak <= CACHED_REGISTER_BUDGET
+    };
+    let mut candidates = Vec::new();
+    if columns_are_strided(row) {
+        candidates.push(config(1, fits(1)));
+        candidates.push(config(1, false));
+        candidates.push(config(32, fits(32)));
+    }
+    // About 32 bytes of the narrowest element per thread and value: 8 f32 or 16 bf16.
+    let target = (32 / narrowest_element(unit)).min(16);
+    let mut tpr = cols.div_ceil(target).next_power_of_two().clamp(1, 1024) as u32;
+    while tpr < 1024 && !fits(tpr) {
+        tpr *= 2;
+    }
+    let cached = fits(tpr);
+    candidates.push(config(tpr, cached));
+    // Re-reading recomputes every earlier layer in every pass: only worth a try (and a compile)
+    // for a few passes.
+    if cached && rounds <= MAX_UNCACHED_ROUNDS {
+        candidates.push(config(tpr, false));
+    }
+    if tpr > 1 {
+        candidates.push(config(tpr / 2, fits(tpr / 2)));
+    }
+    if tpr < 1024 {
+        candidates.push(config(tpr * 2, fits(tpr * 2)));
+    }
+    if tpr != 32 {
+        candidates.push(config(32, fits(32)));
+    }
+    candidates.push(config(1024, fits(1024)));
+    // No more threads than the row has vectors (rounded up to a warp).
+    let most_threads = cols.div_ceil(vec).next_power_of_two().max(32);
+    candidates.retain(|c| {
+        row_config_valid(cols, vec, c)
+            && matches!(c, KernelConfig::Row { threads_per_row, .. } if *threads_per_row as usize <= most_threads)
+    });
+    if candidates.is_empty() {
+        candidates.push(config(32, false));
+    }
+    candidates
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_per_block_fills_blocks_and_sms() {
+        assert_eq!(rows_per_block(64, 32), 1);
+        assert_eq!(rows_per_block(16_384, 32), 8);
+        assert_eq!(rows_per_block(16_384, 512), 1);
+        assert_eq!(rows_per_block(10, 4), 8);
+    }
+}

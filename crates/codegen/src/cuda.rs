@@ -1,0 +1,462 @@
+//! CUDA C vocabulary: value and storage types, literals, conversions, and the small device
+//! helpers a kernel may need. Generated sources include no headers (NVRTC's builtins provide
+//! the math functions and intrinsics), so the few conversions they need are written here.
+
+use crate::writer::CodeWriter;
+use braze_ir::DType;
+use std::collections::BTreeSet;
+
+/// The C type a value of `dtype` has in registers: f16/bf16 compute in float.
+pub(crate) fn value_type(dtype: DType) -> &'static str {
+    match dtype {
+        DType::F32 | DType::F16 | DType::BF16 => "float",
+        DType::I32 => "int",
+        DType::I64 => "long long",
+        DType::Bool => "bool",
+    }
+}
+
+/// The C type of one element in memory.
+pub(crate) fn storage_type(dtype: DType) -> &'static str {
+    match dtype {
+        DType::F32 => "float",
+        DType::F16 => "f16_t",
+        DType::BF16 => "bf16_t",
+        DType::I32 => "int",
+        DType::I64 => "long long",
+        DType::Bool => "unsigned char",
+    }
+}
+
+/// A float literal for NVRTC, exact for every f32 (shortest round-trip digits).
+pub(crate) fn f32_literal(v: f32) -> String {
+    if v.is_nan() {
+        "__int_as_float(0x7fc00000)".to_string()
+    } else if v.is_infinite() {
+        if v > 0.0 { "__int_as_float(0x7f800000)" } else { "__int_as_float(0xff800000)" }.to_string()
+    } else {
+        let digits = format!("{v:?}");
+        if digits.contains(['.', 'e']) {
+            format!("{digits}f")
+        } else {
+            format!("{digits}.0f")
+        }
+    }
+}
+
+fn i32_literal(v: i32) -> String {
+    if v == i32::MIN {
+        "(-2147483647 - 1)".to_string()
+    } else {
+        v.to_string()
+    }
+}
+
+fn i64_literal(v: i64) -> String {
+    if v == i64::MIN {
+        "(-9223372036854775807LL - 1)".to_string()
+    } else {
+        format!("{v}LL")
+    }
+}
+
+/// f64 -> f32 rounding toward zero with the lowest bit marking inexactness ("round to odd"), so
+/// that one more rounding to f16/bf16 is correctly rounded, as the CPU reference does it.
+fn f64_to_f32_round_to_odd(v: f64) -> f32 {
+    let nearest = v as f32;
+    if nearest.is_nan() || nearest as f64 == v {
+        return nearest;
+    }
+    let mut bits = nearest.to_bits();
+    if (nearest as f64).abs() > v.abs() {
+        bits -= 1;
+    }
+    f32::from_bits(bits | 1)
+}
+
+/// A constant of `dtype`, rounded to that dtype as the reference stores it.
+pub(crate) fn const_literal(value: f64, dtype: DType) -> String {
+    match dtype {
+        DType::F32 => f32_literal(value as f32),
+        DType::F16 => f32_literal(half::f16::from_f32(f64_to_f32_round_to_odd(value)).to_f32()),
+        DType::BF16 => f32_literal(half::bf16::from_f32(f64_to_f32_round_to_odd(value)).to_f32()),
+        // Float -> int casts truncate and saturate (NaN -> 0), as `as` does.
+        DType::I32 => i32_literal(value as i32),
+        DType::I64 => i64_literal(value as i64),
+        DType::Bool => if value != 0.0 { "true" } else { "false" }.to_string(),
+    }
+}
+
+/// The identity of a reduction's combine step, in the accumulator type.
+pub(crate) fn identity_literal(op: braze_ir::ReduceOp, acc: DType) -> String {
+    use braze_ir::ReduceOp;
+    match (op, acc) {
+        (ReduceOp::Sum | ReduceOp::Mean, DType::I64) => "0LL".to_string(),
+        (ReduceOp::Sum | ReduceOp::Mean, DType::I32) => "0".to_string(),
+        (ReduceOp::Sum | ReduceOp::Mean, _) => "0.0f".to_string(),
+        (ReduceOp::Max, DType::I32) => i32_literal(i32::MIN),
+        (ReduceOp::Max, DType::I64) => i64_literal(i64::MIN),
+        (ReduceOp::Max, _) => f32_literal(f32::NEG_INFINITY),
+        (ReduceOp::Min, DType::I32) => i32_literal(i32::MAX),
+        (ReduceOp::Min, DType::I64) => i64_literal(i64::MAX),
+        (ReduceOp::Min, _) => f32_literal(f32::INFINITY),
+    }
+}
+
+/// A device helper function (or type) that generated code calls. Ordered so that the prelude is
+/// emitted in one fixed order, dependencies first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Helper {
+    Bf16,
+    F16,
+    MaxF32,
+    MinF32,
+    Relu,
+    IsFinite,
+    GeluErf,
+    GeluTanh,
+    Silu,
+    Sigmoid,
+    DivI32,
+    DivI64,
+    /// Loads `n` elements (`n * size` bytes, one aligned access) widened to registers.
+    LoadVec(DType, u32),
+    /// Narrows and stores `n` elements with one aligned access.
+    StoreVec(DType, u32),
+}
+
+/// The helpers one translation unit needs.
+#[derive(Default)]
+pub(crate) struct Helpers {
+    needed: BTreeSet<Helper>,
+}
+
+impl Helpers {
+    pub(crate) fn need(&mut self, helper: Helper) {
+        match helper {
+            Helper::LoadVec(dtype, _) | Helper::StoreVec(dtype, _) => self.need_storage(dtype),
+            _ => {}
+        }
+        self.needed.insert(helper);
+    }
+
+    /// Whatever naming or converting an element of `dtype` in memory requires.
+    pub(crate) fn need_storage(&mut self, dtype: DType) {
+        match dtype {
+            DType::BF16 => {
+                self.needed.insert(Helper::Bf16);
+            }
+            DType::F16 => {
+                self.needed.insert(Helper::F16);
+            }
+            _ => {}
+        }
+    }
+
+    /// The helpers `code` needs, dependencies first. f16/bf16 conversions are left out where
+    /// neither the code nor another helper converts (a copy only names the type).
+    pub(crate) fn render(&self, w: &mut CodeWriter, code: &str) {
+        let mut rest = CodeWriter::new();
+        for helper in self.needed.iter().filter(|h| !matches!(h, Helper::Bf16 | Helper::F16)) {
+            render_helper(*helper, &mut rest);
+            rest.line("");
+        }
+        let rest = rest.finish();
+        let uses = |names: &[&str]| names.iter().any(|n| code.contains(n) || rest.contains(n));
+        if self.needed.contains(&Helper::Bf16) {
+            let converts = uses(&["bf16_to_f32(", "f32_to_bf16_bits(", "round_to_bf16("]);
+            render_half(w, "bf16", converts);
+        }
+        if self.needed.contains(&Helper::F16) {
+            let converts = uses(&["f16_to_f32(", "f32_to_f16_bits(", "round_to_f16("]);
+            render_half(w, "f16", converts);
+        }
+        for line in rest.lines() {
+            w.line(line);
+        }
+    }
+}
+
+fn render_helper(helper: Helper, w: &mut CodeWriter) {
+    let lines: &[&str] = match helper {
+        Helper::Bf16 | Helper::F16 => unreachable!("rendered by Helpers::render"),
+        Helper::MaxF32 => &[
+            "// NaN-propagating maximum (fmaxf would drop the NaN).",
+            "__device__ __forceinline__ float max_f32(float a, float b) { return (a != a || b != b) ? a + b : fmaxf(a, b); }",
+        ],
+        Helper::MinF32 => &[
+            "// NaN-propagating minimum (fminf would drop the NaN).",
+            "__device__ __forceinline__ float min_f32(float a, float b) { return (a != a || b != b) ? a + b : fminf(a, b); }",
+        ],
+        Helper::Relu => &[
+            "// relu(NaN) = NaN and relu(-0) = +0.",
+            "__device__ __forceinline__ float relu_f32(float x) { return (x > 0.0f || x != x) ? x : 0.0f; }",
+        ],
+        Helper::IsFinite => &[
+            "__device__ __forceinline__ bool is_finite_f32(float x) { return (__float_as_uint(x) & 0x7f800000u) != 0x7f800000u; }",
+        ],
+        Helper::GeluErf => &[
+            "__device__ __forceinline__ float gelu_erf_f32(float x) { return 0.5f * x * (1.0f + erff(x * 0.707106781186547524f)); }",
+        ],
+        Helper::GeluTanh => &[
+            "__device__ __forceinline__ float gelu_tanh_f32(float x) {",
+            "  return 0.5f * x * (1.0f + tanhf(0.7978845608f * (x + 0.044715f * x * x * x)));",
+            "}",
+        ],
+        Helper::Silu => &["__device__ __forceinline__ float silu_f32(float x) { return x / (1.0f + expf(-x)); }"],
+        Helper::Sigmoid => &["__device__ __forceinline__ float sigmoid_f32(float x) { return 1.0f / (1.0f + expf(-x)); }"],
+        Helper::DivI32 => &[
+            "// Truncating division with x / 0 == 0 and INT_MIN / -1 wrapping, as on the host.",
+            "__device__ __forceinline__ int div_i32(int a, int b) { return b == 0 ? 0 : (b == -1 ? (int)(0u - (unsigned)a) : a / b); }",
+        ],
+        Helper::DivI64 => &[
+            "// Truncating division with x / 0 == 0 and INT64_MIN / -1 wrapping, as on the host.",
+            "__device__ __forceinline__ long long div_i64(long long a, long long b) {",
+            "  return b == 0 ? 0 : (b == -1 ? (long long)(0ull - (unsigned long long)a) : a / b);",
+            "}",
+        ],
+        Helper::LoadVec(dtype, n) => {
+            render_load_vec(dtype, n, w);
+            return;
+        }
+        Helper::StoreVec(dtype, n) => {
+            render_store_vec(dtype, n, w);
+            return;
+        }
+    };
+    for line in lines {
+        w.line(*line);
+    }
+}
+
+/// The 16-bit float type `name` (bf16 or f16): its storage typedef and, when `converts`, its
+/// conversions to and from float.
+fn render_half(w: &mut CodeWriter, name: &str, converts: bool) {
+    let bf16 = name == "bf16";
+    w.line(format!("// {name} lives in memory as its 16-bit pattern and in registers as float."));
+    w.line(format!("typedef unsigned short {name}_t;"));
+    if !converts {
+        w.line("");
+        return;
+    }
+    let lines: &[&str] = if bf16 {
+        &[
+            "__device__ __forceinline__ float bf16_to_f32(unsigned short bits) { return __uint_as_float((unsigned)bits << 16); }",
+            "// Round to nearest even; a NaN stays a quiet NaN instead of carrying into infinity.",
+            "__device__ __forceinline__ unsigned short f32_to_bf16_bits(float x) {",
+            "  const unsigned bits = __float_as_uint(x);",
+            "  if ((bits & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((bits >> 16) | 0x40u);",
+            "  return (unsigned short)((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);",
+            "}",
+            "__device__ __forceinline__ float round_to_bf16(float x) { return bf16_to_f32(f32_to_bf16_bits(x)); }",
+        ]
+    } else {
+        &[
+            "__device__ __forceinline__ float f16_to_f32(unsigned short bits) {",
+            "  float x;",
+            "  asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(x) : \"h\"(bits));",
+            "  return x;",
+            "}",
+            "__device__ __forceinline__ unsigned short f32_to_f16_bits(float x) {",
+            "  unsigned short bits;",
+            "  asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(bits) : \"f\"(x));",
+            "  return bits;",
+            "}",
+            "__device__ __forceinline__ float round_to_f16(float x) { return f16_to_f32(f32_to_f16_bits(x)); }",
+        ]
+    };
+    for line in lines {
+        w.line(*line);
+    }
+    w.line("");
+}
+
+/// The raw type of an aligned access of `bytes` bytes and the names of its 32-bit words.
+fn raw_access(bytes: u32) -> (&'static str, Vec<&'static str>) {
+    match bytes {
+        16 => ("uint4", vec!["w.x", "w.y", "w.z", "w.w"]),
+        8 => ("uint2", vec!["w.x", "w.y"]),
+        4 => ("unsigned", vec!["w"]),
+        2 => ("unsigned short", vec!["w"]),
+        _ => unreachable!("vector accesses are 2, 4, 8 or 16 bytes"),
+    }
+}
+
+pub(crate) fn load_vec_name(dtype: DType, n: u32) -> String {
+    format!("load_{}x{n}", dtype.name())
+}
+
+pub(crate) fn store_vec_name(dtype: DType, n: u32) -> String {
+    format!("store_{}x{n}", dtype.name())
+}
+
+fn render_load_vec(dtype: DType, n: u32, w: &mut CodeWriter) {
+    let size = dtype.size_bytes() as u32;
+    let (raw, words) = raw_access(n * size);
+    w.line(format!("// {n} {} elements from one {}-byte aligned load.", dtype.name(), n * size));
+    w.open(format!(
+        "__device__ __forceinline__ void {}(const {}* p, {}* v)",
+        load_vec_name(dtype, n),
+        storage_type(dtype),
+        value_type(dtype)
+    ));
+    w.line(format!("const {raw} w = *reinterpret_cast<const {raw}*>(p);"));
+    for j in 0..n {
+        let byte = j * size;
+        let word = words[(byte / 4) as usize];
+        let shift = (byte % 4) * 8;
+        let part = |mask: &str| {
+            if shift == 0 {
+                format!("({word} & {mask})")
+            } else {
+                format!("(({word} >> {shift}) & {mask})")
+            }
+        };
+        let element = match dtype {
+            DType::F32 => format!("__uint_as_float({word})"),
+            DType::I32 => format!("(int){word}"),
+            DType::I64 => {
+                let hi = words[(byte / 4 + 1) as usize];
+                format!("(long long)(((unsigned long long){hi} << 32) | {word})")
+            }
+            DType::BF16 => format!("bf16_to_f32((unsigned short){})", part("0xffffu")),
+            DType::F16 => format!("f16_to_f32((unsigned short){})", part("0xffffu")),
+            DType::Bool => format!("{} != 0u", part("0xffu")),
+        };
+        w.line(format!("v[{j}] = {element};"));
+    }
+    w.close();
+}
+
+fn render_store_vec(dtype: DType, n: u32, w: &mut CodeWriter) {
+    let size = dtype.size_bytes() as u32;
+    let bytes = n * size;
+    let (raw, words) = raw_access(bytes);
+    w.line(format!("// {n} {} elements with one {bytes}-byte aligned store.", dtype.name()));
+    w.open(format!(
+        "__device__ __forceinline__ void {}({}* p, const {}* v)",
+        store_vec_name(dtype, n),
+        storage_type(dtype),
+        value_type(dtype)
+    ));
+    // Each 32-bit word (or the one 16-bit word) is the OR of the elements it holds.
+    let word_count = words.len() as u32;
+    let mut word_values = Vec::new();
+    for word in 0..word_count {
+        let mut parts = Vec::new();
+        for j in 0..n {
+            let byte = j * size;
+            let shift = (byte % 4) * 8;
+            if dtype == DType::I64 {
+                if byte / 4 == word {
+                    parts.push(format!("(unsigned)(unsigned long long)v[{j}]"));
+                } else if byte / 4 + 1 == word {
+                    parts.push(format!("(unsigned)((unsigned long long)v[{j}] >> 32)"));
+                }
+                continue;
+            }
+            if byte / 4 != word {
+                continue;
+            }
+            let bits = match dtype {
+                DType::F32 => format!("__float_as_uint(v[{j}])"),
+                DType::I32 => format!("(unsigned)v[{j}]"),
+                DType::BF16 => format!("(unsigned)f32_to_bf16_bits(v[{j}])"),
+                DType::F16 => format!("(unsigned)f32_to_f16_bits(v[{j}])"),
+                DType::Bool => format!("(v[{j}] ? 1u : 0u)"),
+                DType::I64 => unreachable!(),
+            };
+            parts.push(if shift == 0 { bits } else { format!("({bits} << {shift})") });
+        }
+        word_values.push(parts.join(" | "));
+    }
+    if word_count == 1 {
+        w.line(format!("*reinterpret_cast<{raw}*>(p) = ({raw})({});", word_values[0]));
+    } else {
+        w.line(format!("{raw} w;"));
+        for (name, value) in words.iter().zip(&word_values) {
+            w.line(format!("{name} = {value};"));
+        }
+        w.line(format!("*reinterpret_cast<{raw}*>(p) = w;"));
+    }
+    w.close();
+}
+
+/// The register value of the element `lvalue` of a `dtype` buffer.
+pub(crate) fn widen(dtype: DType, lvalue: &str) -> String {
+    match dtype {
+        DType::F32 | DType::I32 | DType::I64 => lvalue.to_string(),
+        DType::BF16 => format!("bf16_to_f32({lvalue})"),
+        DType::F16 => format!("f16_to_f32({lvalue})"),
+        DType::Bool => format!("({lvalue} != 0)"),
+    }
+}
+
+/// The memory form of a register value `value` of `dtype`.
+pub(crate) fn narrow(dtype: DType, value: &str) -> String {
+    match dtype {
+        DType::F32 | DType::I32 | DType::I64 => value.to_string(),
+        DType::BF16 => format!("f32_to_bf16_bits({value})"),
+        DType::F16 => format!("f32_to_f16_bits({value})"),
+        DType::Bool => format!("(unsigned char){value}"),
+    }
+}
+
+/// Converts a register value `x` of `from` to `to` with the reference's cast semantics: float
+/// -> int truncates and saturates (NaN -> 0; the PTX conversion does exactly that), anything ->
+/// bool is `!= 0`, bool -> number is 0/1, casts to f16/bf16 round to nearest even.
+pub(crate) fn cast(helpers: &mut Helpers, from: DType, to: DType, x: &str) -> String {
+    if from == to {
+        return x.to_string();
+    }
+    let as_float = match from {
+        DType::F32 | DType::F16 | DType::BF16 => x.to_string(),
+        DType::I32 | DType::I64 => format!("(float){x}"),
+        DType::Bool => format!("({x} ? 1.0f : 0.0f)"),
+    };
+    match to {
+        DType::Bool => match from {
+            DType::I32 | DType::I64 => format!("({x} != 0)"),
+            _ => format!("({x} != 0.0f)"),
+        },
+        DType::F32 => as_float,
+        DType::BF16 => {
+            if from == DType::Bool {
+                return as_float;
+            }
+            helpers.need(Helper::Bf16);
+            format!("round_to_bf16({as_float})")
+        }
+        DType::F16 => {
+            if from == DType::Bool {
+                return as_float;
+            }
+            helpers.need(Helper::F16);
+            format!("round_to_f16({as_float})")
+        }
+        DType::I32 => match from {
+            DType::F32 | DType::F16 | DType::BF16 => format!("__float2int_rz({x})"),
+            _ => format!("(int){x}"),
+        },
+        DType::I64 => match from {
+            DType::F32 | DType::F16 | DType::BF16 => format!("__float2ll_rz({x})"),
+            _ => format!("(long long){x}"),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn float_literals_round_trip_and_spell_specials() {
+        assert_eq!(f32_literal(1.0), "1.0f");
+        assert_eq!(f32_literal(1e-5), "1e-5f");
+        assert_eq!(f32_literal(-0.0), "-0.0f");
+        assert_eq!(f32_literal(f32::INFINITY), "__int_as_float(0x7f800000)");
+        assert_eq!(const_literal(0.1, DType::BF16), "0.100097656f");
+        assert_eq!(const_literal(-2147483648.0, DType::I32), "(-2147483647 - 1)");
+        assert_eq!(const_literal(3.9, DType::I64), "3LL");
+    }
+}

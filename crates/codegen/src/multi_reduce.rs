@@ -1,0 +1,425 @@
+//! Multi-reduce kernels: K independent full reductions in one launch.
+//!
+//! Items are cut into segments of at most `chunk` elements. A block either reduces one segment of
+//! a large item with all its threads, or several whole small items, one warp each, so that
+//! thousands of tiny items do not each waste a block. Item base pointers come from an
+//! [`TableSpec::InputPointers`] table (K can be far more than kernel parameters allow), the work
+//! list from two static tables. Items cut into several segments are finished by whichever block
+//! completes the item's last segment (an integer arrival counter in zeroed scratch, reset by that
+//! block): it combines the segment partials in a fixed order, so results never vary between runs.
+
+use crate::body::{check_body, emit_values, live_values, value_name, BodyRules};
+use crate::cuda::{narrow, storage_type, value_type, widen, Helpers};
+use crate::error::{invalid_config, malformed, unsupported, Result};
+use crate::index::IndexWidth;
+use crate::reduce::{accumulate, accumulator_dtype, butterfly, combine, declare_accumulator, finalize};
+use crate::vector::emit_vector_load;
+use crate::writer::CodeWriter;
+use crate::{Emitted, Launch, Param, ScratchSpec, TableSpec, Unit};
+use braze_ir::DType;
+use braze_passes::{Body, Expr, MultiReduce};
+
+/// Bytes of one `Segment` record in the static table (see the struct in the source).
+const SEGMENT_BYTES: usize = 32;
+/// Bytes of one `BlockTask` record.
+const TASK_BYTES: usize = 16;
+
+/// `len` elements from `start` of `item`, which is cut into `chunk_count` segments, the first of
+/// which has index `first_chunk`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Segment {
+    pub(crate) start: u64,
+    pub(crate) item_len: u64,
+    pub(crate) len: u32,
+    pub(crate) item: u32,
+    pub(crate) first_chunk: u32,
+    pub(crate) chunk_count: u32,
+}
+
+/// What one block does: segment `first_segment` with all its threads (`whole_block`), or
+/// segments `first_segment..first_segment + segment_count`, one warp each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct BlockTask {
+    pub(crate) first_segment: u32,
+    pub(crate) segment_count: u32,
+    pub(crate) whole_block: bool,
+}
+
+/// The work list: large items' segments (one block each) first, so the longest work starts
+/// first, then packs of small items.
+pub(crate) fn work_list(items: &[usize], block: usize, chunk: usize) -> (Vec<Segment>, Vec<BlockTask>) {
+    let warps = block / 32;
+    // An item a warp finishes in about the time a block takes for a full chunk.
+    let small_limit = chunk / warps;
+    let mut segments = Vec::new();
+    let mut tasks = Vec::new();
+    for (item, &n) in items.iter().enumerate() {
+        if n <= small_limit {
+            continue;
+        }
+        let chunks = n.div_ceil(chunk);
+        let first = segments.len() as u32;
+        for c in 0..chunks {
+            let start = c * chunk;
+            tasks.push(BlockTask { first_segment: segments.len() as u32, segment_count: 1, whole_block: true });
+            segments.push(Segment {
+                start: start as u64,
+                item_len: n as u64,
+                len: chunk.min(n - start) as u32,
+                item: item as u32,
+                first_chunk: first,
+                chunk_count: chunks as u32,
+            });
+        }
+    }
+    // Small items: packs of whole items, at most `chunk` elements and four per warp.
+    let mut pack: Option<(BlockTask, usize)> = None;
+    for (item, &n) in items.iter().enumerate() {
+        if n > small_limit {
+            continue;
+        }
+        let index = segments.len() as u32;
+        segments.push(Segment {
+            start: 0,
+            item_len: n as u64,
+            len: n as u32,
+            item: item as u32,
+            first_chunk: index,
+            chunk_count: 1,
+        });
+        match &mut pack {
+            Some((task, elements)) if (task.segment_count as usize) < 4 * warps && *elements + n <= chunk => {
+                task.segment_count += 1;
+                *elements += n;
+            }
+            _ => {
+                if let Some((task, _)) = pack.take() {
+                    tasks.push(task);
+                }
+                pack = Some((BlockTask { first_segment: index, segment_count: 1, whole_block: false }, n));
+            }
+        }
+    }
+    if let Some((task, _)) = pack {
+        tasks.push(task);
+    }
+    (segments, tasks)
+}
+
+fn encode_segments(segments: &[Segment]) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(segments.len() * SEGMENT_BYTES);
+    for s in segments {
+        bytes.extend_from_slice(&s.start.to_le_bytes());
+        bytes.extend_from_slice(&s.item_len.to_le_bytes());
+        for field in [s.len, s.item, s.first_chunk, s.chunk_count] {
+            bytes.extend_from_slice(&field.to_le_bytes());
+        }
+    }
+    bytes
+}
+
+fn encode_tasks(tasks: &[BlockTask]) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(tasks.len() * TASK_BYTES);
+    for t in tasks {
+        for field in [t.first_segment, t.segment_count, t.whole_block as u32, 0] {
+            bytes.extend_from_slice(&field.to_le_bytes());
+        }
+    }
+    bytes
+}
+
+/// Elements per vector load of an item.
+pub(crate) fn vector_width(dtype: DType) -> usize {
+    (16 / dtype.size_bytes()).min(8)
+}
+
+fn check(unit: &Unit<'_>, multi: &MultiReduce, block: u32, chunk: u32) -> Result<()> {
+    let name = unit.name();
+    if !(32..=1024).contains(&block) || !block.is_multiple_of(32) {
+        return Err(invalid_config(name, format!("block {block} is not a multiple of 32 in 32..=1024")));
+    }
+    // Segment-relative indices are 32-bit.
+    if chunk == 0 || chunk > 1 << 30 {
+        return Err(invalid_config(name, format!("chunk {chunk} is not in 1..=2^30")));
+    }
+    let kernel = unit.kernel;
+    if kernel.inputs.len() != multi.items.len() {
+        return Err(malformed(name, format!("{} items but {} input slots", multi.items.len(), kernel.inputs.len())));
+    }
+    if kernel.outputs.len() != 1 {
+        return Err(malformed(name, format!("{} output slots, expected 1", kernel.outputs.len())));
+    }
+    for (slot, &n) in multi.items.iter().enumerate() {
+        let buffer = unit.plan.buffer(kernel.inputs[slot]);
+        if buffer.dtype != multi.dtype || buffer.numel < n {
+            return Err(malformed(
+                name,
+                format!(
+                    "item {slot} needs {n} x {}, its buffer holds {} x {}",
+                    multi.dtype, buffer.numel, buffer.dtype
+                ),
+            ));
+        }
+    }
+    let out = unit.plan.buffer(kernel.outputs[0]);
+    if out.numel != multi.items.len() {
+        return Err(malformed(
+            name,
+            format!("the output holds {} elements for {} items", out.numel, multi.items.len()),
+        ));
+    }
+    let rules = BodyRules { inputs: 1, outputs: 0, rank: 1, reductions: false };
+    check_body(name, &multi.prologue, &rules)?;
+    if multi.prologue.values.is_empty() || !multi.prologue.stores.is_empty() {
+        return Err(malformed(name, "the prologue must end in the reduced value and store nothing"));
+    }
+    for value in &multi.prologue.values {
+        if let Expr::Load { offset, strides, .. } = &value.expr {
+            if *offset != 0 || strides[0] != 1 {
+                return Err(unsupported(name, "a prologue load other than the current element"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Emits the loop of `threads` threads (this one is `thread`) over `len` elements at `pointer`,
+/// applying the prologue and accumulating into `acc`.
+#[allow(clippy::too_many_arguments)]
+fn emit_range(
+    w: &mut CodeWriter,
+    helpers: &mut Helpers,
+    kernel: &str,
+    multi: &MultiReduce,
+    acc: DType,
+    thread: &str,
+    threads: usize,
+    vec: usize,
+) -> Result<()> {
+    let body: &Body = &multi.prologue;
+    let reduced = body.values.len() - 1;
+    let live = live_values(body, [braze_passes::ValueId(reduced)]);
+    let ids: Vec<usize> = (0..body.values.len()).filter(|&id| live[id]).collect();
+    let dtype = multi.dtype;
+    let reduced_dtype = body.values[reduced].dtype;
+    let element = |w: &mut CodeWriter, helpers: &mut Helpers, source: &str| -> Result<()> {
+        let mut names: Vec<String> = (0..body.values.len()).map(value_name).collect();
+        emit_values(w, kernel, helpers, body, ids.iter().copied(), &mut names, |id, helpers| {
+            matches!(body.values[id].expr, Expr::Load { .. })
+                .then(|| crate::cuda::cast(helpers, dtype, body.values[id].dtype, source))
+        })?;
+        w.line(accumulate(helpers, multi.op, acc, "acc", &names[reduced], reduced_dtype));
+        Ok(())
+    };
+    if vec > 1 {
+        w.line(format!("const unsigned vectors = seg.len / {vec}u;"));
+        w.line("#pragma unroll 4");
+        w.open(format!("for (unsigned j = {thread}; j < vectors; j += {threads}u)"));
+        w.line(format!("{} x[{vec}];", value_type(dtype)));
+        emit_vector_load(w, helpers, dtype, "items", &format!("j * {vec}u"), "x", "", vec, IndexWidth::U32);
+        w.line("#pragma unroll");
+        w.open(format!("for (unsigned u = 0u; u < {vec}u; ++u)"));
+        element(w, helpers, "x[u]")?;
+        w.close();
+        w.close();
+        w.open(format!("for (unsigned j = vectors * {vec}u + {thread}; j < seg.len; j += {threads}u)"));
+    } else {
+        w.open(format!("for (unsigned j = {thread}; j < seg.len; j += {threads}u)"));
+    }
+    w.line(format!("const {} x = {};", value_type(dtype), widen(dtype, "items[j]")));
+    element(w, helpers, "x")?;
+    w.close();
+    Ok(())
+}
+
+pub(crate) fn generate(unit: &mut Unit<'_>, multi: &MultiReduce, block: u32, chunk: u32) -> Result<Emitted> {
+    check(unit, multi, block, chunk)?;
+    let kernel = unit.kernel;
+    let name = kernel.name.clone();
+    let dtype = multi.dtype;
+    let vec = vector_width(dtype);
+    // Segment starts stay multiples of the vector width, so vector loads stay aligned.
+    let chunk = (chunk as usize).div_ceil(vec) * vec;
+    let warps = block as usize / 32;
+    let (segments, tasks) = work_list(&multi.items, block as usize, chunk);
+    let multi_chunk = segments.iter().any(|s| s.chunk_count > 1);
+    let reduced_dtype = multi.prologue.values.last().map(|v| v.dtype).unwrap_or(dtype);
+    let acc = accumulator_dtype(multi.op, reduced_dtype);
+    let acc_type = value_type(acc);
+    let helpers = &mut unit.helpers;
+    helpers.need_storage(dtype);
+    let storage = storage_type(dtype);
+
+    let mut w = CodeWriter::new();
+    w.line("// `len` elements from `start` of `item`, which is cut into `chunk_count` segments from index `first_chunk` on.");
+    w.open("struct Segment");
+    for field in [
+        "unsigned long long start;",
+        "unsigned long long item_len;",
+        "unsigned len;",
+        "unsigned item;",
+        "unsigned first_chunk;",
+        "unsigned chunk_count;",
+    ] {
+        w.line(field);
+    }
+    w.close_with(";");
+    w.line("// One block's work: one segment with every thread, or several small items, one warp each.");
+    w.open("struct BlockTask");
+    for field in ["unsigned first_segment;", "unsigned segment_count;", "unsigned whole_block;", "unsigned unused;"] {
+        w.line(field);
+    }
+    w.close_with(";");
+    w.line("");
+    let mut declared = vec![
+        format!("{storage}* __restrict__ out0"),
+        format!("const {storage}* const* __restrict__ item_ptrs"),
+        "const Segment* __restrict__ segments".to_string(),
+        "const BlockTask* __restrict__ tasks".to_string(),
+    ];
+    let mut params = vec![Param::Output(0), Param::Table(0), Param::Table(1), Param::Table(2)];
+    if multi_chunk {
+        declared.push(format!("{acc_type}* __restrict__ partials"));
+        declared.push("unsigned* __restrict__ arrivals".to_string());
+        params.push(Param::Scratch(0));
+        params.push(Param::Scratch(1));
+    }
+    let out_dtype = dtype;
+    let result = |helpers: &mut Helpers, acc_name: &str| -> String {
+        narrow(out_dtype, &finalize(helpers, multi.op, acc, acc_name, "seg.item_len", out_dtype))
+    };
+
+    w.open(format!("extern \"C\" __global__ void __launch_bounds__({block}) {name}({})", declared.join(", ")));
+    w.line(format!("__shared__ {acc_type} warp_partials[{warps}];"));
+    if multi_chunk {
+        w.line("__shared__ bool last_arrival;");
+    }
+    w.line("const unsigned lane = threadIdx.x & 31u;");
+    w.line("const unsigned warp = threadIdx.x >> 5;");
+    w.line("const BlockTask task = tasks[blockIdx.x];");
+    w.open("if (task.whole_block)");
+    w.line("const unsigned s = task.first_segment;");
+    w.line("const Segment seg = segments[s];");
+    w.line(format!("const {storage}* __restrict__ items = item_ptrs[seg.item] + seg.start;"));
+    w.line(declare_accumulator(multi.op, acc, "acc"));
+    emit_range(&mut w, helpers, &name, multi, acc, "threadIdx.x", block as usize, vec)?;
+    let accumulators = [("acc".to_string(), multi.op, acc)];
+    butterfly(&mut w, helpers, &accumulators, 32, "0xffffffffu");
+    w.line("if (lane == 0u) warp_partials[warp] = acc;");
+    w.line("__syncthreads();");
+    w.open("if (threadIdx.x == 0u)");
+    w.line("acc = warp_partials[0];");
+    w.line(format!(
+        "for (unsigned w = 1u; w < {warps}u; ++w) acc = {};",
+        combine(helpers, multi.op, acc, "acc", "warp_partials[w]")
+    ));
+    if multi_chunk {
+        w.open("if (seg.chunk_count == 1u)");
+        w.line(format!("out0[seg.item] = {};", result(helpers, "acc")));
+        w.reopen("else");
+        w.line("partials[s] = acc;");
+        w.line("__threadfence();  // publish the partial before counting this segment as arrived");
+        w.line("last_arrival = atomicAdd(&arrivals[seg.item], 1u) == seg.chunk_count - 1u;");
+        w.close();
+    } else {
+        w.line(format!("out0[seg.item] = {};", result(helpers, "acc")));
+    }
+    w.close();
+    if multi_chunk {
+        w.line("__syncthreads();");
+        w.line("// The block that finishes an item's last segment combines the item's partials in a fixed order.");
+        w.open("if (seg.chunk_count > 1u && last_arrival && warp == 0u)");
+        w.line("__threadfence();");
+        w.line(format!("const volatile {acc_type}* item_partials = partials + seg.first_chunk;"));
+        w.line(declare_accumulator(multi.op, acc, "total"));
+        w.line(format!(
+            "for (unsigned c = lane; c < seg.chunk_count; c += 32u) total = {};",
+            combine(helpers, multi.op, acc, "total", "item_partials[c]")
+        ));
+        butterfly(&mut w, helpers, &[("total".to_string(), multi.op, acc)], 32, "0xffffffffu");
+        w.open("if (lane == 0u)");
+        w.line(format!("out0[seg.item] = {};", result(helpers, "total")));
+        w.line("arrivals[seg.item] = 0u;  // leave the scratch zeroed for the next run");
+        w.close();
+        w.close();
+    }
+    w.reopen("else");
+    w.line("// whole small items, one warp each");
+    w.open(format!(
+        "for (unsigned s = task.first_segment + warp; s < task.first_segment + task.segment_count; s += {warps}u)"
+    ));
+    w.line("const Segment seg = segments[s];");
+    w.line(format!("const {storage}* __restrict__ items = item_ptrs[seg.item];"));
+    w.line(declare_accumulator(multi.op, acc, "acc"));
+    emit_range(&mut w, helpers, &name, multi, acc, "lane", 32, vec)?;
+    butterfly(&mut w, helpers, &accumulators, 32, "0xffffffffu");
+    w.line(format!("if (lane == 0u) out0[seg.item] = {};", result(helpers, "acc")));
+    w.close();
+    w.close();
+    w.close();
+
+    let mut launches = Vec::new();
+    if !tasks.is_empty() {
+        launches.push(Launch {
+            entry: name.clone(),
+            grid: [tasks.len() as u32, 1, 1],
+            block: [block, 1, 1],
+            shared_bytes: 0,
+            params,
+        });
+    }
+    let mut scratch = Vec::new();
+    if multi_chunk {
+        scratch.push(ScratchSpec { bytes: segments.len() * acc.size_bytes(), zero_init: false });
+        scratch.push(ScratchSpec { bytes: multi.items.len() * 4, zero_init: true });
+    }
+    let tables = vec![
+        TableSpec::InputPointers,
+        TableSpec::Static(encode_segments(&segments)),
+        TableSpec::Static(encode_tasks(&tasks)),
+    ];
+    let whole = tasks.iter().filter(|t| t.whole_block).count();
+    let total: usize = multi.items.iter().sum();
+    let mut notes = vec![
+        format!(
+            "{} segments of at most {chunk} elements; {whole} blocks reduce one segment each, {} blocks reduce packs of small items",
+            segments.len(),
+            tasks.len() - whole
+        ),
+        format!("table1: Segment[{}], table2: BlockTask[{}]", segments.len(), tasks.len()),
+    ];
+    if multi_chunk {
+        notes.push("scratch0: one partial per segment; scratch1: per-item arrival counters".to_string());
+    }
+    Ok(Emitted {
+        summary: format!("{} of {} items ({total} elements) in one launch", multi.op.name(), multi.items.len()),
+        notes,
+        width: None,
+        code: w.finish(),
+        launches,
+        scratch,
+        tables,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn large_items_are_cut_and_small_ones_packed() {
+        let (segments, tasks) = work_list(&[40_000, 0, 100, 3_000, 16_384, 50], 256, 16_384);
+        // 40,000 -> 3 segments; 16,384 -> 1; 3,000 > 2,048 -> 1 block of its own.
+        let whole: Vec<_> = tasks.iter().filter(|t| t.whole_block).collect();
+        assert_eq!(whole.len(), 5);
+        assert_eq!(
+            segments[0],
+            Segment { start: 0, item_len: 40_000, len: 16_384, item: 0, first_chunk: 0, chunk_count: 3 }
+        );
+        assert_eq!(segments[2].len, 40_000 - 2 * 16_384);
+        // The small items (0, 100, 50 elements) share one block.
+        assert_eq!(tasks.last().unwrap(), &BlockTask { first_segment: 5, segment_count: 3, whole_block: false });
+        assert_eq!(segments.len(), 8);
+        assert_eq!(encode_segments(&segments).len(), 8 * SEGMENT_BYTES);
+    }
+}

@@ -1,0 +1,252 @@
+//! Pointwise kernels: a flat grid-stride loop over the domain, `vec` consecutive elements per
+//! thread and step, with 16-byte loads and stores where the data is contiguous and aligned.
+
+use crate::body::{check_body, declare, emit_values, live_values, value_name, BodyRules};
+use crate::cuda::{cast, narrow, value_type, Helpers};
+use crate::error::{invalid_config, Result};
+use crate::index::{classify, is_constant, merge_view, offset_expr, IndexWidth, VectorAccess, ViewDim};
+use crate::vector::{emit_vector_load, emit_vector_store, load_rhs};
+use crate::writer::CodeWriter;
+use crate::{grid_for, Emitted, Launch, Unit};
+
+use braze_ir::DType;
+use braze_passes::{Expr, Pointwise};
+
+/// How a load is read inside the vector loop.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum LoadKind {
+    /// The same element everywhere: loaded once per thread, before the loop.
+    KernelConstant,
+    /// One aligned vector load per step into `ldN[vec]`.
+    Vector,
+    /// One scalar load per step, shared by the whole vector.
+    Uniform,
+    /// One scalar load per element.
+    Gather,
+}
+
+struct LoadInfo {
+    slot: usize,
+    base: usize,
+    view: Vec<ViewDim>,
+    kind: LoadKind,
+}
+
+fn check_config(unit: &Unit<'_>, block: u32, vec: u32, grid_limit: u32) -> Result<()> {
+    if !(32..=1024).contains(&block) || !block.is_multiple_of(32) {
+        return Err(invalid_config(unit.name(), format!("block {block} is not a multiple of 32 in 32..=1024")));
+    }
+    if !vec.is_power_of_two() || vec > 16 {
+        return Err(invalid_config(unit.name(), format!("vec {vec} is not a power of two up to 16")));
+    }
+    if grid_limit == 0 {
+        return Err(invalid_config(unit.name(), "grid_limit is 0"));
+    }
+    Ok(())
+}
+
+pub(crate) fn generate(unit: &mut Unit<'_>, pw: &Pointwise, block: u32, vec: u32, grid_limit: u32) -> Result<Emitted> {
+    check_config(unit, block, vec, grid_limit)?;
+    let kernel = unit.kernel;
+    let body = &pw.body;
+    let dims = pw.shape.dims();
+    let rules =
+        BodyRules { inputs: kernel.inputs.len(), outputs: kernel.outputs.len(), rank: dims.len(), reductions: false };
+    check_body(&kernel.name, body, &rules)?;
+    let numel = pw.shape.numel();
+    let width = IndexWidth::for_largest(numel.max(unit.largest_buffer()));
+    let vec = vec as usize;
+    let lit = |n: usize| width.lit(n);
+    let input_dtypes: Vec<DType> = (0..kernel.inputs.len()).map(|slot| unit.input_dtype(slot)).collect();
+    let output_dtypes: Vec<DType> = (0..kernel.outputs.len()).map(|slot| unit.output_dtype(slot)).collect();
+
+    let live = live_values(body, body.stores.iter().map(|s| s.value));
+    let loads: Vec<Option<LoadInfo>> = body
+        .values
+        .iter()
+        .enumerate()
+        .map(|(id, value)| match &value.expr {
+            Expr::Load { input, offset, strides } if live[id] => {
+                let view = merge_view(dims, strides);
+                let kind = if is_constant(&view) {
+                    LoadKind::KernelConstant
+                } else if vec == 1 {
+                    LoadKind::Gather
+                } else {
+                    match classify(*offset, &view, vec) {
+                        VectorAccess::Contiguous => LoadKind::Vector,
+                        VectorAccess::Uniform => LoadKind::Uniform,
+                        VectorAccess::Gather => LoadKind::Gather,
+                    }
+                };
+                Some(LoadInfo { slot: *input, base: *offset, view, kind })
+            }
+            _ => None,
+        })
+        .collect();
+    let load_of = |id: usize| loads[id].as_ref();
+    let is_kind = |id: usize, kind: LoadKind| load_of(id).is_some_and(|l| l.kind == kind);
+    // The load of value `id` at flat index `flat`, by index math.
+    let gather = |helpers: &mut Helpers, id: usize, flat: &str| -> String {
+        let info = load_of(id).expect("a load");
+        let lvalue = format!("in{}[{}]", info.slot, offset_expr(info.base, &info.view, flat, width));
+        load_rhs(helpers, input_dtypes[info.slot], body.values[id].dtype, &lvalue)
+    };
+    let store_value = |helpers: &mut Helpers, id: usize, slot: usize, names: &[String]| -> String {
+        cast(helpers, body.values[id].dtype, output_dtypes[slot], &names[id])
+    };
+
+    let (declared, params) = unit.buffer_params();
+    let helpers = &mut unit.helpers;
+    let mut w = CodeWriter::new();
+    w.open(format!("extern \"C\" __global__ void __launch_bounds__({block}) {}({})", kernel.name, declared.join(", ")));
+    if numel == 0 {
+        w.line("// no elements: nothing to do");
+    } else {
+        w.line(format!("constexpr idx_t NUMEL = {};", lit(numel)));
+    }
+    let mut names: Vec<String> = (0..body.values.len()).map(value_name).collect();
+
+    let constant_loads: Vec<usize> =
+        (0..body.values.len()).filter(|&id| is_kind(id, LoadKind::KernelConstant)).collect();
+    if !constant_loads.is_empty() {
+        w.line("// the same element for every position: loaded once");
+        for &id in &constant_loads {
+            let info = load_of(id).unwrap();
+            let rhs = load_rhs(
+                helpers,
+                input_dtypes[info.slot],
+                body.values[id].dtype,
+                &format!("in{}[{}]", info.slot, lit(info.base)),
+            );
+            w.line(declare(body, id, &rhs));
+        }
+    }
+    let computed: Vec<usize> =
+        (0..body.values.len()).filter(|&id| live[id] && !is_kind(id, LoadKind::KernelConstant)).collect();
+    let mut stored_slots: Vec<usize> = body.stores.iter().map(|s| s.output).collect();
+    stored_slots.sort();
+    stored_slots.dedup();
+
+    let vectors = numel / vec;
+    let step = format!("(idx_t)gridDim.x * {}", lit(block as usize));
+    let first = format!("(idx_t)blockIdx.x * {} + threadIdx.x", lit(block as usize));
+    if numel > 0 && vec == 1 {
+        w.open(format!("for (idx_t i = {first}; i < NUMEL; i += {step})"));
+        emit_values(&mut w, &kernel.name, helpers, body, computed.iter().copied(), &mut names, |id, helpers| {
+            load_of(id).map(|_| gather(helpers, id, "i"))
+        })?;
+        for store in &body.stores {
+            let value = store_value(helpers, store.value.0, store.output, &names);
+            w.line(format!("out{}[i] = {};", store.output, narrow(output_dtypes[store.output], &value)));
+        }
+        w.close();
+    } else if vectors > 0 {
+        w.line(format!("// {vec} consecutive elements per thread and step"));
+        w.open(format!("for (idx_t vector = {first}; vector < NUMEL / {}; vector += {step})", lit(vec)));
+        w.line(format!("const idx_t i0 = vector * {};", lit(vec)));
+        for id in (0..body.values.len()).filter(|&id| is_kind(id, LoadKind::Vector)) {
+            let info = load_of(id).unwrap();
+            let dtype = input_dtypes[info.slot];
+            w.line(format!("{} ld{id}[{vec}];", value_type(dtype)));
+            let offset = offset_expr(info.base, &info.view, "i0", width);
+            emit_vector_load(
+                &mut w,
+                helpers,
+                dtype,
+                &format!("in{}", info.slot),
+                &offset,
+                &format!("ld{id}"),
+                "",
+                vec,
+                width,
+            );
+        }
+        for id in (0..body.values.len()).filter(|&id| is_kind(id, LoadKind::Uniform)) {
+            w.line(format!("const {} ld{id} = {};", value_type(body.values[id].dtype), gather(helpers, id, "i0")));
+        }
+        for &slot in &stored_slots {
+            w.line(format!("{} st{slot}[{vec}];", value_type(output_dtypes[slot])));
+        }
+        w.line("#pragma unroll");
+        w.open(format!("for (unsigned k = 0u; k < {vec}u; ++k)"));
+        if computed.iter().any(|&id| is_kind(id, LoadKind::Gather)) {
+            w.line("const idx_t i = i0 + k;");
+        }
+        emit_values(&mut w, &kernel.name, helpers, body, computed.iter().copied(), &mut names, |id, helpers| {
+            let info = load_of(id)?;
+            Some(match info.kind {
+                LoadKind::Vector => {
+                    cast(helpers, input_dtypes[info.slot], body.values[id].dtype, &format!("ld{id}[k]"))
+                }
+                LoadKind::Uniform => format!("ld{id}"),
+                _ => gather(helpers, id, "i"),
+            })
+        })?;
+        for store in &body.stores {
+            let value = store_value(helpers, store.value.0, store.output, &names);
+            w.line(format!("st{}[k] = {value};", store.output));
+        }
+        w.close();
+        for &slot in &stored_slots {
+            let pointer = format!("out{slot}");
+            emit_vector_store(&mut w, helpers, output_dtypes[slot], &pointer, "i0", &format!("st{slot}"), vec, width);
+        }
+        w.close();
+    }
+    let tail = if vec == 1 { 0 } else { numel % vec };
+    if tail > 0 {
+        w.line(format!("// the last {tail} elements, one per thread of block 0"));
+        w.open(format!("if (blockIdx.x == 0u && threadIdx.x < {tail}u)"));
+        w.line(format!("const idx_t i = {} + threadIdx.x;", lit(vectors * vec)));
+        let mut tail_names: Vec<String> = (0..body.values.len()).map(value_name).collect();
+        emit_values(&mut w, &kernel.name, helpers, body, computed.iter().copied(), &mut tail_names, |id, helpers| {
+            load_of(id).map(|_| gather(helpers, id, "i"))
+        })?;
+        for store in &body.stores {
+            let value = store_value(helpers, store.value.0, store.output, &tail_names);
+            w.line(format!("out{}[i] = {};", store.output, narrow(output_dtypes[store.output], &value)));
+        }
+        w.close();
+    }
+    w.close();
+
+    let mut launches = Vec::new();
+    if numel > 0 && !body.stores.is_empty() {
+        let threads = if vec == 1 { numel } else { vectors.max(1) };
+        let grid = grid_for(threads, block, grid_limit);
+        launches.push(Launch {
+            entry: kernel.name.clone(),
+            grid: [grid, 1, 1],
+            block: [block, 1, 1],
+            shared_bytes: 0,
+            params,
+        });
+    }
+    let described: Vec<String> = (0..body.values.len())
+        .filter_map(|id| {
+            load_of(id).map(|l| {
+                let kind = match l.kind {
+                    LoadKind::KernelConstant => "once per thread",
+                    LoadKind::Vector => "vector",
+                    LoadKind::Uniform => "once per vector",
+                    LoadKind::Gather => "per element",
+                };
+                format!("v{id} = in{} {kind}", l.slot)
+            })
+        })
+        .collect();
+    let mut notes = Vec::new();
+    if !described.is_empty() {
+        notes.push(format!("loads: {}", described.join(", ")));
+    }
+    Ok(Emitted {
+        summary: format!("pointwise over {} ({numel} elements)", pw.shape),
+        notes,
+        width: Some(width),
+        code: w.finish(),
+        launches,
+        scratch: Vec::new(),
+        tables: Vec::new(),
+    })
+}

@@ -1,0 +1,107 @@
+//! Reduction arithmetic shared by row and multi-reduce kernels: accumulator types, identities,
+//! combine steps and the warp-level butterfly.
+
+use crate::cuda::{cast, identity_literal, value_type, Helper, Helpers};
+use crate::writer::CodeWriter;
+use braze_ir::{DType, ReduceOp};
+
+/// Float reductions accumulate in f32, integer (and bool) sums in 64 bits, integer max/min in
+/// their own width.
+pub(crate) fn accumulator_dtype(op: ReduceOp, operand: DType) -> DType {
+    match (op, operand) {
+        (_, DType::F32 | DType::F16 | DType::BF16) => DType::F32,
+        (ReduceOp::Sum | ReduceOp::Mean, _) => DType::I64,
+        (_, DType::I64) => DType::I64,
+        _ => DType::I32,
+    }
+}
+
+pub(crate) fn identity(op: ReduceOp, acc: DType) -> String {
+    identity_literal(op, acc)
+}
+
+/// `a (op) b` in the accumulator type.
+pub(crate) fn combine(helpers: &mut Helpers, op: ReduceOp, acc: DType, a: &str, b: &str) -> String {
+    let float = acc == DType::F32;
+    match op {
+        ReduceOp::Sum | ReduceOp::Mean if float => format!("{a} + {b}"),
+        ReduceOp::Sum | ReduceOp::Mean => format!("(long long)((unsigned long long){a} + (unsigned long long){b})"),
+        ReduceOp::Max if float => {
+            helpers.need(Helper::MaxF32);
+            format!("max_f32({a}, {b})")
+        }
+        ReduceOp::Min if float => {
+            helpers.need(Helper::MinF32);
+            format!("min_f32({a}, {b})")
+        }
+        ReduceOp::Max => format!("{a} > {b} ? {a} : {b}"),
+        ReduceOp::Min => format!("{a} < {b} ? {a} : {b}"),
+    }
+}
+
+/// `acc = acc (op) element;` with the element converted to the accumulator type.
+pub(crate) fn accumulate(
+    helpers: &mut Helpers,
+    op: ReduceOp,
+    acc: DType,
+    acc_name: &str,
+    element: &str,
+    element_dtype: DType,
+) -> String {
+    let element = cast(helpers, element_dtype, acc, element);
+    let element = if element.contains(' ') { format!("({element})") } else { element };
+    format!("{acc_name} = {};", combine(helpers, op, acc, acc_name, &element))
+}
+
+/// The reduced value of dtype `result` from a finished accumulator over `count` elements
+/// (`count` is a C expression; only a mean uses it). A float result stays unrounded in f32, as
+/// every computed f16/bf16 value does until a cast or a store.
+pub(crate) fn finalize(
+    helpers: &mut Helpers,
+    op: ReduceOp,
+    acc: DType,
+    acc_name: &str,
+    count: &str,
+    result: DType,
+) -> String {
+    let (value, from) = if op == ReduceOp::Mean {
+        let sum = cast(helpers, acc, DType::F32, acc_name);
+        // An empty mean is 0 / 0 = NaN, as in the reference.
+        (format!("({sum} / (float)({count}))"), DType::F32)
+    } else {
+        (acc_name.to_string(), acc)
+    };
+    if from.is_float() && result.is_float() {
+        value
+    } else {
+        cast(helpers, from, result, &value)
+    }
+}
+
+/// Declares an accumulator initialised to the identity.
+pub(crate) fn declare_accumulator(op: ReduceOp, acc: DType, name: &str) -> String {
+    format!("{} {name} = {};", value_type(acc), identity(op, acc))
+}
+
+/// Butterfly steps over `width` lanes (a power of two up to 32): afterwards every lane of each
+/// `width`-lane group holds the same combined value, bit for bit, because every step combines
+/// the same two partial values on both lanes (commutative) in a fixed order.
+pub(crate) fn butterfly(
+    w: &mut CodeWriter,
+    helpers: &mut Helpers,
+    accumulators: &[(String, ReduceOp, DType)],
+    width: u32,
+    mask: &str,
+) {
+    if width <= 1 || accumulators.is_empty() {
+        return;
+    }
+    w.line("#pragma unroll");
+    w.open(format!("for (unsigned offset = {}u; offset > 0u; offset >>= 1)", width / 2));
+    for (name, op, acc) in accumulators {
+        let other = format!("{name}_other");
+        w.line(format!("const {} {other} = __shfl_xor_sync({mask}, {name}, offset);", value_type(*acc)));
+        w.line(format!("{name} = {};", combine(helpers, *op, *acc, name, &other)));
+    }
+    w.close();
+}

@@ -1,0 +1,281 @@
+//! Snapshots of the CUDA source of hand-built plans of every family (in the top-level
+//! `snapshots/kernels/`, which braze-cuda's NVRTC test compiles), plus the properties the
+//! runtime relies on: determinism, index width, launches, scratch and tables.
+
+mod plans;
+
+use braze_codegen::{
+    candidate_configs, default_config, generate, plan_sources, CodegenError, GeneratedKernel, KernelCode, KernelConfig,
+    Param, ScratchSpec, TableSpec,
+};
+use braze_ir::DType;
+use braze_passes::Plan;
+
+fn settings() -> insta::Settings {
+    let mut settings = insta::Settings::clone_current();
+    settings.set_snapshot_path(concat!(env!("CARGO_MANIFEST_DIR"), "/../../snapshots/kernels"));
+    settings.set_prepend_module_to_snapshot(false);
+    settings
+}
+
+fn cuda(plan: &Plan, config: &KernelConfig) -> GeneratedKernel {
+    match generate(plan, 0, config).unwrap() {
+        KernelCode::Cuda(kernel) => kernel,
+        KernelCode::CuBlasLt(_) => panic!("expected CUDA source"),
+    }
+}
+
+fn snapshot_with(name: &str, plan: &Plan, config: &KernelConfig) -> GeneratedKernel {
+    let kernel = cuda(plan, config);
+    settings().bind(|| insta::assert_snapshot!(name, kernel.source));
+    kernel
+}
+
+fn snapshot(name: &str, plan: &Plan) -> GeneratedKernel {
+    snapshot_with(name, plan, &default_config(plan, 0))
+}
+
+/// Every hand-built plan, named as its snapshot.
+fn all_plans() -> Vec<(&'static str, Plan)> {
+    vec![
+        ("pointwise_broadcast_f32", plans::pointwise_broadcast_f32()),
+        ("pointwise_ew_chain_f32", plans::ew_chain(DType::F32, 1 << 26)),
+        ("pointwise_bf16_vectorized", plans::ew_chain(DType::BF16, 1_000_003)),
+        ("pointwise_multi_output", plans::pointwise_multi_output()),
+        ("pointwise_every_float_op", plans::pointwise_every_float_op()),
+        ("pointwise_int_ops", plans::pointwise_int_ops()),
+        ("pointwise_64bit_index", plans::pointwise_huge()),
+        ("pointwise_empty", plans::pointwise_empty()),
+        ("row_ln_relu_res_f32", plans::ln_relu_res(DType::F32, 16_384, 4096)),
+        ("row_ln_relu_res_bf16", plans::ln_relu_res(DType::BF16, 16_384, 4096)),
+        ("row_ln_relu_res_f32_1024", plans::ln_relu_res(DType::F32, 65_536, 1024)),
+        ("row_two_layers", plans::chained_layers(2, 64, 256)),
+        ("row_tiny_block_16_layers", plans::chained_layers(16, 64, 256)),
+        ("row_softmax", plans::softmax(1024, 1000)),
+        ("row_mean_middle_axis", plans::mean_middle_axis(32, 1000, 64)),
+        ("row_softmax_zero_columns", plans::softmax(4, 0)),
+        ("row_rms_norm_per_row_scale_bf16", plans::rms_norm_scaled(4096, 2048)),
+        ("row_int_count_and_max", plans::count_positive(1000, 300)),
+        ("multi_reduce_sum_5", plans::multi_sum(&[100_000, 0, 37, 5000, 16_385], DType::F32)),
+        ("multi_reduce_max_abs_bf16", plans::multi_max_abs(&[70_000, 3, 0, 2_000, 1_024])),
+        ("multi_reduce_mean_square", plans::multi_mean_square(&[10, 300, 0])),
+        ("concat_3", plans::concat(&[10, 6, 16], DType::F32)),
+        ("concat_20_bf16", plans::concat(&[3; 20], DType::BF16)),
+        ("multi_reduce_no_items", plans::multi_sum(&[], DType::F32)),
+    ]
+}
+
+#[test]
+fn snapshots_of_every_family() {
+    for (name, plan) in all_plans() {
+        snapshot(name, &plan);
+    }
+}
+
+#[test]
+fn snapshot_of_an_uncached_row_kernel() {
+    let plan = plans::ln_relu_res(DType::F32, 16_384, 4096);
+    let config = KernelConfig::Row { threads_per_row: 1024, rows_per_block: 1, cached: false };
+    snapshot_with("row_ln_relu_res_f32_uncached", &plan, &config);
+}
+
+#[test]
+fn snapshot_of_a_sub_warp_row_kernel() {
+    let plan = plans::softmax(4096, 64);
+    let config = default_config(&plan, 0);
+    assert_eq!(config, KernelConfig::Row { threads_per_row: 8, rows_per_block: 8, cached: true });
+    snapshot_with("row_softmax_sub_warp", &plan, &config);
+}
+
+#[test]
+fn generation_is_deterministic() {
+    for (name, plan) in all_plans() {
+        for config in candidate_configs(&plan, 0) {
+            let first = generate(&plan, 0, &config).unwrap();
+            let second = generate(&plan.clone(), 0, &config).unwrap();
+            assert_eq!(first, second, "{name} with {config}");
+        }
+    }
+}
+
+#[test]
+fn every_candidate_config_generates() {
+    for (name, plan) in all_plans() {
+        let candidates = candidate_configs(&plan, 0);
+        assert!((1..=8).contains(&candidates.len()), "{name}: {} candidates", candidates.len());
+        assert_eq!(candidates[0], default_config(&plan, 0));
+        for config in candidates {
+            let kernel = cuda(&plan, &config);
+            for launch in &kernel.launches {
+                assert!(launch.grid.iter().all(|&g| g > 0), "{name} with {config}: empty grid");
+                assert!(launch.block[0] >= 32 && launch.block[0] <= 1024, "{name} with {config}");
+                assert!(kernel
+                    .source
+                    .contains(&format!("void __launch_bounds__({}) {}(", launch.block[0], launch.entry)));
+            }
+        }
+    }
+}
+
+#[test]
+fn index_math_is_64_bit_exactly_when_needed() {
+    for (name, plan) in all_plans() {
+        let kernel = cuda(&plan, &default_config(&plan, 0));
+        let largest = plan.buffers.iter().map(|b| b.numel).max().unwrap();
+        let wide = kernel.source.contains("typedef unsigned long long idx_t;");
+        let narrow = kernel.source.contains("typedef unsigned idx_t;");
+        if name.starts_with("multi_reduce") {
+            assert!(!wide && !narrow, "{name}: multi-reduce indexes within segments");
+            continue;
+        }
+        assert_eq!(wide, largest >= 1 << 31, "{name}");
+        assert_eq!(narrow, largest < 1 << 31, "{name}");
+    }
+    let huge = cuda(&plans::pointwise_huge(), &default_config(&plans::pointwise_huge(), 0));
+    assert!(huge.source.contains("constexpr idx_t NUMEL = 3221225472ull;"));
+}
+
+#[test]
+fn pointwise_kernels_use_16_byte_accesses() {
+    let f32_chain =
+        cuda(&plans::ew_chain(DType::F32, 1 << 26), &default_config(&plans::ew_chain(DType::F32, 1 << 26), 0));
+    assert_eq!(f32_chain.source.matches("load_f32x4(in").count(), 4);
+    assert!(f32_chain.source.contains("store_f32x4(out0 + i0, st0);"));
+    assert!(!f32_chain.source.contains("the last"), "2^26 needs no scalar tail");
+    let plan = plans::ew_chain(DType::BF16, 1_000_003);
+    let bf16 = cuda(&plan, &default_config(&plan, 0));
+    assert!(bf16.source.contains("load_bf16x8(in0 + i0, ld0);"));
+    assert!(bf16.source.contains("// the last 3 elements"));
+    let broadcast = cuda(&plans::pointwise_broadcast_f32(), &default_config(&plans::pointwise_broadcast_f32(), 0));
+    // w [256] is contiguous per vector, r [64, 1] once per vector, s once per thread.
+    assert!(broadcast.source.contains("load_f32x4(in1 + (i0 % 256u), ld1);"));
+    assert!(broadcast.source.contains("const float ld2 = in2[i0 / 256u];"));
+    assert!(broadcast.source.contains("const float v3 = in3[0u];"));
+}
+
+#[test]
+fn launches_cover_the_work() {
+    let plan = plans::ew_chain(DType::F32, 1 << 26);
+    let kernel = cuda(&plan, &KernelConfig::Pointwise { block: 256, vec: 4, grid_limit: 1056 });
+    assert_eq!(kernel.launches.len(), 1);
+    let launch = &kernel.launches[0];
+    assert_eq!((launch.grid, launch.block), ([1056, 1, 1], [256, 1, 1]));
+    assert_eq!(
+        launch.params,
+        vec![Param::Input(0), Param::Input(1), Param::Input(2), Param::Input(3), Param::Output(0)]
+    );
+
+    let empty = cuda(&plans::pointwise_empty(), &default_config(&plans::pointwise_empty(), 0));
+    assert!(empty.launches.is_empty());
+    assert!(empty.source.contains("__global__"));
+
+    let ln = plans::ln_relu_res(DType::F32, 16_384, 4096);
+    let kernel = cuda(&ln, &default_config(&ln, 0));
+    assert_eq!((kernel.launches[0].grid, kernel.launches[0].block), ([16_384, 1, 1], [512, 1, 1]));
+}
+
+#[test]
+fn default_row_configs_follow_the_row_length() {
+    let row = |plan: &Plan| match default_config(plan, 0) {
+        KernelConfig::Row { threads_per_row, rows_per_block, cached } => (threads_per_row, rows_per_block, cached),
+        other => panic!("{other}"),
+    };
+    assert_eq!(row(&plans::ln_relu_res(DType::F32, 16_384, 4096)), (512, 1, true));
+    assert_eq!(row(&plans::ln_relu_res(DType::BF16, 16_384, 4096)), (256, 1, true));
+    assert_eq!(row(&plans::ln_relu_res(DType::F32, 65_536, 1024)), (128, 1, true));
+    assert_eq!(row(&plans::ln_relu_res(DType::F32, 16_384, 256)), (32, 8, true));
+    assert_eq!(row(&plans::chained_layers(16, 64, 256)), (32, 1, true));
+    assert!(!row(&plans::ln_relu_res(DType::F32, 64, 1 << 16)).2, "64K-column rows are re-read, not held");
+    // Strided columns, adjacent rows: a thread per row.
+    assert_eq!(row(&plans::mean_middle_axis(32, 1000, 64)).0, 1);
+}
+
+#[test]
+fn cached_rows_read_each_input_once() {
+    let plan = plans::chained_layers(16, 64, 256);
+    let kernel = cuda(&plan, &default_config(&plan, 0));
+    // x is loaded once; each layer's weight and bias once.
+    assert_eq!(kernel.source.matches("load_f32x4(in0 +").count(), 1);
+    for slot in 1..=32 {
+        assert_eq!(kernel.source.matches(&format!("load_f32x4(in{slot} +")).count(), 1, "in{slot}");
+    }
+    assert!(!kernel.source.contains("__syncthreads"), "a warp per row needs no block barrier");
+}
+
+#[test]
+fn multi_reduce_has_one_launch_tables_and_self_cleaning_scratch() {
+    let items = [100_000, 0, 37, 5000, 16_385];
+    let plan = plans::multi_sum(&items, DType::F32);
+    let kernel = cuda(&plan, &default_config(&plan, 0));
+    assert_eq!(kernel.launches.len(), 1);
+    assert_eq!(kernel.tables[0], TableSpec::InputPointers);
+    let TableSpec::Static(segments) = &kernel.tables[1] else { panic!("segments") };
+    // 100,000 -> 7 segments of 16,384; 5,000 and 16,385 (2 segments) take blocks of their own;
+    // 0 and 37 share a pack.
+    assert_eq!(segments.len(), (7 + 1 + 2 + 2) * 32);
+    let TableSpec::Static(tasks) = &kernel.tables[2] else { panic!("tasks") };
+    assert_eq!(tasks.len() / 16, kernel.launches[0].grid[0] as usize);
+    assert_eq!(kernel.launches[0].grid[0], 7 + 1 + 2 + 1);
+    assert_eq!(
+        kernel.scratch,
+        vec![ScratchSpec { bytes: 12 * 4, zero_init: false }, ScratchSpec { bytes: 5 * 4, zero_init: true }]
+    );
+    assert!(kernel.source.contains("arrivals[seg.item] = 0u;"));
+    assert!(!kernel.source.contains("atomicAdd(&out"), "no float atomics");
+
+    let small = plans::multi_mean_square(&[10, 300, 0]);
+    let kernel = cuda(&small, &default_config(&small, 0));
+    assert!(kernel.scratch.is_empty(), "single-segment items need no combine");
+    assert_eq!(kernel.launches[0].grid[0], 1);
+}
+
+#[test]
+fn concat_copies_16_bytes_at_a_time_where_runs_allow() {
+    let plan = plans::concat(&[10, 6, 16], DType::F32);
+    let kernel = cuda(&plan, &default_config(&plan, 0));
+    assert!(kernel.source.contains("*reinterpret_cast<uint4*>(&out0[i])"));
+    let many = plans::concat(&[3; 20], DType::BF16);
+    let kernel = cuda(&many, &default_config(&many, 0));
+    assert_eq!(kernel.launches[0].grid[1], 20);
+    assert_eq!(kernel.tables[0], TableSpec::InputPointers);
+    assert_eq!(kernel.launches[0].params, vec![Param::Output(0), Param::Table(0), Param::Table(1)]);
+}
+
+#[test]
+fn matmul_goes_to_cublaslt() {
+    let plan = plans::matmul();
+    assert_eq!(default_config(&plan, 0), KernelConfig::Library);
+    assert!(matches!(generate(&plan, 0, &KernelConfig::Library).unwrap(), KernelCode::CuBlasLt(m) if m.k == 128));
+}
+
+#[test]
+fn errors_name_the_kernel_and_the_problem() {
+    let plan = plans::pointwise_broadcast_f32();
+    let err = generate(&plan, 0, &KernelConfig::Concat { block: 256 }).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "kernel `pw_mul_add_relu_mul_add_f32_k0` is a pointwise kernel but was given a concat config"
+    );
+    let err = generate(&plan, 0, &KernelConfig::Pointwise { block: 100, vec: 4, grid_limit: 8 }).unwrap_err();
+    assert!(matches!(err, CodegenError::InvalidConfig { .. }));
+    assert!(matches!(
+        generate(&plan, 3, &KernelConfig::Library),
+        Err(CodegenError::NoSuchKernel { index: 3, count: 1 })
+    ));
+    let too_wide = KernelConfig::Row { threads_per_row: 32, rows_per_block: 1, cached: true };
+    let err = generate(&plans::ln_relu_res(DType::F32, 8, 4096), 0, &too_wide).unwrap_err();
+    assert!(err.to_string().contains("would spill"), "{err}");
+    assert!(matches!(plan_sources(&plan, &[]), Err(CodegenError::ConfigCount { configs: 0, kernels: 1 })));
+}
+
+#[test]
+fn sources_list_ops_with_locations() {
+    let plan = plans::ln_relu_res(DType::BF16, 128, 4096);
+    let kernel = cuda(&plan, &default_config(&plan, 0));
+    assert!(kernel.source.starts_with("// braze kernel `row_layer_norm_relu_add_bf16_k0`"));
+    assert!(kernel.source.contains("//   layer_norm     examples/model.rs:10:17"));
+    assert!(kernel
+        .source
+        .contains("extern \"C\" __global__ void __launch_bounds__(256) row_layer_norm_relu_add_bf16_k0("));
+    assert!(!kernel.source.contains("#include"));
+}

@@ -1,0 +1,79 @@
+//! Every kernel snapshot in the top-level `snapshots/kernels/` (written by braze-codegen's tests)
+//! compiles through NVRTC for sm_90 with no register spills and no local-memory stack.
+//!
+//! Without NVRTC the test prints `skipped: NVRTC not found` and passes, unless
+//! `BRAZE_REQUIRE_NVRTC=1` asks for a hard failure.
+
+use braze_cuda::nvrtc::{compile, nvrtc_available, CompileOptions};
+use std::path::{Path, PathBuf};
+
+fn snapshot_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../snapshots/kernels")
+}
+
+/// The snapshotted text of an insta `.snap` file: everything after its `---` header block.
+fn snapshot_body(text: &str) -> Option<&str> {
+    let header = text.strip_prefix("---\n")?;
+    let end = header.find("\n---\n")?;
+    Some(&header[end + "\n---\n".len()..])
+}
+
+#[test]
+fn every_kernel_snapshot_compiles_without_spills() {
+    if !nvrtc_available() {
+        assert!(
+            std::env::var("BRAZE_REQUIRE_NVRTC").as_deref() != Ok("1"),
+            "NVRTC not found, and BRAZE_REQUIRE_NVRTC=1 requires it (set LD_LIBRARY_PATH to its lib folder)"
+        );
+        println!("skipped: NVRTC not found");
+        return;
+    }
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(snapshot_dir())
+        .expect("snapshots/kernels exists")
+        .map(|entry| entry.expect("readable directory entry").path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "snap"))
+        .collect();
+    paths.sort();
+    assert!(!paths.is_empty(), "no kernel snapshots in {}", snapshot_dir().display());
+
+    let options = CompileOptions::default();
+    let mut failures = Vec::new();
+    for path in &paths {
+        let file = path.file_name().unwrap().to_string_lossy().into_owned();
+        let text = std::fs::read_to_string(path).expect("readable snapshot");
+        let Some(source) = snapshot_body(&text) else {
+            failures.push(format!("{file}: not an insta snapshot"));
+            continue;
+        };
+        let name = file.replace(".snap", ".cu");
+        let module = match compile(source, &name, &options) {
+            Ok(module) => module,
+            Err(err) => {
+                failures.push(format!("{file}: {err}"));
+                continue;
+            }
+        };
+        if module.resources.is_empty() {
+            failures.push(format!("{file}: ptxas reported no kernels"));
+        }
+        for kernel in &module.resources {
+            println!(
+                "{file:40} {:45} {:>3} registers, {:>4} B smem, {} B spill stores, {} B spill loads, {} B stack ({:.0} ms)",
+                kernel.kernel,
+                kernel.registers,
+                kernel.shared_bytes,
+                kernel.spill_stores,
+                kernel.spill_loads,
+                kernel.stack_bytes,
+                module.compile_ms
+            );
+            if kernel.spill_stores > 0 || kernel.spill_loads > 0 || kernel.stack_bytes > 0 {
+                failures.push(format!(
+                    "{file}: `{}` spills ({} B stored, {} B loaded, {} B stack)",
+                    kernel.kernel, kernel.spill_stores, kernel.spill_loads, kernel.stack_bytes
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{} of {} snapshots failed:\n{}", failures.len(), paths.len(), failures.join("\n"));
+}
