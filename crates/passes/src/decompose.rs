@@ -1,0 +1,180 @@
+//! Composites to primitives, so fusion sees through them: layer_norm, rms_norm, softmax and mean
+//! become sums, maxima and elementwise ops. Every node a decomposition creates carries the
+//! composite's source location. f16/bf16 composites compute in f32: the decomposition casts to
+//! f32 first and back at the end, so a fused kernel does not round every intermediate.
+
+use crate::topo::topo_order;
+use crate::{Pass, PassError, Result};
+use braze_ir::{BinaryOp, DType, Graph, NodeId, Op, ReduceOp, Shape, SourceLoc, UnaryOp};
+use std::collections::HashMap;
+
+/// For each node a decomposition created, the composite it came from (`"layer_norm"`, ...). Kernel
+/// names are built from it.
+pub(crate) type Origins = HashMap<NodeId, &'static str>;
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Decompose;
+
+impl Pass for Decompose {
+    fn name(&self) -> &'static str {
+        "decompose"
+    }
+
+    fn run(&self, g: &mut Graph) -> Result<bool> {
+        decompose(g, &mut Origins::new())
+    }
+}
+
+/// Whether the graph holds an op that [`Decompose`] rewrites.
+pub(crate) fn needs_decomposition(g: &Graph) -> bool {
+    g.node_ids().into_iter().any(|id| decomposed_name(&g.node(id).op).is_some())
+}
+
+fn decomposed_name(op: &Op) -> Option<&'static str> {
+    match op {
+        Op::LayerNorm { .. } => Some("layer_norm"),
+        Op::RmsNorm { .. } => Some("rms_norm"),
+        Op::Softmax { .. } => Some("softmax"),
+        Op::Reduce { op: ReduceOp::Mean, .. } => Some("mean"),
+        _ => None,
+    }
+}
+
+/// Decomposes every composite, recording where each new node came from.
+pub(crate) fn decompose(g: &mut Graph, origins: &mut Origins) -> Result<bool> {
+    let mut changed = false;
+    for id in topo_order(g) {
+        let Some(origin) = decomposed_name(&g.node(id).op) else { continue };
+        let node = g.node(id).clone();
+        let mut b = Builder { g, loc: node.loc.clone(), origin, origins };
+        let result = b.expand(&node.op, &node.operands, node.dtype)?;
+        g.replace_all_uses(id, result);
+        g.remove(id)?;
+        changed = true;
+    }
+    Ok(changed)
+}
+
+/// Adds nodes that all carry one composite's location and origin.
+struct Builder<'a> {
+    g: &'a mut Graph,
+    loc: Option<SourceLoc>,
+    origin: &'static str,
+    origins: &'a mut Origins,
+}
+
+impl Builder<'_> {
+    fn tag(&mut self, id: NodeId) -> NodeId {
+        self.g.set_loc(id, self.loc.clone());
+        self.origins.insert(id, self.origin);
+        id
+    }
+
+    fn binary(&mut self, op: BinaryOp, a: NodeId, b: NodeId) -> Result<NodeId> {
+        let id = self.g.add(Op::Binary { op }, &[a, b], self.loc.clone())?;
+        Ok(self.tag(id))
+    }
+
+    fn unary(&mut self, op: UnaryOp, x: NodeId) -> Result<NodeId> {
+        let id = self.g.add(Op::Unary { op }, &[x], self.loc.clone())?;
+        Ok(self.tag(id))
+    }
+
+    fn constant(&mut self, value: f64, dtype: DType) -> NodeId {
+        let id = self.g.constant(value, dtype);
+        self.tag(id)
+    }
+
+    fn reduce(&mut self, op: ReduceOp, x: NodeId, axes: Vec<usize>, keepdim: bool) -> Result<NodeId> {
+        let id = self.g.add(Op::Reduce { op, axes, keepdim }, &[x], self.loc.clone())?;
+        Ok(self.tag(id))
+    }
+
+    /// `x` as `dtype`, adding a cast only when it differs.
+    fn cast(&mut self, x: NodeId, dtype: DType) -> Result<NodeId> {
+        if self.g.node(x).dtype == dtype {
+            return Ok(x);
+        }
+        let id = self.g.cast(x, dtype)?;
+        Ok(self.tag(id))
+    }
+
+    fn shape(&self, x: NodeId) -> Shape {
+        self.g.node(x).shape.clone()
+    }
+
+    fn expand(&mut self, op: &Op, operands: &[NodeId], dtype: DType) -> Result<NodeId> {
+        // f16/bf16 are storage types: compute in f32 and round once at the end.
+        let compute = if matches!(dtype, DType::F16 | DType::BF16) { DType::F32 } else { dtype };
+        let x = self.cast(operands[0], compute)?;
+        let shape = self.shape(x);
+        let last = vec![shape.rank().saturating_sub(1)];
+        let result = match op {
+            Op::LayerNorm { eps } => {
+                let centered = self.centered(x, &last, compute)?;
+                let square = self.binary(BinaryOp::Mul, centered, centered)?;
+                let var = self.mean(square, &last, compute)?;
+                let scale = self.inverse_root(var, *eps, compute)?;
+                let normed = self.binary(BinaryOp::Mul, centered, scale)?;
+                let w = self.cast(operands[1], compute)?;
+                let scaled = self.binary(BinaryOp::Mul, normed, w)?;
+                let b = self.cast(operands[2], compute)?;
+                self.binary(BinaryOp::Add, scaled, b)?
+            }
+            Op::RmsNorm { eps } => {
+                let square = self.binary(BinaryOp::Mul, x, x)?;
+                let mean_square = self.mean(square, &last, compute)?;
+                let scale = self.inverse_root(mean_square, *eps, compute)?;
+                let normed = self.binary(BinaryOp::Mul, x, scale)?;
+                let w = self.cast(operands[1], compute)?;
+                self.binary(BinaryOp::Mul, normed, w)?
+            }
+            Op::Softmax { axis } => {
+                let axes = vec![*axis];
+                let max = self.reduce(ReduceOp::Max, x, axes.clone(), true)?;
+                let shifted = self.binary(BinaryOp::Sub, x, max)?;
+                let exp = self.unary(UnaryOp::Exp, shifted)?;
+                let sum = self.reduce(ReduceOp::Sum, exp, axes, true)?;
+                self.binary(BinaryOp::Div, exp, sum)?
+            }
+            Op::Reduce { axes, keepdim, .. } => {
+                let sum = self.reduce(ReduceOp::Sum, x, axes.clone(), *keepdim)?;
+                let inv_n = self.constant(1.0 / reduced_count(&shape, axes) as f64, compute);
+                self.binary(BinaryOp::Mul, sum, inv_n)?
+            }
+            other => {
+                return Err(PassError::Lowering {
+                    node: other.name().into(),
+                    op: self.origin.into(),
+                    detail: "not a composite".into(),
+                })
+            }
+        };
+        self.cast(result, dtype)
+    }
+
+    /// `x - mean(x)` over `axes`, keeping dims.
+    fn centered(&mut self, x: NodeId, axes: &[usize], dtype: DType) -> Result<NodeId> {
+        let mean = self.mean(x, axes, dtype)?;
+        self.binary(BinaryOp::Sub, x, mean)
+    }
+
+    /// `sum(x, axes, keepdim) * (1/n)`.
+    fn mean(&mut self, x: NodeId, axes: &[usize], dtype: DType) -> Result<NodeId> {
+        let n = reduced_count(&self.shape(x), axes);
+        let sum = self.reduce(ReduceOp::Sum, x, axes.to_vec(), true)?;
+        let inv_n = self.constant(1.0 / n as f64, dtype);
+        self.binary(BinaryOp::Mul, sum, inv_n)
+    }
+
+    /// `rsqrt(v + eps)`.
+    fn inverse_root(&mut self, v: NodeId, eps: f64, dtype: DType) -> Result<NodeId> {
+        let eps = self.constant(eps, dtype);
+        let shifted = self.binary(BinaryOp::Add, v, eps)?;
+        self.unary(UnaryOp::Rsqrt, shifted)
+    }
+}
+
+fn reduced_count(shape: &Shape, axes: &[usize]) -> usize {
+    axes.iter().map(|&a| shape.dims()[a]).product()
+}

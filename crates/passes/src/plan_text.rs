@@ -1,0 +1,232 @@
+//! The plan's text form (deterministic, meant for review and snapshots) and its JSON form.
+//!
+//! ```text
+//! plan: 1 kernel, 5 buffers, 805339136 bytes moved
+//! b0: f32 x67108864 input #0
+//! ...
+//! b4: f32 x67108864 output
+//! kernel 0: row_layer_norm_relu_add_f32_0 (row: rows=16384 cols=4096 outer=[16384] inner=[4096]) reads b0 b1 b2 b3 writes b4 (bytes=805339136)
+//!   sources: layer_norm/sum, layer_norm/mul, ..., relu, add
+//!   v0 = load in0 offset=0 strides=[4096,1] : f32
+//!   v1 = reduce_sum v0 : f32  (per-row)
+//!   ...
+//!   store v18 -> out0
+//! outputs: b4 as f32[16384,4096]
+//! ```
+//!
+//! Buffers print their element count: the plan keeps no shapes for them, only for its outputs.
+
+use crate::plan::{Activation, Body, BufferId, BufferRole, Expr, Kernel, KernelKind, Plan, SourceOp};
+use braze_ir::format_f64;
+use std::fmt::{self, Write};
+
+/// Longest list of buffers or item sizes printed in full; longer ones are elided in the middle.
+const MAX_LISTED: usize = 16;
+
+impl Plan {
+    /// The JSON form (serde). Non-finite constants serialize as `null`.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("plan JSON serialization cannot fail")
+    }
+
+    /// Bytes all kernels move at the least (each kernel reads its inputs and writes its outputs once).
+    pub fn bytes_moved(&self) -> usize {
+        self.kernels.iter().map(|k| self.kernel_bytes(k)).sum()
+    }
+}
+
+fn plural(n: usize, word: &str) -> String {
+    if n == 1 {
+        format!("{n} {word}")
+    } else {
+        format!("{n} {word}s")
+    }
+}
+
+/// `items` joined by spaces, the middle elided when there are too many.
+fn listed<T: fmt::Display>(items: &[T], sep: &str) -> String {
+    let show = |xs: &[T]| xs.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(sep);
+    if items.len() <= MAX_LISTED {
+        show(items)
+    } else {
+        let head = &items[..MAX_LISTED / 2];
+        let tail = &items[items.len() - 2..];
+        format!("{}{sep}...{sep}{} ({} in all)", show(head), show(tail), items.len())
+    }
+}
+
+fn dims(d: &[usize]) -> String {
+    format!("[{}]", d.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(","))
+}
+
+/// Runs of equal source ops as `op xN`.
+fn sources_line(sources: &[SourceOp]) -> String {
+    let mut runs: Vec<(String, usize)> = Vec::new();
+    for s in sources {
+        match runs.last_mut() {
+            Some((op, n)) if *op == s.op => *n += 1,
+            _ => runs.push((s.op.clone(), 1)),
+        }
+    }
+    let parts: Vec<String> = runs.into_iter().map(|(op, n)| if n == 1 { op } else { format!("{op} x{n}") }).collect();
+    listed(&parts, ", ")
+}
+
+impl fmt::Display for Plan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "plan: {}, {}, {} bytes moved",
+            plural(self.kernels.len(), "kernel"),
+            plural(self.buffers.len(), "buffer"),
+            self.bytes_moved()
+        )?;
+        let n = self.buffers.len();
+        for (i, b) in self.buffers.iter().enumerate() {
+            // Long lists (one buffer per tensor of a multi-tensor reduction) keep their ends.
+            if n > MAX_LISTED && (MAX_LISTED / 2..n - 2).contains(&i) {
+                if i == MAX_LISTED / 2 {
+                    writeln!(f, "... ({} more buffers)", n - 2 - MAX_LISTED / 2)?;
+                }
+                continue;
+            }
+            let role = match b.role {
+                BufferRole::Input(n) => format!("input #{n}"),
+                BufferRole::Intermediate => "intermediate".into(),
+                BufferRole::Output => "output".into(),
+            };
+            writeln!(f, "b{i}: {} x{} {role}", b.dtype, b.numel)?;
+        }
+        for (i, k) in self.kernels.iter().enumerate() {
+            self.fmt_kernel(f, i, k)?;
+        }
+        let outputs: Vec<String> = self
+            .outputs
+            .iter()
+            .map(|o| format!("{} as {}{}", o.buffer, self.buffer(o.buffer).dtype, o.shape))
+            .collect();
+        writeln!(f, "outputs: {}", outputs.join(", "))
+    }
+}
+
+impl Plan {
+    fn fmt_kernel(&self, f: &mut fmt::Formatter<'_>, index: usize, k: &Kernel) -> fmt::Result {
+        let shape = match &k.kind {
+            KernelKind::Pointwise(pw) => format!("pointwise: shape={}", pw.shape),
+            KernelKind::Row(row) => {
+                format!(
+                    "row: rows={} cols={} outer={} inner={}",
+                    row.rows(),
+                    row.cols(),
+                    dims(&row.outer),
+                    dims(&row.inner)
+                )
+            }
+            KernelKind::MultiReduce(mr) => format!(
+                "multi_reduce: {} of {}, {} elements, {}",
+                mr.op.name(),
+                plural(mr.items.len(), "item"),
+                mr.items.iter().sum::<usize>(),
+                mr.dtype
+            ),
+            KernelKind::MatMul(mm) => {
+                let mut s = format!("matmul: batch={} m={} n={} k={} {}", dims(&mm.batch), mm.m, mm.n, mm.k, mm.dtype);
+                if mm.a_transposed {
+                    s.push_str(" a_transposed");
+                }
+                if mm.b_transposed {
+                    s.push_str(" b_transposed");
+                }
+                let _ = write!(s, " a_batch_stride={} b_batch_stride={}", mm.a_batch_stride, mm.b_batch_stride);
+                if mm.bias {
+                    s.push_str(" +bias");
+                }
+                match mm.activation {
+                    Some(Activation::Relu) => s.push_str(" +relu"),
+                    Some(Activation::GeluTanh) => s.push_str(" +gelu_tanh"),
+                    None => {}
+                }
+                s
+            }
+            KernelKind::Concat(cat) => {
+                format!(
+                    "concat: shape={} axis={} extents={} {}",
+                    cat.shape,
+                    cat.axis,
+                    listed(&cat.extents, ","),
+                    cat.dtype
+                )
+            }
+        };
+        let ids = |b: &[BufferId]| if b.is_empty() { "nothing".to_string() } else { listed(b, " ") };
+        writeln!(
+            f,
+            "kernel {index}: {} ({shape}) reads {} writes {} (bytes={})",
+            k.name,
+            ids(&k.inputs),
+            ids(&k.outputs),
+            self.kernel_bytes(k)
+        )?;
+        if !k.sources.is_empty() {
+            writeln!(f, "  sources: {}", sources_line(&k.sources))?;
+        }
+        match &k.kind {
+            KernelKind::Pointwise(pw) => fmt_body(f, &pw.body, None),
+            KernelKind::Row(row) => {
+                let per_row = row.body.row_values(row.outer.len());
+                fmt_body(f, &row.body, Some(&per_row))?;
+                if !row.preserves_layout_hint() {
+                    writeln!(f, "  note: reduces leading axes; loads are strided")?;
+                }
+                Ok(())
+            }
+            KernelKind::MultiReduce(mr) => {
+                writeln!(f, "  items: [{}]", listed(&mr.items, ","))?;
+                fmt_body(f, &mr.prologue, None)?;
+                writeln!(f, "  reduce v{} -> out0[item]", mr.prologue.values.len().saturating_sub(1))
+            }
+            KernelKind::MatMul(_) | KernelKind::Concat(_) => Ok(()),
+        }
+    }
+}
+
+impl crate::plan::RowKernel {
+    /// Whether every load's innermost domain dim is its smallest nonzero stride (rows read as
+    /// contiguous runs); false for reductions over leading axes.
+    fn preserves_layout_hint(&self) -> bool {
+        let outer_rank = self.outer.len();
+        self.body.values.iter().all(|v| match &v.expr {
+            Expr::Load { strides, .. } => {
+                let inner_max = strides[outer_rank..].iter().copied().filter(|&s| s != 0).max();
+                let outer_min = strides[..outer_rank].iter().copied().filter(|&s| s != 0).min();
+                match (inner_max, outer_min) {
+                    (Some(i), Some(o)) => i < o,
+                    _ => true,
+                }
+            }
+            _ => true,
+        })
+    }
+}
+
+fn fmt_body(f: &mut fmt::Formatter<'_>, body: &Body, per_row: Option<&[bool]>) -> fmt::Result {
+    for (i, v) in body.values.iter().enumerate() {
+        let expr = match &v.expr {
+            Expr::Load { input, offset, strides } => {
+                format!("load in{input} offset={offset} strides={}", dims(strides))
+            }
+            Expr::Const { value } => format!("const {}", format_f64(*value)),
+            Expr::Cast { x } => format!("cast {x}"),
+            Expr::Unary { op, x } => format!("{} {x}", op.name()),
+            Expr::Binary { op, a, b } => format!("{} {a}, {b}", op.name()),
+            Expr::Where { cond, a, b } => format!("where {cond}, {a}, {b}"),
+            Expr::Reduce { op, x } => format!("reduce_{} {x}", op.name()),
+        };
+        let mark = if per_row.is_some_and(|p| p[i]) { "  (per-row)" } else { "" };
+        writeln!(f, "  v{i} = {expr} : {}{mark}", v.dtype)?;
+    }
+    for s in &body.stores {
+        writeln!(f, "  store {} -> out{}", s.value, s.output)?;
+    }
+    Ok(())
+}

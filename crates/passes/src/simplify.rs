@@ -1,0 +1,235 @@
+//! Algebraic simplification: a table of rewrite rules, one a line, each with its identity.
+//!
+//! Every rule is exact for every value, NaN and signed zero included, and never leaves more work
+//! than it found. So `x + 0.0` on floats stays (it turns -0.0 into +0.0), as do `x * 0` (NaN, inf)
+//! and `x / x`.
+
+use crate::topo::topo_order;
+use crate::{Pass, Result};
+use braze_ir::{BinaryOp, DType, Graph, NodeId, Op, UnaryOp};
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Simplify;
+
+/// A rule returns the node that computes the same value as `id` (same dtype and shape), if it
+/// applies; it may add that node to the graph.
+type Rule = fn(&mut Graph, NodeId) -> Result<Option<NodeId>>;
+
+#[rustfmt::skip]
+const RULES: &[(&str, Rule)] = &[
+    ("mul_one", mul_one),                         // x * 1 == x
+    ("div_one", div_one),                         // x / 1 == x
+    ("sub_zero", sub_zero),                       // x - 0 == x      (floats: +0.0 only; -0.0 - +0.0 == -0.0)
+    ("add_zero", add_zero),                       // x + (-0.0) == x (floats); x + 0 == x (ints)
+    ("neg_neg", neg_neg),                         // -(-x) == x
+    ("cast_same", cast_same),                     // cast(x: T, T) == x
+    ("cast_round_trip", cast_round_trip),         // cast(cast(x: T, W), T) == x when W holds every value of T
+    ("reshape_same", reshape_same),               // reshape(x, shape(x)) == x
+    ("reshape_reshape", reshape_reshape),         // reshape(reshape(x, s), t) == reshape(x, t)
+    ("broadcast_same", broadcast_same),           // broadcast_to(x, shape(x)) == x
+    ("broadcast_broadcast", broadcast_broadcast), // broadcast_to(broadcast_to(x, s), t) == broadcast_to(x, t)
+    ("permute_identity", permute_identity),       // permute(x, [0, 1, ..]) == x
+    ("permute_permute", permute_permute),         // permute(permute(x, p), q) == permute(x, [p[q[i]] for i])
+    ("slice_full", slice_full),                   // slice(x, axis, 0:n:1) == x where n is the axis' size
+    ("reduce_no_axes", reduce_no_axes),           // reduce(x, axes=[]) == x
+];
+
+impl Pass for Simplify {
+    fn name(&self) -> &'static str {
+        "simplify"
+    }
+
+    fn run(&self, g: &mut Graph) -> Result<bool> {
+        let mut changed = false;
+        for id in topo_order(g) {
+            if !g.contains(id) {
+                continue;
+            }
+            for (name, rule) in RULES {
+                let Some(replacement) = rule(g, id)? else { continue };
+                let (old, new) = (g.node(id), g.node(replacement));
+                if old.dtype != new.dtype || old.shape != new.shape {
+                    continue;
+                }
+                tracing::trace!(target: "braze::graph", rule = name, node = %id, "simplified");
+                g.replace_all_uses(id, replacement);
+                if g.use_count(id) == 0 {
+                    g.remove(id)?;
+                }
+                changed = true;
+                break;
+            }
+        }
+        Ok(changed)
+    }
+}
+
+/// The value of a scalar constant, seen through views (a broadcast constant is still one value).
+fn constant_value(g: &Graph, mut id: NodeId) -> Option<f64> {
+    loop {
+        match &g.node(id).op {
+            Op::Constant { value } => return Some(*value),
+            Op::Reshape | Op::BroadcastTo | Op::Permute { .. } | Op::Slice { .. } => id = g.node(id).operands[0],
+            _ => return None,
+        }
+    }
+}
+
+fn binary_operands(g: &Graph, id: NodeId, want: BinaryOp) -> Option<(NodeId, NodeId)> {
+    match g.node(id).op {
+        Op::Binary { op } if op == want => Some((g.node(id).operands[0], g.node(id).operands[1])),
+        _ => None,
+    }
+}
+
+/// `x` when `x op c` (or `c op x` for commutative ops) has a constant `c` accepted by `is_identity`.
+fn identity_operand(
+    g: &Graph,
+    id: NodeId,
+    op: BinaryOp,
+    either_side: bool,
+    is_identity: impl Fn(f64, DType) -> bool,
+) -> Option<NodeId> {
+    let (a, b) = binary_operands(g, id, op)?;
+    let dtype = g.node(id).dtype;
+    if constant_value(g, b).is_some_and(|c| is_identity(c, dtype)) {
+        return Some(a);
+    }
+    if either_side && constant_value(g, a).is_some_and(|c| is_identity(c, dtype)) {
+        return Some(b);
+    }
+    None
+}
+
+fn mul_one(g: &mut Graph, id: NodeId) -> Result<Option<NodeId>> {
+    Ok(identity_operand(g, id, BinaryOp::Mul, true, |c, _| c == 1.0))
+}
+
+fn div_one(g: &mut Graph, id: NodeId) -> Result<Option<NodeId>> {
+    Ok(identity_operand(g, id, BinaryOp::Div, false, |c, _| c == 1.0))
+}
+
+fn sub_zero(g: &mut Graph, id: NodeId) -> Result<Option<NodeId>> {
+    Ok(identity_operand(g, id, BinaryOp::Sub, false, |c, dt| c == 0.0 && (!dt.is_float() || c.is_sign_positive())))
+}
+
+fn add_zero(g: &mut Graph, id: NodeId) -> Result<Option<NodeId>> {
+    Ok(identity_operand(g, id, BinaryOp::Add, true, |c, dt| c == 0.0 && (!dt.is_float() || c.is_sign_negative())))
+}
+
+fn neg_neg(g: &mut Graph, id: NodeId) -> Result<Option<NodeId>> {
+    let outer = g.node(id);
+    if !matches!(outer.op, Op::Unary { op: UnaryOp::Neg }) {
+        return Ok(None);
+    }
+    let inner = g.node(outer.operands[0]);
+    Ok(matches!(inner.op, Op::Unary { op: UnaryOp::Neg }).then(|| inner.operands[0]))
+}
+
+fn cast_same(g: &mut Graph, id: NodeId) -> Result<Option<NodeId>> {
+    let node = g.node(id);
+    Ok((node.op == Op::Cast && g.node(node.operands[0]).dtype == node.dtype).then(|| node.operands[0]))
+}
+
+/// Whether every value of `narrow` survives a trip through `wide` unchanged.
+fn holds_every_value(narrow: DType, wide: DType) -> bool {
+    match (narrow, wide) {
+        (DType::F16 | DType::BF16, DType::F32) | (DType::I32, DType::I64) => true,
+        (DType::Bool, wide) => wide != DType::Bool,
+        _ => false,
+    }
+}
+
+fn cast_round_trip(g: &mut Graph, id: NodeId) -> Result<Option<NodeId>> {
+    let outer = g.node(id);
+    if outer.op != Op::Cast {
+        return Ok(None);
+    }
+    let inner = g.node(outer.operands[0]);
+    if inner.op != Op::Cast {
+        return Ok(None);
+    }
+    let x = inner.operands[0];
+    let original = g.node(x).dtype;
+    Ok((original == outer.dtype && holds_every_value(original, inner.dtype)).then_some(x))
+}
+
+fn same_shape_view(g: &Graph, id: NodeId, op: Op) -> Option<NodeId> {
+    let node = g.node(id);
+    (node.op == op && g.node(node.operands[0]).shape == node.shape).then(|| node.operands[0])
+}
+
+fn reshape_same(g: &mut Graph, id: NodeId) -> Result<Option<NodeId>> {
+    Ok(same_shape_view(g, id, Op::Reshape))
+}
+
+fn broadcast_same(g: &mut Graph, id: NodeId) -> Result<Option<NodeId>> {
+    Ok(same_shape_view(g, id, Op::BroadcastTo))
+}
+
+/// For `op(op(x))`, returns `x` and the outer node's shape.
+fn view_of_same_view(g: &Graph, id: NodeId, op: Op) -> Option<(NodeId, braze_ir::Shape)> {
+    let outer = g.node(id);
+    if outer.op != op {
+        return None;
+    }
+    let inner = g.node(outer.operands[0]);
+    (inner.op == op).then(|| (inner.operands[0], outer.shape.clone()))
+}
+
+fn reshape_reshape(g: &mut Graph, id: NodeId) -> Result<Option<NodeId>> {
+    let Some((x, shape)) = view_of_same_view(g, id, Op::Reshape) else { return Ok(None) };
+    let folded = g.reshape(x, shape)?;
+    g.set_loc(folded, g.node(id).loc.clone());
+    Ok(Some(folded))
+}
+
+fn broadcast_broadcast(g: &mut Graph, id: NodeId) -> Result<Option<NodeId>> {
+    let Some((x, shape)) = view_of_same_view(g, id, Op::BroadcastTo) else { return Ok(None) };
+    let folded = g.broadcast_to(x, shape)?;
+    g.set_loc(folded, g.node(id).loc.clone());
+    Ok(Some(folded))
+}
+
+fn is_identity(perm: &[usize]) -> bool {
+    perm.iter().enumerate().all(|(i, &p)| i == p)
+}
+
+fn permute_identity(g: &mut Graph, id: NodeId) -> Result<Option<NodeId>> {
+    let node = g.node(id);
+    Ok(match &node.op {
+        Op::Permute { perm } if is_identity(perm) => Some(node.operands[0]),
+        _ => None,
+    })
+}
+
+fn permute_permute(g: &mut Graph, id: NodeId) -> Result<Option<NodeId>> {
+    let outer = g.node(id);
+    let Op::Permute { perm: q } = &outer.op else { return Ok(None) };
+    let inner = g.node(outer.operands[0]);
+    let Op::Permute { perm: p } = &inner.op else { return Ok(None) };
+    // Output dim i of the outer permute is inner dim q[i], which is x's dim p[q[i]].
+    let composed: Vec<usize> = q.iter().map(|&qi| p[qi]).collect();
+    let x = inner.operands[0];
+    if is_identity(&composed) {
+        return Ok(Some(x));
+    }
+    let loc = outer.loc.clone();
+    Ok(Some(g.add(Op::Permute { perm: composed }, &[x], loc)?))
+}
+
+fn slice_full(g: &mut Graph, id: NodeId) -> Result<Option<NodeId>> {
+    let node = g.node(id);
+    let Op::Slice { axis, start, end, step } = node.op else { return Ok(None) };
+    let x = node.operands[0];
+    let size = g.node(x).shape.dims()[axis];
+    Ok((start == 0 && end == size && (step == 1 || size <= 1)).then_some(x))
+}
+
+fn reduce_no_axes(g: &mut Graph, id: NodeId) -> Result<Option<NodeId>> {
+    let node = g.node(id);
+    Ok(match &node.op {
+        Op::Reduce { axes, .. } if axes.is_empty() => Some(node.operands[0]),
+        _ => None,
+    })
+}

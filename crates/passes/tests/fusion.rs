@@ -1,0 +1,232 @@
+//! Fusion decisions, by kernel count and by plan text snapshots (in `snapshots/plans` at the
+//! workspace root; bless with `INSTA_UPDATE=always` or `cargo insta review`). Every plan is also
+//! checked for the fusion invariants: each kernel reads each buffer once per distinct view, no
+//! graph value is computed twice, and float reductions accumulate in f32.
+
+mod support;
+
+use braze_ir::{DType, Graph, Op, ReduceOp, UnaryOp};
+use braze_passes::{compile_to_plan, optimize, Expr, FusionOptions, KernelKind, Plan};
+use std::collections::HashSet;
+use support::*;
+
+fn check(name: &str, graph: Graph, options: FusionOptions, kernels: usize) {
+    let plan = compile_to_plan(&graph, &options).unwrap_or_else(|e| panic!("{name}: {e}"));
+    plan.check().unwrap_or_else(|e| panic!("{name}: {e}\n{plan}"));
+    check_invariants(name, &graph, &plan);
+    let mut settings = insta::Settings::clone_current();
+    settings.set_snapshot_path(concat!(env!("CARGO_MANIFEST_DIR"), "/../../snapshots/plans"));
+    settings.set_prepend_module_to_snapshot(false);
+    settings.bind(|| insta::assert_snapshot!(name, plan.to_string()));
+    assert_eq!(plan.kernel_count(), kernels, "{name}: kernel count\n{plan}");
+}
+
+fn check_invariants(name: &str, graph: &Graph, plan: &Plan) {
+    for k in &plan.kernels {
+        let body = match &k.kind {
+            KernelKind::Pointwise(pw) => &pw.body,
+            KernelKind::Row(row) => &row.body,
+            KernelKind::MultiReduce(mr) => &mr.prologue,
+            KernelKind::MatMul(_) | KernelKind::Concat(_) => continue,
+        };
+        let mut views = HashSet::new();
+        for v in &body.values {
+            if let Expr::Load { input, offset, strides } = &v.expr {
+                let buffer = k.inputs[*input];
+                assert!(views.insert((buffer, *offset, strides.clone())), "{name}: {} reads a view twice", k.name);
+            }
+            if let Expr::Reduce { x, .. } = &v.expr {
+                let dt = body.values[x.0].dtype;
+                assert!(!dt.is_float() || dt == DType::F32, "{name}: {} reduces {dt} values", k.name);
+            }
+        }
+        if !matches!(k.kind, KernelKind::MultiReduce(_)) {
+            let distinct: HashSet<_> = k.inputs.iter().collect();
+            assert_eq!(distinct.len(), k.inputs.len(), "{name}: {} binds a buffer to two slots", k.name);
+        }
+    }
+    // Each computing op of the optimized graph is in exactly one kernel's sources.
+    let optimized = optimize(graph).unwrap();
+    let computes = |op: &str| !matches!(op, "input" | "const" | "reshape" | "broadcast_to" | "permute" | "slice");
+    let in_graph = optimized.node_ids().into_iter().filter(|&id| computes(optimized.node(id).op.name())).count();
+    let in_plan: usize = plan
+        .kernels
+        .iter()
+        .flat_map(|k| &k.sources)
+        .filter(|s| computes(s.op.rsplit('/').next().unwrap_or(&s.op)))
+        .count();
+    assert_eq!(in_plan, in_graph, "{name}: ops in kernels vs ops in the graph\n{plan}");
+}
+
+fn defaults() -> FusionOptions {
+    FusionOptions::default()
+}
+
+#[test]
+fn ln_relu_res_is_one_kernel() {
+    check("ln_relu_res_f32_16384x4096", ln_relu_res(DType::F32, 16384, 4096), defaults(), 1);
+    check("ln_relu_res_bf16_16384x4096", ln_relu_res(DType::BF16, 16384, 4096), defaults(), 1);
+    check("ln_relu_res_f32_65536x1024", ln_relu_res(DType::F32, 65536, 1024), defaults(), 1);
+}
+
+#[test]
+fn ew_chain_is_one_kernel() {
+    check("ew_chain", ew_chain(1 << 26), defaults(), 1);
+}
+
+#[test]
+fn multisum_is_one_kernel() {
+    check("multisum_k2000", multisum(&log_uniform_sizes(2000, 1e3, 3e5, 0)), defaults(), 1);
+    check("multisum_k5", multisum(&[1000, 2000, 300000, 45, 7]), defaults(), 1);
+}
+
+#[test]
+fn tiny_block_is_one_kernel_while_rows_fit() {
+    check("tiny_block_16x64x256", tiny_block(16, 64, 256), defaults(), 1);
+    check("tiny_block_16x64x65536", tiny_block(16, 64, 65536), defaults(), 16);
+}
+
+#[test]
+fn mlp_block_is_matmul_pointwise_matmul_row() {
+    check("mlp_block_bf16", mlp_block(DType::BF16, 8192, 1024, 4096), defaults(), 4);
+}
+
+#[test]
+fn softmax_is_one_kernel() {
+    check("softmax", softmax(4096, 1024, 1), defaults(), 1);
+}
+
+#[test]
+fn broadcast_chain_is_one_pointwise_kernel() {
+    let mut g = Graph::new();
+    let x = g.input(DType::F32, [64, 32, 256]);
+    let a = g.input(DType::F32, [256]);
+    let b = g.input(DType::F32, [32, 1]);
+    let s = g.input(DType::F32, []);
+    let half = g.constant(0.5, DType::F32);
+    let xa = mul(&mut g, x, a);
+    let bs = mul(&mut g, b, s);
+    let y = add(&mut g, xa, bs);
+    let y = mul(&mut g, y, half);
+    g.set_outputs(vec![y]);
+    check("broadcast_chain", g, defaults(), 1);
+}
+
+#[test]
+fn two_results_used_outside_are_two_stores_of_one_kernel() {
+    let mut g = Graph::new();
+    let x = g.input(DType::F32, [1024, 1024]);
+    let y = g.input(DType::F32, [1024, 1024]);
+    let a = add(&mut g, x, y);
+    let b = mul(&mut g, a, a);
+    let r = un(&mut g, UnaryOp::Tanh, b);
+    g.set_outputs(vec![a, r]);
+    check("multi_output_pointwise", g, defaults(), 1);
+}
+
+#[test]
+fn reduction_over_axis_0_is_a_strided_row_kernel() {
+    let mut g = Graph::new();
+    let x = g.input(DType::F32, [4096, 512]);
+    let s = op(&mut g, Op::Reduce { op: ReduceOp::Max, axes: vec![0], keepdim: true }, &[x]);
+    g.set_outputs(vec![s]);
+    check("reduce_axis_0", g, defaults(), 1);
+}
+
+#[test]
+fn permute_and_slice_fold_into_loads() {
+    let mut g = Graph::new();
+    let x = g.input(DType::F32, [32, 64, 128]);
+    let y = g.input(DType::F32, [128, 32, 256]);
+    let p = op(&mut g, Op::Permute { perm: vec![2, 0, 1] }, &[x]);
+    let r = un(&mut g, UnaryOp::Relu, p);
+    let s = op(&mut g, Op::Slice { axis: 2, start: 1, end: 129, step: 2 }, &[y]);
+    let z = add(&mut g, r, s);
+    g.set_outputs(vec![z]);
+    check("permute_slice_loads", g, defaults(), 1);
+}
+
+#[test]
+fn concat_is_its_own_kernel() {
+    let mut g = Graph::new();
+    let x = g.input(DType::F32, [256, 64]);
+    let y = g.input(DType::F32, [128, 64]);
+    let r = un(&mut g, UnaryOp::Relu, x);
+    let c = op(&mut g, Op::Concat { axis: 0 }, &[r, y]);
+    g.set_outputs(vec![c]);
+    check("concat", g, defaults(), 2);
+}
+
+#[test]
+fn reshaped_input_as_output_needs_no_kernel() {
+    let mut g = Graph::new();
+    let x = g.input(DType::F32, [64, 256]);
+    let r = g.reshape(x, [16, 4, 256]).unwrap();
+    g.set_outputs(vec![r]);
+    check("output_reshape_of_input", g, defaults(), 0);
+}
+
+#[test]
+fn unfused_plans_have_one_kernel_per_op() {
+    let options = FusionOptions { fuse: false, ..defaults() };
+    check("ln_relu_res_unfused", ln_relu_res(DType::F32, 64, 256), options, 13);
+}
+
+#[test]
+fn full_reduction_of_a_large_tensor_is_one_multi_reduce_item() {
+    let mut g = Graph::new();
+    let x = g.input(DType::F32, [4096, 4096]);
+    let sq = mul(&mut g, x, x);
+    let s = sum(&mut g, sq, &[0, 1], false);
+    g.set_outputs(vec![s]);
+    check("full_reduction_squared", g, defaults(), 1);
+}
+
+#[test]
+fn squared_norms_as_concat_of_reshaped_scalars_are_one_kernel() {
+    let mut g = Graph::new();
+    let parts: Vec<_> = [4096usize, 100, 70000]
+        .iter()
+        .map(|&n| {
+            let t = g.input(DType::BF16, [n]);
+            let sq = mul(&mut g, t, t);
+            let s = sum(&mut g, sq, &[0], false);
+            g.reshape(s, [1]).unwrap()
+        })
+        .collect();
+    let y = op(&mut g, Op::Concat { axis: 0 }, &parts);
+    g.set_outputs(vec![y]);
+    check("multi_reduce_squared_norms_bf16", g, defaults(), 1);
+}
+
+#[test]
+fn matmul_reads_transposes_in_place_and_folds_bias_and_relu() {
+    let mut g = Graph::new();
+    let x = g.input(DType::F32, [512, 256]);
+    let w = g.input(DType::F32, [1024, 256]);
+    let b = g.input(DType::F32, [1024]);
+    let wt = op(&mut g, Op::Permute { perm: vec![1, 0] }, &[w]);
+    let mm = op(&mut g, Op::MatMul, &[x, wt]);
+    let biased = add(&mut g, b, mm);
+    let y = un(&mut g, UnaryOp::Relu, biased);
+    g.set_outputs(vec![y]);
+    check("matmul_transposed_bias_relu", g, defaults(), 1);
+}
+
+#[test]
+fn no_fusion_across_a_cycle_through_a_view() {
+    let mut g = Graph::new();
+    let x = g.input(DType::F32, [256, 256]);
+    let y = un(&mut g, UnaryOp::Exp, x);
+    let t = op(&mut g, Op::Permute { perm: vec![1, 0] }, &[y]);
+    let z = add(&mut g, y, t);
+    g.set_outputs(vec![z]);
+    check("cycle_through_view", g, defaults(), 2);
+}
+
+#[test]
+fn plans_round_trip_through_json() {
+    let plan = compile_to_plan(&mlp_block(DType::BF16, 64, 32, 128), &defaults()).unwrap();
+    let back: Plan = serde_json::from_str(&plan.to_json()).unwrap();
+    assert_eq!(back, plan);
+}

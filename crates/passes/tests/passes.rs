@@ -1,0 +1,397 @@
+//! Each pass on small graphs: the IR text before and after. Every simplification rule fires on
+//! its pattern, and the look-alikes that are not exact under IEEE (`x + 0.0`, `x * 0`, ...) stay.
+
+mod support;
+
+use braze_ir::{BinaryOp, DType, Graph, NodeId, Op, ReduceOp, SourceLoc, UnaryOp};
+use braze_passes::{
+    optimize, CommonSubexpressions, DeadCode, Decompose, Pass, PassError, PassManager, Result, Simplify,
+};
+use support::*;
+
+/// Runs `pass` once on the graph `build` makes and compares `before => after` with `expect`.
+fn check(pass: &dyn Pass, build: impl FnOnce(&mut Graph) -> Vec<NodeId>, expect: &str) {
+    let mut g = Graph::new();
+    let outputs = build(&mut g);
+    g.set_outputs(outputs);
+    let before = g.to_text();
+    let changed = pass.run(&mut g).unwrap();
+    g.verify().unwrap();
+    let got =
+        format!("{before}=> {} ({})\n{}", pass.name(), if changed { "changed" } else { "unchanged" }, g.to_text());
+    assert_eq!(got.trim(), expect.trim(), "\n{got}");
+}
+
+fn c(g: &mut Graph, value: f64) -> NodeId {
+    g.constant(value, DType::F32)
+}
+
+#[test]
+fn dead_code_removes_what_no_output_reads() {
+    check(
+        &DeadCode,
+        |g| {
+            let x = g.input(DType::F32, [4]);
+            let _unused = g.input(DType::F32, [4]);
+            let dead = un(g, UnaryOp::Exp, x);
+            let _dead_too = mul(g, dead, dead);
+            vec![un(g, UnaryOp::Relu, x)]
+        },
+        "
+graph(%0: f32[4], %1: f32[4]) {
+  %2 = exp %0 : f32[4]
+  %3 = mul %2, %2 : f32[4]
+  %4 = relu %0 : f32[4]
+  return %4
+}
+=> dead_code (changed)
+graph(%0: f32[4], %1: f32[4]) {
+  %2 = relu %0 : f32[4]
+  return %2
+}",
+    );
+}
+
+#[test]
+fn common_subexpressions_merge_duplicates() {
+    check(
+        &CommonSubexpressions,
+        |g| {
+            let x = g.input(DType::F32, [4]);
+            let y = g.input(DType::F32, [4]);
+            let a = add(g, x, y);
+            let b = add(g, y, x); // commutative: same as a
+            let s1 = bin(g, BinaryOp::Sub, x, y);
+            let s2 = bin(g, BinaryOp::Sub, y, x); // not commutative: stays
+            let n1 = c(g, f64::NAN);
+            let n2 = c(g, f64::NAN); // NaN constants with equal bits merge
+            let z1 = c(g, 0.0);
+            let z2 = c(g, -0.0); // 0.0 and -0.0 differ
+            let p = mul(g, a, n1);
+            let q = mul(g, b, n2);
+            let u = add(g, s1, z1);
+            let v = add(g, s2, z2);
+            vec![p, q, u, v]
+        },
+        "
+graph(%0: f32[4], %1: f32[4]) {
+  %2 = add %0, %1 : f32[4]
+  %3 = add %1, %0 : f32[4]
+  %4 = sub %0, %1 : f32[4]
+  %5 = sub %1, %0 : f32[4]
+  %6 = const nan : f32[]
+  %7 = const nan : f32[]
+  %8 = const 0.0 : f32[]
+  %9 = const -0.0 : f32[]
+  %10 = mul %2, %6 : f32[4]
+  %11 = mul %3, %7 : f32[4]
+  %12 = add %4, %8 : f32[4]
+  %13 = add %5, %9 : f32[4]
+  return %10, %11, %12, %13
+}
+=> common_subexpressions (changed)
+graph(%0: f32[4], %1: f32[4]) {
+  %2 = add %0, %1 : f32[4]
+  %3 = sub %0, %1 : f32[4]
+  %4 = sub %1, %0 : f32[4]
+  %5 = const nan : f32[]
+  %6 = const 0.0 : f32[]
+  %7 = const -0.0 : f32[]
+  %8 = mul %2, %5 : f32[4]
+  %9 = add %3, %6 : f32[4]
+  %10 = add %4, %7 : f32[4]
+  return %8, %8, %9, %10
+}",
+    );
+}
+
+#[test]
+fn simplify_arithmetic_identities() {
+    check(
+        &Simplify,
+        |g| {
+            let x = g.input(DType::F32, [4]);
+            let i = g.input(DType::I32, [4]);
+            let one = c(g, 1.0);
+            let pos_zero = c(g, 0.0);
+            let neg_zero = c(g, -0.0);
+            let int_zero = g.constant(0.0, DType::I32);
+            let a = mul(g, one, x); // 1 * x == x
+            let b = bin(g, BinaryOp::Div, a, one); // x / 1 == x
+            let d = bin(g, BinaryOp::Sub, b, pos_zero); // x - 0.0 == x
+            let e = add(g, d, neg_zero); // x + (-0.0) == x
+            let f = un(g, UnaryOp::Neg, e);
+            let h = un(g, UnaryOp::Neg, f); // -(-x) == x
+            let j = add(g, int_zero, i); // 0 + i == i (ints)
+            vec![h, j]
+        },
+        "
+graph(%0: f32[4], %1: i32[4]) {
+  %2 = const 1.0 : f32[]
+  %3 = const 0.0 : f32[]
+  %4 = const -0.0 : f32[]
+  %5 = const 0.0 : i32[]
+  %6 = mul %2, %0 : f32[4]
+  %7 = div %6, %2 : f32[4]
+  %8 = sub %7, %3 : f32[4]
+  %9 = add %8, %4 : f32[4]
+  %10 = neg %9 : f32[4]
+  %11 = neg %10 : f32[4]
+  %12 = add %5, %1 : i32[4]
+  return %11, %12
+}
+=> simplify (changed)
+graph(%0: f32[4], %1: i32[4]) {
+  %2 = const 1.0 : f32[]
+  %3 = const 0.0 : f32[]
+  %4 = const -0.0 : f32[]
+  %5 = const 0.0 : i32[]
+  %6 = neg %0 : f32[4]
+  return %0, %1
+}",
+    );
+}
+
+#[test]
+fn simplify_leaves_inexact_look_alikes() {
+    check(
+        &Simplify,
+        |g| {
+            let x = g.input(DType::F32, [4]);
+            let pos_zero = c(g, 0.0);
+            let neg_zero = c(g, -0.0);
+            let a = add(g, x, pos_zero); // -0.0 + 0.0 is +0.0
+            let b = bin(g, BinaryOp::Sub, a, neg_zero); // -0.0 - (-0.0) is +0.0
+            let d = mul(g, b, pos_zero); // NaN * 0 is NaN
+            let e = bin(g, BinaryOp::Div, d, d); // 0 / 0 is NaN
+            let f = g.cast(e, DType::BF16).unwrap();
+            let h = g.cast(f, DType::F32).unwrap(); // rounds to bf16
+            let one = c(g, 1.0);
+            vec![bin(g, BinaryOp::Div, one, h)] // 1 / x is not x
+        },
+        "
+graph(%0: f32[4]) {
+  %1 = const 0.0 : f32[]
+  %2 = const -0.0 : f32[]
+  %3 = add %0, %1 : f32[4]
+  %4 = sub %3, %2 : f32[4]
+  %5 = mul %4, %1 : f32[4]
+  %6 = div %5, %5 : f32[4]
+  %7 = cast %6 : bf16[4]
+  %8 = cast %7 : f32[4]
+  %9 = const 1.0 : f32[]
+  %10 = div %9, %8 : f32[4]
+  return %10
+}
+=> simplify (unchanged)
+graph(%0: f32[4]) {
+  %1 = const 0.0 : f32[]
+  %2 = const -0.0 : f32[]
+  %3 = add %0, %1 : f32[4]
+  %4 = sub %3, %2 : f32[4]
+  %5 = mul %4, %1 : f32[4]
+  %6 = div %5, %5 : f32[4]
+  %7 = cast %6 : bf16[4]
+  %8 = cast %7 : f32[4]
+  %9 = const 1.0 : f32[]
+  %10 = div %9, %8 : f32[4]
+  return %10
+}",
+    );
+}
+
+#[test]
+fn simplify_casts_and_views() {
+    check(
+        &Simplify,
+        |g| {
+            let x = g.input(DType::BF16, [2, 3, 4]);
+            let same = g.cast(x, DType::BF16).unwrap(); // cast(x: T, T) == x
+            let wide = g.cast(same, DType::F32).unwrap();
+            let back = g.cast(wide, DType::BF16).unwrap(); // cast(cast(x, f32), bf16) == x
+            let r0 = g.reshape(back, [2, 3, 4]).unwrap(); // reshape to the same shape
+            let r1 = g.reshape(r0, [6, 4]).unwrap();
+            let r2 = g.reshape(r1, [24]).unwrap(); // reshape of reshape
+            let p0 = op(g, Op::Permute { perm: vec![0, 1, 2] }, &[back]); // identity permute
+            let p1 = op(g, Op::Permute { perm: vec![2, 0, 1] }, &[p0]);
+            let p2 = op(g, Op::Permute { perm: vec![1, 2, 0] }, &[p1]); // undoes p1
+            let p3 = op(g, Op::Permute { perm: vec![1, 0, 2] }, &[p2]);
+            let p4 = op(g, Op::Permute { perm: vec![2, 1, 0] }, &[p3]); // composes
+            let s = op(g, Op::Slice { axis: 1, start: 0, end: 3, step: 1 }, &[back]); // full slice
+            let b0 = g.broadcast_to(s, [2, 3, 4]).unwrap(); // same shape
+            let b1 = g.broadcast_to(b0, [5, 2, 3, 4]).unwrap();
+            let b2 = g.broadcast_to(b1, [6, 5, 2, 3, 4]).unwrap(); // broadcast of broadcast
+            let red = op(g, Op::Reduce { op: ReduceOp::Max, axes: vec![], keepdim: true }, &[b2]); // no axes
+            vec![r2, p4, red]
+        },
+        "
+graph(%0: bf16[2,3,4]) {
+  %1 = cast %0 : bf16[2,3,4]
+  %2 = cast %1 : f32[2,3,4]
+  %3 = cast %2 : bf16[2,3,4]
+  %4 = reshape %3 : bf16[2,3,4]
+  %5 = reshape %4 : bf16[6,4]
+  %6 = reshape %5 : bf16[24]
+  %7 = permute %3, perm=[0,1,2] : bf16[2,3,4]
+  %8 = permute %7, perm=[2,0,1] : bf16[4,2,3]
+  %9 = permute %8, perm=[1,2,0] : bf16[2,3,4]
+  %10 = permute %9, perm=[1,0,2] : bf16[3,2,4]
+  %11 = permute %10, perm=[2,1,0] : bf16[4,2,3]
+  %12 = slice %3, axis=1, 0:3:1 : bf16[2,3,4]
+  %13 = broadcast_to %12 : bf16[2,3,4]
+  %14 = broadcast_to %13 : bf16[5,2,3,4]
+  %15 = broadcast_to %14 : bf16[6,5,2,3,4]
+  %16 = max %15, axes=[], keepdim : bf16[6,5,2,3,4]
+  return %6, %11, %16
+}
+=> simplify (changed)
+graph(%0: bf16[2,3,4]) {
+  %1 = cast %0 : f32[2,3,4]
+  %2 = reshape %0 : bf16[24]
+  %3 = reshape %0 : bf16[6,4]
+  %4 = permute %0, perm=[2,0,1] : bf16[4,2,3]
+  %5 = permute %0, perm=[2,0,1] : bf16[4,2,3]
+  %6 = permute %0, perm=[1,0,2] : bf16[3,2,4]
+  %7 = broadcast_to %0 : bf16[6,5,2,3,4]
+  %8 = broadcast_to %0 : bf16[5,2,3,4]
+  return %2, %5, %7
+}",
+    );
+}
+
+#[test]
+fn decompose_layer_norm_in_f32_for_bf16() {
+    check(
+        &Decompose,
+        |g| {
+            let x = g.input(DType::BF16, [2, 8]);
+            let w = g.input(DType::BF16, [8]);
+            let b = g.input(DType::BF16, [8]);
+            vec![op(g, Op::LayerNorm { eps: 1e-5 }, &[x, w, b])]
+        },
+        "
+graph(%0: bf16[2,8], %1: bf16[8], %2: bf16[8]) {
+  %3 = layer_norm %0, %1, %2, eps=1e-5 : bf16[2,8]
+  return %3
+}
+=> decompose (changed)
+graph(%0: bf16[2,8], %1: bf16[8], %2: bf16[8]) {
+  %3 = cast %0 : f32[2,8]
+  %4 = sum %3, axes=[1], keepdim : f32[2,1]
+  %5 = const 0.125 : f32[]
+  %6 = mul %4, %5 : f32[2,1]
+  %7 = sub %3, %6 : f32[2,8]
+  %8 = mul %7, %7 : f32[2,8]
+  %9 = sum %8, axes=[1], keepdim : f32[2,1]
+  %10 = const 0.125 : f32[]
+  %11 = mul %9, %10 : f32[2,1]
+  %12 = const 1e-5 : f32[]
+  %13 = add %11, %12 : f32[2,1]
+  %14 = rsqrt %13 : f32[2,1]
+  %15 = mul %7, %14 : f32[2,8]
+  %16 = cast %1 : f32[8]
+  %17 = mul %15, %16 : f32[2,8]
+  %18 = cast %2 : f32[8]
+  %19 = add %17, %18 : f32[2,8]
+  %20 = cast %19 : bf16[2,8]
+  return %20
+}",
+    );
+}
+
+#[test]
+fn decompose_softmax_rms_norm_and_mean() {
+    check(
+        &Decompose,
+        |g| {
+            let x = g.input(DType::F32, [3, 5]);
+            let w = g.input(DType::F32, [5]);
+            let s = op(g, Op::Softmax { axis: 0 }, &[x]);
+            let r = op(g, Op::RmsNorm { eps: 1e-6 }, &[x, w]);
+            let m = op(g, Op::Reduce { op: ReduceOp::Mean, axes: vec![1], keepdim: false }, &[x]);
+            vec![s, r, m]
+        },
+        "
+graph(%0: f32[3,5], %1: f32[5]) {
+  %2 = softmax %0, axis=0 : f32[3,5]
+  %3 = rms_norm %0, %1, eps=1e-6 : f32[3,5]
+  %4 = mean %0, axes=[1] : f32[3]
+  return %2, %3, %4
+}
+=> decompose (changed)
+graph(%0: f32[3,5], %1: f32[5]) {
+  %2 = mul %0, %0 : f32[3,5]
+  %3 = sum %0, axes=[1] : f32[3]
+  %4 = max %0, axes=[0], keepdim : f32[1,5]
+  %5 = sub %0, %4 : f32[3,5]
+  %6 = exp %5 : f32[3,5]
+  %7 = sum %6, axes=[0], keepdim : f32[1,5]
+  %8 = div %6, %7 : f32[3,5]
+  %9 = sum %2, axes=[1], keepdim : f32[3,1]
+  %10 = const 0.2 : f32[]
+  %11 = mul %9, %10 : f32[3,1]
+  %12 = const 1e-6 : f32[]
+  %13 = add %11, %12 : f32[3,1]
+  %14 = rsqrt %13 : f32[3,1]
+  %15 = mul %0, %14 : f32[3,5]
+  %16 = mul %15, %1 : f32[3,5]
+  %17 = const 0.2 : f32[]
+  %18 = mul %3, %17 : f32[3]
+  return %8, %16, %18
+}",
+    );
+}
+
+#[test]
+fn decompose_keeps_the_composite_location() {
+    let mut g = Graph::new();
+    let x = g.input(DType::F32, [2, 4]);
+    let loc = SourceLoc { file: "model.rs".into(), line: 7, col: 13 };
+    let s = g.add(Op::Softmax { axis: 1 }, &[x], Some(loc)).unwrap();
+    g.set_outputs(vec![s]);
+    Decompose.run(&mut g).unwrap();
+    let text = g.to_text_with_locations();
+    let ops: Vec<&str> = text.lines().filter(|l| l.contains(" = ")).collect();
+    assert_eq!(ops.len(), 5, "{text}");
+    assert!(ops.iter().all(|l| l.ends_with("@ model.rs:7:13")), "{text}");
+}
+
+struct BreakTypes;
+
+impl Pass for BreakTypes {
+    fn name(&self) -> &'static str {
+        "break_types"
+    }
+
+    fn run(&self, g: &mut Graph) -> Result<bool> {
+        let out = g.outputs()[0];
+        let wrong = g.constant(1.0, DType::I32);
+        let user = g.add(Op::Unary { op: UnaryOp::Neg }, &[out], None)?;
+        g.replace_all_uses(out, wrong);
+        g.set_outputs(vec![user]);
+        Ok(true)
+    }
+}
+
+#[test]
+fn pass_manager_verifies_and_records() {
+    let mut g = Graph::new();
+    let x = g.input(DType::F32, [4]);
+    let one = c(&mut g, 1.0);
+    let a = mul(&mut g, x, one);
+    let b = mul(&mut g, x, one);
+    let s = add(&mut g, a, b);
+    g.set_outputs(vec![s]);
+
+    let mut manager = PassManager::standard().recording();
+    assert!(manager.run(&mut g.clone()).unwrap());
+    let passes: Vec<&str> = manager.snapshots().iter().map(|s| s.pass).collect();
+    assert_eq!(passes, ["simplify", "dead_code"]);
+    assert_eq!(manager.snapshots()[1].after, "graph(%0: f32[4]) {\n  %1 = add %0, %0 : f32[4]\n  return %1\n}\n");
+
+    let optimized = optimize(&g).unwrap();
+    assert_eq!(optimized.to_text(), manager.snapshots()[1].after);
+
+    let err = PassManager::new().once(vec![Box::new(BreakTypes)]).run(&mut g).unwrap_err();
+    assert!(matches!(err, PassError::InvalidGraph { pass: "break_types", .. }), "{err}");
+}

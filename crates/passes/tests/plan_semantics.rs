@@ -1,0 +1,288 @@
+//! Every plan computes what its graph computes: each case runs through the f64 interpreter as a
+//! graph and as plans fused three ways (default, unfused, and with a tiny row cache so long-row
+//! splitting and multi-reduce items are exercised), on random inputs.
+
+mod support;
+
+use braze_ir::{BinaryOp, DType, Graph, Op, ReduceOp, UnaryOp};
+use braze_passes::{compile_to_plan, FusionOptions};
+use support::*;
+
+fn check(name: &str, g: Graph) {
+    g.verify().unwrap();
+    let inputs = random_inputs(&g, 7);
+    let want = eval_graph(&g, &inputs);
+    let variants = [
+        ("default", FusionOptions::default()),
+        ("unfused", FusionOptions { fuse: false, ..FusionOptions::default() }),
+        ("short rows", FusionOptions { row_cache_limit: 8, ..FusionOptions::default() }),
+    ];
+    for (variant, options) in variants {
+        let plan = compile_to_plan(&g, &options).unwrap_or_else(|e| panic!("{name} ({variant}): {e}"));
+        plan.check().unwrap_or_else(|e| panic!("{name} ({variant}): {e}\n{plan}"));
+        let got = eval_plan(&plan, &inputs);
+        assert_close(&got, &want, &format!("{name} ({variant})\n{plan}"));
+    }
+}
+
+fn graph(build: impl FnOnce(&mut Graph) -> Vec<braze_ir::NodeId>) -> Graph {
+    let mut g = Graph::new();
+    let outs = build(&mut g);
+    g.set_outputs(outs);
+    g
+}
+
+#[test]
+fn workloads() {
+    check("ln_relu_res f32", ln_relu_res(DType::F32, 8, 16));
+    check("ln_relu_res bf16", ln_relu_res(DType::BF16, 4, 32));
+    check("ew_chain", ew_chain(1000));
+    check("multisum", multisum(&[5, 17, 3, 40]));
+    check("tiny_block", tiny_block(4, 4, 16));
+    check("mlp_block f32", mlp_block(DType::F32, 4, 8, 16));
+    check("mlp_block bf16", mlp_block(DType::BF16, 4, 8, 16));
+    check("softmax last", softmax(6, 10, 1));
+    check("softmax first", softmax(6, 10, 0));
+}
+
+#[test]
+fn broadcasts_and_multiple_outputs() {
+    check(
+        "broadcast chain",
+        graph(|g| {
+            let x = g.input(DType::F32, [4, 3, 6]);
+            let a = g.input(DType::F32, [6]);
+            let b = g.input(DType::F32, [3, 1]);
+            let s = g.input(DType::F32, []);
+            let c = g.constant(0.5, DType::F32);
+            let xa = mul(g, x, a);
+            let bs = mul(g, b, s);
+            let y = add(g, xa, bs);
+            vec![add(g, y, c)]
+        }),
+    );
+    check(
+        "two results used outside",
+        graph(|g| {
+            let x = g.input(DType::F32, [5, 7]);
+            let y = g.input(DType::F32, [5, 7]);
+            let a = add(g, x, y);
+            let b = mul(g, a, a);
+            let r = un(g, UnaryOp::Relu, b);
+            vec![a, r]
+        }),
+    );
+    check(
+        "side values of a smaller shape",
+        graph(|g| {
+            let x = g.input(DType::F32, [6, 4]);
+            let w = g.input(DType::F32, [4]);
+            let e = un(g, UnaryOp::Exp, w);
+            vec![mul(g, x, e)]
+        }),
+    );
+    check(
+        "where, comparisons and integer casts",
+        graph(|g| {
+            let x = g.input(DType::F32, [3, 5]);
+            let zero = g.constant(0.0, DType::F32);
+            let pos = bin(g, BinaryOp::Gt, x, zero);
+            let tenth = g.constant(0.1, DType::F32);
+            let leak = mul(g, x, tenth);
+            let y = op(g, Op::Where, &[pos, x, leak]);
+            let i = g.cast(y, DType::I32).unwrap();
+            let j = g.input(DType::I32, [5]);
+            let k = bin(g, BinaryOp::Div, i, j);
+            vec![y, k]
+        }),
+    );
+}
+
+#[test]
+fn reductions() {
+    check(
+        "sum over axis 0",
+        graph(|g| {
+            let x = g.input(DType::F32, [7, 5]);
+            vec![sum(g, x, &[0], false)]
+        }),
+    );
+    check(
+        "sum over axes 0 and 2 with prologue and epilogue",
+        graph(|g| {
+            let x = g.input(DType::F32, [3, 4, 5]);
+            let e = un(g, UnaryOp::Exp, x);
+            let s = sum(g, e, &[0, 2], true);
+            let two = g.constant(2.0, DType::F32);
+            vec![mul(g, s, two)]
+        }),
+    );
+    check(
+        "full reduction of a large tensor",
+        graph(|g| {
+            let x = g.input(DType::F32, [100]);
+            let sq = mul(g, x, x);
+            vec![sum(g, sq, &[0], false)]
+        }),
+    );
+    check(
+        "mean of a large 2-D tensor",
+        graph(|g| {
+            let x = g.input(DType::F32, [10, 12]);
+            vec![op(g, Op::Reduce { op: ReduceOp::Mean, axes: vec![0, 1], keepdim: false }, &[x])]
+        }),
+    );
+    check(
+        "small full reduction with epilogue",
+        graph(|g| {
+            let x = g.input(DType::F32, [2, 3]);
+            let m = op(g, Op::Reduce { op: ReduceOp::Mean, axes: vec![0, 1], keepdim: true }, &[x]);
+            vec![bin(g, BinaryOp::Sub, x, m)]
+        }),
+    );
+    check(
+        "per-row values without keepdim",
+        graph(|g| {
+            let x = g.input(DType::F32, [6, 5]);
+            let z = g.input(DType::F32, [6]);
+            let s = sum(g, x, &[1], false);
+            let two = g.constant(2.0, DType::F32);
+            let d = mul(g, s, two);
+            vec![add(g, d, z)]
+        }),
+    );
+    check(
+        "element values that do not vary along the row",
+        graph(|g| {
+            let x = g.input(DType::F32, [4, 6]);
+            let z = g.input(DType::F32, [4, 1]);
+            let s = sum(g, x, &[1], true);
+            let zb = g.broadcast_to(z, [4, 6]).unwrap();
+            let y = add(g, s, zb);
+            let r = add(g, y, x);
+            vec![y, r]
+        }),
+    );
+    check(
+        "element values that stop varying once their producer joins",
+        graph(|g| {
+            let x = g.input(DType::F32, [4, 6]);
+            let z = g.input(DType::F32, [4, 1]);
+            let zb = g.broadcast_to(z, [4, 6]).unwrap();
+            let o = add(g, zb, zb);
+            let s = sum(g, x, &[1], true);
+            let n = add(g, o, s);
+            let m = mul(g, o, x);
+            vec![n, m]
+        }),
+    );
+    check(
+        "stack of means and of squared norms",
+        graph(|g| {
+            let ts: Vec<_> = [3usize, 9, 4].iter().map(|&n| g.input(DType::F32, [n])).collect();
+            let means: Vec<_> = ts
+                .iter()
+                .map(|&t| op(g, Op::Reduce { op: ReduceOp::Mean, axes: vec![0], keepdim: false }, &[t]))
+                .collect();
+            let norms: Vec<_> = ts
+                .iter()
+                .map(|&t| {
+                    let sq = mul(g, t, t);
+                    sum(g, sq, &[0], false)
+                })
+                .collect();
+            let a = op(g, Op::Stack { axis: 0 }, &means);
+            let parts: Vec<_> = norms.iter().map(|&n| g.reshape(n, [1]).unwrap()).collect();
+            let b = op(g, Op::Concat { axis: 0 }, &parts);
+            vec![a, b]
+        }),
+    );
+    check("rms norm", {
+        graph(|g| {
+            let x = g.input(DType::F32, [3, 8]);
+            let w = g.input(DType::F32, [8]);
+            vec![op(g, Op::RmsNorm { eps: 1e-6 }, &[x, w])]
+        })
+    });
+}
+
+#[test]
+fn views_matmuls_and_concat() {
+    check(
+        "permute and slice folded into loads",
+        graph(|g| {
+            let x = g.input(DType::F32, [3, 4, 5]);
+            let y = g.input(DType::F32, [5, 3, 8]);
+            let p = op(g, Op::Permute { perm: vec![2, 0, 1] }, &[x]);
+            let r = un(g, UnaryOp::Relu, p);
+            let s = op(g, Op::Slice { axis: 2, start: 1, end: 8, step: 2 }, &[y]);
+            vec![add(g, r, s)]
+        }),
+    );
+    check(
+        "reshape of a transpose",
+        graph(|g| {
+            let x = g.input(DType::F32, [3, 4]);
+            let p = op(g, Op::Permute { perm: vec![1, 0] }, &[x]);
+            let r = g.reshape(p, [12]).unwrap();
+            let two = g.constant(2.0, DType::F32);
+            vec![mul(g, r, two)]
+        }),
+    );
+    check(
+        "cycle through a view",
+        graph(|g| {
+            let x = g.input(DType::F32, [4, 4]);
+            let y = un(g, UnaryOp::Relu, x);
+            let t = op(g, Op::Permute { perm: vec![1, 0] }, &[y]);
+            vec![add(g, y, t)]
+        }),
+    );
+    check(
+        "matmul with transposed operand, bias and relu",
+        graph(|g| {
+            let a = g.input(DType::F32, [5, 3]);
+            let b = g.input(DType::F32, [5, 4]);
+            let bias = g.input(DType::F32, [4]);
+            let at = op(g, Op::Permute { perm: vec![1, 0] }, &[a]);
+            let mm = op(g, Op::MatMul, &[at, b]);
+            let y = add(g, bias, mm);
+            vec![un(g, UnaryOp::Relu, y)]
+        }),
+    );
+    check(
+        "batched matmuls with broadcast batches",
+        graph(|g| {
+            let a = g.input(DType::F32, [2, 3, 4]);
+            let b = g.input(DType::F32, [4, 5]);
+            let c = g.input(DType::F32, [2, 1, 3, 4]);
+            let d = g.input(DType::F32, [3, 4, 2]);
+            let ab = op(g, Op::MatMul, &[a, b]);
+            let cd = op(g, Op::MatMul, &[c, d]);
+            vec![un(g, UnaryOp::GeluTanh, ab), cd]
+        }),
+    );
+    check(
+        "concat and stack",
+        graph(|g| {
+            let x = g.input(DType::F32, [2, 3]);
+            let y = g.input(DType::F32, [4, 3]);
+            let r = un(g, UnaryOp::Relu, x);
+            let yt = op(g, Op::Slice { axis: 0, start: 1, end: 4, step: 2 }, &[y]);
+            let c = op(g, Op::Concat { axis: 0 }, &[r, y, yt]);
+            let s = op(g, Op::Stack { axis: 1 }, &[x, r]);
+            vec![c, s]
+        }),
+    );
+    check(
+        "outputs without kernels and constant outputs",
+        graph(|g| {
+            let x = g.input(DType::F32, [2, 6]);
+            let r = g.reshape(x, [3, 4]).unwrap();
+            let t = op(g, Op::Permute { perm: vec![1, 0] }, &[x]);
+            let c = g.constant(3.0, DType::F32);
+            let cb = g.broadcast_to(c, [2, 2]).unwrap();
+            vec![r, x, t, c, cb, r]
+        }),
+    );
+}
