@@ -1,19 +1,24 @@
 //! The seam between the frontend and whatever executes graphs.
 //!
-//! Every graph the frontend runs, traced or eager, goes through [`compile_graph`], which turns a
-//! [`Graph`] into an [`Executable`] for a [`Target`]. Today the only executable is the CPU
-//! reference ([`braze_cpu::eval_graph`]). Fusion (graph -> plan), codegen and the CUDA runtime
-//! plug in here as another `Executable` chosen by the target's device and mode; nothing else in
-//! the frontend needs to change.
+//! Every graph the frontend runs becomes an [`Executable`] for a [`Target`] here. Traced graphs
+//! ([`compile_fused`]) are fused into a plan and run by the CPU plan executor or, on a GPU, as
+//! NVRTC-compiled kernels (CUDA graphs in reduce-overhead mode, autotuned in max-autotune mode).
+//! Eager one-op graphs ([`compile_graph`]) run on the CPU reference, or on a GPU as one cached
+//! kernel per op structure.
 //!
 //! **Invariant:** an `Executable` is pure: the same inputs give the same outputs, and it never
 //! keeps a reference to an input after `run` returns.
 
+use crate::cuda::CudaTensor;
 use crate::logging;
 use crate::{Device, Error, Mode, Result, Tensor};
+use braze_codegen::KernelCode;
+use braze_cuda::{ExecOptions, PlanExecutable};
 use braze_ir::{Graph, HostTensor};
+use braze_passes::{FusionOptions, Plan};
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// A graph made ready to run.
 pub trait Executable: Send + Sync {
@@ -24,6 +29,16 @@ pub trait Executable: Send + Sync {
     /// kernels; the CPU reference interprets the graph and has none.
     fn kernel_counts(&self) -> Option<KernelCounts> {
         None
+    }
+
+    /// The fused plan, for backends that run one.
+    fn plan(&self) -> Option<Arc<Plan>> {
+        None
+    }
+
+    /// The CUDA C of each generated kernel as `(name, source)`, in plan order.
+    fn kernel_sources(&self) -> Vec<(String, String)> {
+        Vec::new()
     }
 }
 
@@ -37,16 +52,76 @@ pub struct KernelCounts {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Target {
     pub device: Device,
-    /// Passed through for the GPU backend (CUDA graphs, autotuning); the CPU reference ignores it.
+    /// CUDA graphs (reduce-overhead) and autotuning (max-autotune) on the GPU; the CPU ignores it.
     pub mode: Mode,
 }
 
-/// Makes `graph` runnable on `target`.
+/// Makes a one-op eager graph runnable on `target`: the CPU reference on the CPU; on a GPU a
+/// fused plan of one kernel, cached by the graph's structure so each op compiles once per process.
 pub fn compile_graph(graph: &Graph, target: Target) -> Result<Arc<dyn Executable>> {
     match target.device {
         Device::Cpu => Ok(Arc::new(CpuGraph { graph: graph.clone() })),
-        Device::Cuda(_) => Err(Error::DeviceUnavailable { op: "compile".into(), device: target.device }),
+        Device::Cuda(_) => {
+            static EAGER: OnceLock<GraphCache> = OnceLock::new();
+            let cache = EAGER.get_or_init(GraphCache::default);
+            let (exe, _) = cache
+                .get_or_compile_with(graph, target, |g, t| Ok(Arc::new(CudaPlan::new(g, t)?) as Arc<dyn Executable>))?;
+            Ok(exe)
+        }
     }
+}
+
+/// Makes a traced graph runnable: fused into a plan, run by the CPU plan executor or on the GPU.
+pub fn compile_fused(graph: &Graph, target: Target) -> Result<Arc<dyn Executable>> {
+    match target.device {
+        Device::Cpu => Ok(Arc::new(CpuPlan::new(graph)?)),
+        Device::Cuda(_) => Ok(Arc::new(CudaPlan::new(graph, target)?)),
+    }
+}
+
+fn fuse(graph: &Graph) -> Result<Plan> {
+    braze_passes::compile_to_plan(graph, &FusionOptions::default())
+        .map_err(|e| Error::Compile { context: "fusion".into(), detail: e.to_string() })
+}
+
+/// CUDA C of every kernel of `plan` with codegen's default configurations, for display and dumps
+/// on machines without a GPU.
+fn default_sources(plan: &Plan) -> Vec<(String, String)> {
+    (0..plan.kernels.len())
+        .filter_map(|k| match braze_codegen::generate(plan, k, &braze_codegen::default_config(plan, k)) {
+            Ok(KernelCode::Cuda(g)) => Some((g.name, g.source)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn launches_per_call(plan: &Plan) -> usize {
+    (0..plan.kernels.len())
+        .map(|k| match braze_codegen::generate(plan, k, &braze_codegen::default_config(plan, k)) {
+            Ok(KernelCode::Cuda(g)) => g.launches.len(),
+            Ok(KernelCode::CuBlasLt(_)) => 1,
+            Err(_) => 0,
+        })
+        .sum()
+}
+
+fn host_inputs(inputs: &[Tensor]) -> Result<Vec<HostTensor>> {
+    let mut host: Vec<HostTensor> = Vec::with_capacity(inputs.len());
+    for (index, input) in inputs.iter().enumerate() {
+        match input.host_data() {
+            Some(data) => host.push((*data).clone()),
+            None if !input.is_traced() => {
+                return Err(Error::DeviceMismatch {
+                    op: format!("graph input {index}"),
+                    loc: None,
+                    expected: Device::Cpu,
+                    actual: input.device(),
+                })
+            }
+            None => return Err(Error::StaleTrace { op: format!("graph input {index}"), loc: None }),
+        }
+    }
+    Ok(host)
 }
 
 /// The CPU reference: interprets the graph with `braze_cpu::eval_graph`.
@@ -56,16 +131,147 @@ struct CpuGraph {
 
 impl Executable for CpuGraph {
     fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
-        let mut host: Vec<HostTensor> = Vec::with_capacity(inputs.len());
-        for (index, input) in inputs.iter().enumerate() {
-            match input.host_data() {
-                Some(data) => host.push((*data).clone()),
-                None => return Err(Error::StaleTrace { op: format!("graph input {index}"), loc: None }),
-            }
-        }
+        let host = host_inputs(inputs)?;
         let outputs = braze_cpu::eval_graph(&self.graph, &host)
             .map_err(|cpu| Error::Cpu { context: "CPU reference executor".into(), cpu: Box::new(cpu) })?;
         Ok(outputs.into_iter().map(Tensor::from_host).collect())
+    }
+}
+
+/// A fused plan run on the CPU by `braze_cpu::eval_plan`, kernel by kernel, with the loop
+/// structure and f32 arithmetic of the GPU kernels.
+struct CpuPlan {
+    plan: Arc<Plan>,
+    launches: usize,
+}
+
+impl CpuPlan {
+    fn new(graph: &Graph) -> Result<CpuPlan> {
+        let plan = fuse(graph)?;
+        logging::plan_compiled(&plan, &default_sources(&plan));
+        let launches = launches_per_call(&plan);
+        Ok(CpuPlan { plan: Arc::new(plan), launches })
+    }
+}
+
+impl Executable for CpuPlan {
+    fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        let host = host_inputs(inputs)?;
+        let outputs = braze_cpu::eval_plan(&self.plan, &host)
+            .map_err(|cpu| Error::Cpu { context: "CPU plan executor".into(), cpu: Box::new(cpu) })?;
+        Ok(outputs.into_iter().map(Tensor::from_host).collect())
+    }
+
+    fn kernel_counts(&self) -> Option<KernelCounts> {
+        Some(KernelCounts { kernels: self.plan.kernels.len(), launches_per_call: self.launches })
+    }
+
+    fn plan(&self) -> Option<Arc<Plan>> {
+        Some(self.plan.clone())
+    }
+
+    fn kernel_sources(&self) -> Vec<(String, String)> {
+        default_sources(&self.plan)
+    }
+}
+
+/// A fused plan compiled with NVRTC and run on a GPU.
+struct CudaPlan {
+    plan: Arc<Plan>,
+    ordinal: usize,
+    mode: Mode,
+    exe: Mutex<PlanExecutable>,
+    tuned: AtomicBool,
+}
+
+impl CudaPlan {
+    fn new(graph: &Graph, target: Target) -> Result<CudaPlan> {
+        let Device::Cuda(ordinal) = target.device else {
+            return Err(Error::DeviceMismatch {
+                op: "compile".into(),
+                loc: None,
+                expected: Device::Cuda(0),
+                actual: target.device,
+            });
+        };
+        let device = crate::cuda::device(ordinal, "compile")?;
+        let plan = fuse(graph)?;
+        let options = ExecOptions {
+            cuda_graphs: target.mode == Mode::ReduceOverhead,
+            poison_outputs: std::env::var_os("BRAZE_POISON_OUTPUTS").is_some_and(|v| v == "1"),
+            ..ExecOptions::default()
+        };
+        let exe = PlanExecutable::new(&device, plan.clone(), crate::cuda::kernel_cache(), options)
+            .map_err(|e| Error::cuda("compile", e))?;
+        let sources = named_sources(&plan, &exe);
+        logging::plan_compiled(&plan, &sources);
+        Ok(CudaPlan {
+            plan: Arc::new(plan),
+            ordinal,
+            mode: target.mode,
+            exe: Mutex::new(exe),
+            tuned: AtomicBool::new(false),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, PlanExecutable> {
+        self.exe.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+fn named_sources(plan: &Plan, exe: &PlanExecutable) -> Vec<(String, String)> {
+    plan.kernels.iter().zip(exe.sources()).filter_map(|(k, s)| s.map(|s| (k.name.clone(), s.to_string()))).collect()
+}
+
+impl Executable for CudaPlan {
+    fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        let mut buffers = Vec::with_capacity(inputs.len());
+        for (index, input) in inputs.iter().enumerate() {
+            match input.cuda_data() {
+                Some(data) if data.ordinal == self.ordinal => buffers.push(data.buffer.clone()),
+                _ => {
+                    return Err(Error::DeviceMismatch {
+                        op: format!("graph input {index}"),
+                        loc: None,
+                        expected: Device::Cuda(self.ordinal),
+                        actual: input.device(),
+                    })
+                }
+            }
+        }
+        let mut exe = self.lock();
+        if self.mode == Mode::MaxAutotune && !self.tuned.swap(true, Ordering::Relaxed) {
+            let records =
+                exe.autotune(&buffers, crate::cuda::kernel_cache()).map_err(|e| Error::cuda("autotune", e))?;
+            for r in records {
+                tracing::debug!(target: logging::targets::AUTOTUNE, "{}: {} ({:?})", r.kernel, r.winner, r.timings_ms);
+            }
+        }
+        let outputs = exe.run(&buffers).map_err(|e| Error::cuda("run", e))?;
+        Ok(outputs
+            .into_iter()
+            .zip(&self.plan.outputs)
+            .map(|(buffer, out)| {
+                Tensor::from_cuda(CudaTensor {
+                    buffer,
+                    dtype: self.plan.buffer(out.buffer).dtype,
+                    shape: out.shape.clone(),
+                    ordinal: self.ordinal,
+                })
+            })
+            .collect())
+    }
+
+    fn kernel_counts(&self) -> Option<KernelCounts> {
+        Some(KernelCounts { kernels: self.plan.kernels.len(), launches_per_call: self.lock().report().launches })
+    }
+
+    fn plan(&self) -> Option<Arc<Plan>> {
+        Some(self.plan.clone())
+    }
+
+    fn kernel_sources(&self) -> Vec<(String, String)> {
+        named_sources(&self.plan, &self.lock())
     }
 }
 
@@ -95,12 +301,22 @@ impl GraphCache {
         target: Target,
         function: &str,
     ) -> Result<(Arc<dyn Executable>, bool)> {
+        self.get_or_compile_with(graph, target, |g, t| compile_traced(g, t, function))
+    }
+
+    /// As [`GraphCache::get_or_compile`], compiling a miss with `compile`.
+    pub(crate) fn get_or_compile_with(
+        &self,
+        graph: &Graph,
+        target: Target,
+        compile: impl FnOnce(&Graph, Target) -> Result<Arc<dyn Executable>>,
+    ) -> Result<(Arc<dyn Executable>, bool)> {
         let key = format!("{}\n{}", target.device, graph.to_text());
         let mut state = self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if let Some(exe) = state.by_key.get(&key) {
             return Ok((exe.clone(), false));
         }
-        let exe = compile_traced(graph, target, function)?;
+        let exe = compile(graph, target)?;
         if state.oldest_first.len() >= Self::CAPACITY {
             if let Some(oldest) = state.oldest_first.pop_front() {
                 state.by_key.remove(&oldest);
@@ -122,7 +338,7 @@ impl GraphCache {
 /// one-op graphs of eager execution.
 pub(crate) fn compile_traced(graph: &Graph, target: Target, function: &str) -> Result<Arc<dyn Executable>> {
     logging::graph_compiled(graph, function);
-    compile_graph(graph, target)
+    compile_fused(graph, target)
 }
 
 #[cfg(test)]

@@ -133,17 +133,44 @@ impl Tensor {
         Ok((*host).clone())
     }
 
-    /// This tensor on `device`. Moving a traced tensor to the CPU is a [`BreakKind::CopyToCpu`];
-    /// a concrete CPU tensor is returned as is.
+    /// This tensor on `device` (itself when it is there already). Moving a traced tensor to the
+    /// CPU is a [`BreakKind::CopyToCpu`].
     #[track_caller]
     pub fn to_device(&self, device: Device) -> Result<Tensor> {
         let loc = caller();
         device.check_available("to_device")?;
-        if !self.is_traced() {
+        if self.is_traced() {
+            // A copy to the CPU needs the value on the host whatever the trace's device, so code
+            // developed on the CPU backend shows the same breaks it will have on a GPU.
+            if device == self.device() && device != Device::Cpu {
+                return Ok(self.clone());
+            }
+            if device != Device::Cpu {
+                return Err(Error::invalid(
+                    "to_device",
+                    &loc,
+                    format!(
+                        "a traced tensor on {} cannot move to {device} inside a compiled function; move the \
+                         inputs before the call",
+                        self.device()
+                    ),
+                ));
+            }
+            let host = trace::host_value(self, BreakKind::CopyToCpu, "to_device", loc)?;
+            return Ok(Tensor::from_host((*host).clone()));
+        }
+        if device == self.device() {
             return Ok(self.clone());
         }
-        let host = trace::host_value(self, BreakKind::CopyToCpu, "to_device", loc)?;
-        Ok(Tensor::from_host((*host).clone()))
+        let host = self
+            .read_host("to_device")?
+            .ok_or_else(|| Error::StaleTrace { op: "to_device".into(), loc: Some(loc.clone()) })?;
+        match device {
+            Device::Cpu => Ok(Tensor::from_host((*host).clone())),
+            Device::Cuda(ordinal) => {
+                Ok(Tensor::from_cuda(crate::cuda::CudaTensor::upload(&host, ordinal, "to_device")?))
+            }
+        }
     }
 
     /// The indices of the non-zero elements (NaN counts as non-zero) as an i64 tensor of shape

@@ -142,6 +142,9 @@ impl TensorSig {
             crate::tensor::Storage::Host(h) => {
                 self.device == Device::Cpu && h.dtype() == self.dtype && h.shape() == &self.shape
             }
+            crate::tensor::Storage::Cuda(c) => {
+                self.device == Device::Cuda(c.ordinal) && c.dtype == self.dtype && c.shape == self.shape
+            }
             crate::tensor::Storage::Traced(_) => false,
         }
     }

@@ -1,6 +1,6 @@
 //! Where a tensor lives.
 
-use crate::{Error, Result};
+use crate::Result;
 use std::fmt;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -12,17 +12,23 @@ pub enum Device {
 }
 
 impl Device {
-    /// The CUDA device `ordinal`, if this build can use it. No CUDA backend is linked into the
-    /// frontend yet, so this returns [`Error::DeviceUnavailable`].
+    /// The CUDA device `ordinal`, opened now; [`Error::DeviceUnavailable`] when there is no
+    /// driver or no such GPU.
     pub fn cuda(ordinal: usize) -> Result<Device> {
-        Err(Error::DeviceUnavailable { op: "Device::cuda".into(), device: Device::Cuda(ordinal) })
+        crate::cuda::device(ordinal, "Device::cuda")?;
+        Ok(Device::Cuda(ordinal))
+    }
+
+    /// The first GPU when there is one, else the CPU.
+    pub fn best_available() -> Device {
+        Device::cuda(0).unwrap_or(Device::Cpu)
     }
 
     /// Errors unless tensors can be created on this device.
     pub(crate) fn check_available(self, op: &str) -> Result<()> {
         match self {
             Device::Cpu => Ok(()),
-            Device::Cuda(_) => Err(Error::DeviceUnavailable { op: op.to_string(), device: self }),
+            Device::Cuda(ordinal) => crate::cuda::device(ordinal, op).map(|_| ()),
         }
     }
 }

@@ -24,7 +24,9 @@ pub enum Error {
     #[error("{}: operands must be on one device: expected {expected}, got {actual}", At(op, loc))]
     DeviceMismatch { op: String, loc: Option<SourceLoc>, expected: Device, actual: Device },
 
-    #[error("{op}: CUDA device not available (asked for {device}); this build runs on Device::Cpu")]
+    #[error(
+        "{op}: CUDA device not available (asked for {device}): no NVIDIA driver or GPU was found; use Device::Cpu"
+    )]
     DeviceUnavailable { op: String, device: Device },
 
     /// A graph break inside a function compiled with `fullgraph(true)`. Tracing stopped at it:
@@ -56,6 +58,14 @@ pub enum Error {
     #[error("{context}: {cpu}")]
     Cpu { context: String, cpu: Box<CpuError> },
 
+    /// The CUDA runtime failed (compile, launch, transfer, cuBLASLt).
+    #[error("{op}: {cuda}")]
+    Cuda { op: String, cuda: Box<braze_cuda::CudaError> },
+
+    /// Fusion rejected a graph (an internal invariant; the message names the pass).
+    #[error("{context}: {detail}")]
+    Compile { context: String, detail: String },
+
     /// An error raised by user code inside a custom op.
     #[error("{op}: {message}")]
     Custom { op: String, message: String },
@@ -71,6 +81,10 @@ impl Error {
 
     pub(crate) fn ir(op: &str, loc: &SourceLoc, ir: IrError) -> Error {
         Error::Ir { op: op.to_string(), loc: Some(loc.clone()), ir: Box::new(ir) }
+    }
+
+    pub(crate) fn cuda(op: &str, cuda: braze_cuda::CudaError) -> Error {
+        Error::Cuda { op: op.to_string(), cuda: Box::new(cuda) }
     }
 
     pub(crate) fn invalid(op: &str, loc: &SourceLoc, detail: impl Into<String>) -> Error {

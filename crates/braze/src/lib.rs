@@ -37,6 +37,7 @@
 pub mod backend;
 mod breaks;
 mod compile;
+mod cuda;
 mod custom_op;
 mod device;
 mod error;

@@ -137,3 +137,23 @@ pub(crate) fn breaks_traced(function: &str, signature: &str, breaks: &[GraphBrea
         tracing::warn!(target: "braze", "BRAZE_DUMP: cannot write breaks.txt into {}: {e}", dir.display());
     }
 }
+
+/// Logs a fused plan and its kernels, and dumps them as `plan-<n>.txt` and `kernels/*.cu`.
+pub(crate) fn plan_compiled(plan: &braze_passes::Plan, kernels: &[(String, String)]) {
+    tracing::debug!(target: targets::PLAN, "fused plan:\n{plan}");
+    for (name, source) in kernels {
+        tracing::debug!(target: targets::KERNELS, "kernel `{name}`:\n{source}");
+    }
+    let Some(dir) = dump_dir() else { return };
+    static NEXT_PLAN: AtomicUsize = AtomicUsize::new(0);
+    let n = NEXT_PLAN.fetch_add(1, Ordering::Relaxed);
+    let kernel_dir = dir.join("kernels");
+    let mut written =
+        fs::create_dir_all(&kernel_dir).and_then(|_| fs::write(dir.join(format!("plan-{n}.txt")), plan.to_string()));
+    for (name, source) in kernels {
+        written = written.and_then(|_| fs::write(kernel_dir.join(format!("{name}.cu")), source));
+    }
+    if let Err(e) = written {
+        tracing::warn!(target: "braze", "BRAZE_DUMP: cannot write plan-{n} into {}: {e}", dir.display());
+    }
+}

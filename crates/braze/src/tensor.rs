@@ -1,6 +1,7 @@
 //! The tensor handle: a cheap-to-clone `Arc` whose storage is either concrete data or a value of
 //! the thread's active trace.
 
+use crate::cuda::CudaTensor;
 use crate::{trace, Device, Error, Result};
 use braze_ir::{DType, HostData, HostTensor, Shape, SourceLoc};
 use half::{bf16, f16};
@@ -26,10 +27,12 @@ pub(crate) struct TensorInner {
     storage: RwLock<Storage>,
 }
 
+#[derive(Clone)]
 pub(crate) enum Storage {
-    /// Concrete data in host memory (`Device::Cpu`). A CUDA variant joins this one when the
-    /// CUDA runtime is plugged in.
+    /// Concrete data in host memory (`Device::Cpu`).
     Host(Arc<HostTensor>),
+    /// Concrete data in a CUDA device's memory.
+    Cuda(Arc<CudaTensor>),
     /// A value of a trace: no data, only its type.
     Traced(TracedRef),
 }
@@ -107,12 +110,35 @@ impl Tensor {
         self.inner.storage.read().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// The concrete data, or `None` for a traced tensor.
+    /// The concrete data if it is in host memory; `None` for traced and device tensors.
     pub(crate) fn host_data(&self) -> Option<Arc<HostTensor>> {
         match &*self.storage() {
             Storage::Host(h) => Some(h.clone()),
-            Storage::Traced(_) => None,
+            Storage::Cuda(_) | Storage::Traced(_) => None,
         }
+    }
+
+    /// The concrete data in host memory, copied from the device when it lives there (this waits
+    /// for the device); `None` for a traced tensor.
+    pub(crate) fn read_host(&self, op: &str) -> Result<Option<Arc<HostTensor>>> {
+        let storage = self.storage().clone();
+        match storage {
+            Storage::Host(h) => Ok(Some(h)),
+            Storage::Cuda(c) => Ok(Some(Arc::new(c.download(op)?))),
+            Storage::Traced(_) => Ok(None),
+        }
+    }
+
+    /// The device data, or `None` unless this is a concrete CUDA tensor.
+    pub(crate) fn cuda_data(&self) -> Option<Arc<CudaTensor>> {
+        match &*self.storage() {
+            Storage::Cuda(c) => Some(c.clone()),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn from_cuda(data: CudaTensor) -> Tensor {
+        Tensor::from_storage(Storage::Cuda(Arc::new(data)))
     }
 
     /// Whether both handles are the same tensor.
@@ -202,6 +228,7 @@ impl Tensor {
     pub fn shape(&self) -> Shape {
         match &*self.storage() {
             Storage::Host(h) => h.shape().clone(),
+            Storage::Cuda(c) => c.shape.clone(),
             Storage::Traced(r) => r.shape.clone(),
         }
     }
@@ -209,6 +236,7 @@ impl Tensor {
     pub fn rank(&self) -> usize {
         match &*self.storage() {
             Storage::Host(h) => h.shape().rank(),
+            Storage::Cuda(c) => c.shape.rank(),
             Storage::Traced(r) => r.shape.rank(),
         }
     }
@@ -216,6 +244,7 @@ impl Tensor {
     pub fn dtype(&self) -> DType {
         match &*self.storage() {
             Storage::Host(h) => h.dtype(),
+            Storage::Cuda(c) => c.dtype,
             Storage::Traced(r) => r.dtype,
         }
     }
@@ -223,6 +252,7 @@ impl Tensor {
     pub fn device(&self) -> Device {
         match &*self.storage() {
             Storage::Host(_) => Device::Cpu,
+            Storage::Cuda(c) => Device::Cuda(c.ordinal),
             Storage::Traced(r) => r.device,
         }
     }
@@ -230,6 +260,7 @@ impl Tensor {
     pub fn numel(&self) -> usize {
         match &*self.storage() {
             Storage::Host(h) => h.numel(),
+            Storage::Cuda(c) => c.shape.numel(),
             Storage::Traced(r) => r.shape.numel(),
         }
     }
@@ -256,13 +287,14 @@ impl Tensor {
                  assign before or after the call",
             ));
         }
-        let Some(new_data) = value.host_data() else {
+        let new_data = value.storage().clone();
+        if let Storage::Traced(_) = new_data {
             return Err(Error::StaleTrace { op: "assign".into(), loc: Some(loc) });
-        };
+        }
         let mut storage = self.inner.storage.write().unwrap_or_else(|poisoned| poisoned.into_inner());
         match &mut *storage {
-            Storage::Host(data) => {
-                *data = new_data;
+            Storage::Host(_) | Storage::Cuda(_) => {
+                *storage = new_data;
                 Ok(())
             }
             Storage::Traced(_) => Err(Error::StaleTrace { op: "assign".into(), loc: Some(loc) }),
@@ -274,6 +306,7 @@ impl fmt::Debug for Tensor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &*self.storage() {
             Storage::Host(h) => write!(f, "Tensor({}{}, cpu)", h.dtype(), h.shape()),
+            Storage::Cuda(c) => write!(f, "Tensor({}{}, cuda:{})", c.dtype, c.shape, c.ordinal),
             Storage::Traced(r) => write!(f, "Tensor({}{}, {}, traced value {})", r.dtype, r.shape, r.device, r.value),
         }
     }

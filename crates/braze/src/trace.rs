@@ -101,9 +101,9 @@ fn eager(
     let mut ids = Vec::with_capacity(operands.len());
     let mut device = None;
     for t in operands {
-        let Some(data) = t.host_data() else {
+        if t.is_traced() {
             return Err(Error::StaleTrace { op: op.to_string(), loc: Some(loc.clone()) });
-        };
+        }
         let here = t.device();
         match device {
             Some(expected) if expected != here => {
@@ -111,7 +111,7 @@ fn eager(
             }
             _ => device = Some(here),
         }
-        ids.push(graph.input(data.dtype(), data.shape().clone()));
+        ids.push(graph.input(t.dtype(), t.shape()));
     }
     let out =
         build(&mut OpBuilder { graph: &mut graph, loc: loc.clone() }, &ids).map_err(|ir| Error::ir(op, loc, ir))?;
@@ -139,7 +139,11 @@ pub(crate) fn full(
             b.broadcast_to(scalar, shape.clone())
         })
     } else {
-        Ok(Tensor::from_host(HostTensor::full(dtype, shape, value)))
+        let host = HostTensor::full(dtype, shape, value);
+        match device {
+            Device::Cpu => Ok(Tensor::from_host(host)),
+            Device::Cuda(ordinal) => Ok(Tensor::from_cuda(crate::cuda::CudaTensor::upload(&host, ordinal, op)?)),
+        }
     }
 }
 
@@ -155,7 +159,7 @@ pub(crate) fn host_value(tensor: &Tensor, kind: BreakKind, op: &str, loc: Source
     });
     match in_trace {
         Some(result) => result,
-        None => tensor.host_data().ok_or_else(|| Error::StaleTrace { op: op.to_string(), loc: Some(loc) }),
+        None => tensor.read_host(op)?.ok_or_else(|| Error::StaleTrace { op: op.to_string(), loc: Some(loc) }),
     }
 }
 
@@ -177,9 +181,12 @@ pub(crate) fn host_call(
         Some(result) => result?,
         None => inputs
             .iter()
-            .map(|t| t.host_data().map(|h| (*h).clone()))
-            .collect::<Option<Vec<_>>>()
-            .ok_or_else(|| Error::StaleTrace { op: op.to_string(), loc: Some(loc.clone()) })?,
+            .map(|t| {
+                t.read_host(op)?
+                    .map(|h| (*h).clone())
+                    .ok_or_else(|| Error::StaleTrace { op: op.to_string(), loc: Some(loc.clone()) })
+            })
+            .collect::<Result<Vec<_>>>()?,
     };
     // Host code may use tensors itself; those run eagerly, outside the trace.
     let outputs = suspended(|| host_fn(&host_inputs))?;
@@ -382,10 +389,10 @@ impl Trace {
     fn bind_args(&mut self, args: &[Tensor]) -> Result<Vec<Tensor>> {
         let mut handles = Vec::with_capacity(args.len());
         for (i, arg) in args.iter().enumerate() {
-            let Some(data) = arg.host_data() else {
+            if arg.is_traced() {
                 return Err(Error::StaleTrace { op: format!("input {i}"), loc: None });
-            };
-            let (dtype, shape) = (data.dtype(), data.shape().clone());
+            }
+            let (dtype, shape) = (arg.dtype(), arg.shape());
             let value = self.values.len();
             let node = self.segment.graph.input(dtype, shape.clone());
             self.segment.input_nodes.insert(value, node);
@@ -453,10 +460,11 @@ impl Trace {
 
     /// The trace value of `t`, registering a concrete tensor the first time it is seen.
     fn value_of(&mut self, t: &Tensor, op: &str, loc: Option<&SourceLoc>) -> Result<ValueId> {
-        let data = match &*t.storage() {
+        let (dtype, shape) = match &*t.storage() {
             Storage::Traced(r) if r.trace == self.id => return Ok(r.value),
             Storage::Traced(_) => return Err(Error::StaleTrace { op: op.to_string(), loc: loc.cloned() }),
-            Storage::Host(data) => data.clone(),
+            Storage::Host(data) => (data.dtype(), data.shape().clone()),
+            Storage::Cuda(data) => (data.dtype, data.shape.clone()),
         };
         let key = Arc::as_ptr(&t.inner);
         if let Some(&value) = self.captured.get(&key) {
@@ -464,8 +472,8 @@ impl Trace {
         }
         let value = self.values.len();
         self.values.push(Value {
-            dtype: data.dtype(),
-            shape: data.shape().clone(),
+            dtype,
+            shape,
             state: ValueState::Concrete(t.clone()),
             origin: Origin::Captured(loc.cloned()),
             handle: Weak::new(),
@@ -503,7 +511,7 @@ impl Trace {
 
     fn host_of(&self, value: ValueId, op: &str, loc: &SourceLoc) -> Result<Arc<HostTensor>> {
         self.concrete(value)?
-            .host_data()
+            .read_host(op)?
             .ok_or_else(|| Error::StaleTrace { op: op.to_string(), loc: Some(loc.clone()) })
     }
 

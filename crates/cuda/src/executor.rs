@@ -14,7 +14,7 @@ use std::time::Instant;
 use braze_codegen::{GeneratedKernel, KernelCode, KernelConfig, Param, TableSpec};
 use braze_ir::DType;
 use braze_passes::memory::MemoryPlan;
-use braze_passes::{Activation as PlanActivation, BufferId, BufferRole, KernelKind, MatMul, Plan};
+use braze_passes::{Activation as PlanActivation, BufferId, BufferRole, MatMul, Plan};
 
 use crate::autotune::{AutotuneRecord, AutotuneStore};
 use crate::blas::{Activation, BlasLt, MatmulDtype, MatmulSpec, MatrixRef};
@@ -138,7 +138,10 @@ impl PlanExecutable {
         for k in 0..plan.kernels.len() {
             let config = match options.configs.get(&k) {
                 Some(c) => *c,
-                None => store.as_ref().and_then(|s| s.lookup(device.name(), &plan, k)).unwrap_or_else(|| braze_codegen::default_config(&plan, k)),
+                None => store
+                    .as_ref()
+                    .and_then(|s| s.lookup(device.name(), &plan, k))
+                    .unwrap_or_else(|| braze_codegen::default_config(&plan, k)),
             };
             configs.push(config);
         }
@@ -158,7 +161,10 @@ impl PlanExecutable {
                     })
                 })
                 .collect();
-            handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(CudaError::InvalidArgument("compile thread panicked".into())))).collect()
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| Err(CudaError::InvalidArgument("compile thread panicked".into()))))
+                .collect()
         });
         let mut report = BuildReport { kernels: plan.kernels.len(), ..BuildReport::default() };
         let mut kernels = Vec::with_capacity(codes.len());
@@ -223,7 +229,9 @@ impl PlanExecutable {
         let mut tables = Vec::with_capacity(code.tables.len());
         for spec in &code.tables {
             tables.push(match spec {
-                TableSpec::Static(bytes) => ReadyTable { buffer: device.upload(bytes)?, uploaded: None, pointers: false },
+                TableSpec::Static(bytes) => {
+                    ReadyTable { buffer: device.upload(bytes)?, uploaded: None, pointers: false }
+                }
                 // Filled before each run whose input addresses differ from the last upload.
                 TableSpec::InputPointers => {
                     ReadyTable { buffer: device.alloc(8 * input_slots)?, uploaded: None, pointers: true }
@@ -252,7 +260,10 @@ impl PlanExecutable {
 
     /// The generated source of each CUDA kernel (`None` for library calls and empty kernels).
     pub fn sources(&self) -> Vec<Option<&str>> {
-        self.kernels.iter().map(|k| if let ReadyKernel::Cuda(c) = k { Some(c.code.source.as_str()) } else { None }).collect()
+        self.kernels
+            .iter()
+            .map(|k| if let ReadyKernel::Cuda(c) = k { Some(c.code.source.as_str()) } else { None })
+            .collect()
     }
 
     /// Checks the caller's buffers against the plan's inputs.
@@ -496,7 +507,9 @@ impl PlanExecutable {
             let mut best: Option<(f32, usize, CudaKernel)> = None;
             for (ci, config) in candidates.iter().enumerate() {
                 let attempt = (|| -> Result<(f32, CudaKernel)> {
-                    let code = match braze_codegen::generate(&self.plan, k, config).map_err(|e| CudaError::Codegen(e.to_string()))? {
+                    let code = match braze_codegen::generate(&self.plan, k, config)
+                        .map_err(|e| CudaError::Codegen(e.to_string()))?
+                    {
                         KernelCode::Cuda(g) => g,
                         KernelCode::CuBlasLt(_) => return Err(CudaError::InvalidArgument("not a CUDA kernel".into())),
                     };

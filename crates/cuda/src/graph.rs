@@ -104,13 +104,20 @@ impl CaptureRecord {
 /// A captured, instantiated graph. It holds the buffers and kernels it references, so they
 /// stay valid for every replay even if the caller drops its own handles.
 ///
-/// Not `Send`: CUDA graph objects must not be used from several threads at once.
+/// `Send` but not `Sync`: CUDA graph objects may move between threads but must not be used from
+/// several threads at once.
 pub struct CapturedGraph {
     graph: CudaGraph,
     device: Arc<CudaDevice>,
     buffers: Vec<DeviceBuffer>,
     kernels: Vec<Kernel>,
 }
+
+// SAFETY: the driver allows a graph and its executable instance to be used from any thread as
+// long as no two calls on them run at once. `CapturedGraph` is not `Sync`, so a shared reference
+// never reaches two threads; moving it to another thread (as an executable behind a mutex does)
+// keeps every use exclusive. The buffers and kernels it holds are `Send` already.
+unsafe impl Send for CapturedGraph {}
 
 impl std::fmt::Debug for CapturedGraph {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

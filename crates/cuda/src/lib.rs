@@ -18,13 +18,13 @@ pub mod graph;
 pub mod launch;
 pub mod nvrtc;
 
+pub use autotune::{AutotuneRecord, AutotuneStore};
 pub use blas::{Activation, BlasLt, MatmulDtype, MatmulSpec, MatrixRef};
 pub use buffer::{bytes_of, values_from_bytes, DeviceBuffer, PodScalar};
 pub use cache::{CacheKey, CacheStats, KernelCache};
 pub use device::{cuda_available, device_count, driver_available, CudaDevice, EventTimer};
 pub use error::{CudaError, Result};
 pub use executor::{BuildReport, ExecOptions, PlanExecutable};
-pub use autotune::{AutotuneRecord, AutotuneStore};
 pub use graph::CapturedGraph;
 pub use launch::{Kernel, KernelArg, LoadedModule};
 pub use nvrtc::{

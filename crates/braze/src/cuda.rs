@@ -1,0 +1,66 @@
+//! The frontend's view of CUDA: one shared [`CudaDevice`] per ordinal, the process-wide kernel
+//! cache, and tensors whose data lives in device memory.
+
+use crate::{Device, Error, Result};
+use braze_cuda::{CudaDevice, DeviceBuffer, KernelCache};
+use braze_ir::{DType, HostTensor, Shape};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// Data of a tensor on a CUDA device: a dense row-major buffer.
+pub(crate) struct CudaTensor {
+    pub buffer: DeviceBuffer,
+    pub dtype: DType,
+    pub shape: Shape,
+    pub ordinal: usize,
+}
+
+fn devices() -> &'static Mutex<HashMap<usize, Arc<CudaDevice>>> {
+    static DEVICES: OnceLock<Mutex<HashMap<usize, Arc<CudaDevice>>>> = OnceLock::new();
+    DEVICES.get_or_init(Default::default)
+}
+
+/// The device `ordinal`, opened on first use and shared by every tensor and executable on it.
+pub(crate) fn device(ordinal: usize, op: &str) -> Result<Arc<CudaDevice>> {
+    let mut open = devices().lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(d) = open.get(&ordinal) {
+        return Ok(d.clone());
+    }
+    if !braze_cuda::cuda_available() {
+        return Err(Error::DeviceUnavailable { op: op.to_string(), device: Device::Cuda(ordinal) });
+    }
+    let d = CudaDevice::new(ordinal).map_err(|e| Error::cuda(op, e))?;
+    open.insert(ordinal, d.clone());
+    Ok(d)
+}
+
+/// Compiled kernels shared by every executable in the process: in memory, and on disk unless no
+/// cache directory can be used (then a warning, and memory only).
+pub(crate) fn kernel_cache() -> &'static KernelCache {
+    static CACHE: OnceLock<KernelCache> = OnceLock::new();
+    CACHE.get_or_init(|| {
+        KernelCache::new().unwrap_or_else(|err| {
+            tracing::warn!(target: "braze::kernels", error = %err, "kernel cache directory unusable; caching in memory only");
+            KernelCache::in_memory()
+        })
+    })
+}
+
+impl CudaTensor {
+    pub(crate) fn upload(host: &HostTensor, ordinal: usize, op: &str) -> Result<CudaTensor> {
+        let dev = device(ordinal, op)?;
+        let buffer = dev.upload(&host.to_bytes()).map_err(|e| Error::cuda(op, e))?;
+        Ok(CudaTensor { buffer, dtype: host.dtype(), shape: host.shape().clone(), ordinal })
+    }
+
+    /// Copies the data to the host; waits for the device's queued work.
+    pub(crate) fn download(&self, op: &str) -> Result<HostTensor> {
+        let dev = device(self.ordinal, op)?;
+        let bytes = dev.download(&self.buffer).map_err(|e| Error::cuda(op, e))?;
+        HostTensor::from_bytes(self.dtype, self.shape.clone(), &bytes).map_err(|ir| Error::InvalidArgument {
+            op: op.to_string(),
+            loc: None,
+            detail: ir.to_string(),
+        })
+    }
+}
