@@ -56,6 +56,20 @@ pub struct Target {
     pub mode: Mode,
 }
 
+static ALLOW_TF32: AtomicBool = AtomicBool::new(false);
+
+/// Lets f32 matmuls compiled from now on use TF32 tensor cores (about 1e-3 relative error, several
+/// times faster). Off by default: f32 matmuls are exact FP32. Like PyTorch's
+/// `torch.backends.cuda.matmul.allow_tf32`, it is a process-wide setting.
+pub fn set_allow_tf32(allow: bool) {
+    ALLOW_TF32.store(allow, Ordering::Relaxed);
+}
+
+/// Whether f32 matmuls compiled now may use TF32.
+pub fn allow_tf32() -> bool {
+    ALLOW_TF32.load(Ordering::Relaxed)
+}
+
 /// Makes a one-op eager graph runnable on `target`: the CPU reference on the CPU; on a GPU a
 /// fused plan of one kernel, cached by the graph's structure so each op compiles once per process.
 pub fn compile_graph(graph: &Graph, target: Target) -> Result<Arc<dyn Executable>> {
@@ -198,6 +212,7 @@ impl CudaPlan {
         let plan = fuse(graph)?;
         let options = ExecOptions {
             cuda_graphs: target.mode == Mode::ReduceOverhead,
+            allow_tf32: ALLOW_TF32.load(Ordering::Relaxed),
             poison_outputs: std::env::var_os("BRAZE_POISON_OUTPUTS").is_some_and(|v| v == "1"),
             ..ExecOptions::default()
         };

@@ -48,6 +48,7 @@ mod tensor;
 mod trace;
 pub mod workloads;
 
+pub use backend::{allow_tf32, set_allow_tf32};
 pub use braze_ir::{DType, Graph, HostData, HostTensor, Shape, SourceLoc};
 pub use breaks::{BreakKind, GraphBreak};
 pub use compile::{compile, CompileStats, Compiled, Mode};

@@ -6,8 +6,9 @@
 //! first; then the application's filters decide, as for any other crate.
 //!
 //! `BRAZE_DUMP=<dir>` writes every compiled graph as `graph-<n>.txt` (with source locations) and
-//! `graph-<n>.json`, and appends each traced signature's break report to `breaks.txt`. Failing to
-//! write is a warning, never an error.
+//! `graph-<n>.json`, every fused plan as `plan-<n>.txt` (all of them also in `plan.txt`), every
+//! kernel as `kernels/<name>.cu`, and appends each traced signature's break report to
+//! `breaks.txt`. Failing to write is a warning, never an error.
 
 use crate::GraphBreak;
 use braze_ir::Graph;
@@ -138,7 +139,8 @@ pub(crate) fn breaks_traced(function: &str, signature: &str, breaks: &[GraphBrea
     }
 }
 
-/// Logs a fused plan and its kernels, and dumps them as `plan-<n>.txt` and `kernels/*.cu`.
+/// Logs a fused plan and its kernels, and dumps them as `plan-<n>.txt` (also appended to
+/// `plan.txt`) and `kernels/<name>.cu`.
 pub(crate) fn plan_compiled(plan: &braze_passes::Plan, kernels: &[(String, String)]) {
     tracing::debug!(target: targets::PLAN, "fused plan:\n{plan}");
     for (name, source) in kernels {
@@ -148,8 +150,13 @@ pub(crate) fn plan_compiled(plan: &braze_passes::Plan, kernels: &[(String, Strin
     static NEXT_PLAN: AtomicUsize = AtomicUsize::new(0);
     let n = NEXT_PLAN.fetch_add(1, Ordering::Relaxed);
     let kernel_dir = dir.join("kernels");
-    let mut written =
-        fs::create_dir_all(&kernel_dir).and_then(|_| fs::write(dir.join(format!("plan-{n}.txt")), plan.to_string()));
+    let mut written = fs::create_dir_all(&kernel_dir)
+        .and_then(|_| fs::write(dir.join(format!("plan-{n}.txt")), plan.to_string()))
+        .and_then(|_| {
+            // plan.txt collects every plan of the process in order, for a quick read.
+            let mut all = OpenOptions::new().create(true).append(true).open(dir.join("plan.txt"))?;
+            writeln!(all, "# plan {n}\n{plan}")
+        });
     for (name, source) in kernels {
         written = written.and_then(|_| fs::write(kernel_dir.join(format!("{name}.cu")), source));
     }

@@ -1,4 +1,5 @@
-//! `BRAZE_DUMP` writes every compiled graph and the break reports; `BRAZE_LOG` topics parse.
+//! `BRAZE_DUMP` writes every compiled graph, plan, kernel and the break reports; `BRAZE_LOG`
+//! topics parse.
 //! The dump directory is read once per process, so this file holds the only test that sets it.
 
 use braze::logging::{parse_topics, targets};
@@ -28,6 +29,13 @@ fn dump_writes_graphs_and_break_reports() {
     let demo = workloads::build("sync_demo", &sizes).unwrap();
     demo.compile().call(&demo.inputs).unwrap();
 
+    let kernel_files: Vec<String> = fs::read_dir(dir.join("kernels"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    let row_kernel =
+        kernel_files.iter().find(|f| f.starts_with("row_layer_norm") && f.ends_with(".cu")).expect("a row kernel file");
+    check(&dir.join("kernels"), &[(row_kernel.as_str(), &["extern \"C\" __global__", "layer_norm"])]);
     check(
         &dir,
         &[
@@ -35,6 +43,8 @@ fn dump_writes_graphs_and_break_reports() {
             ("graph-0.json", &["\"kind\": \"layer_norm\"", "\"line\":"]),
             ("graph-1.txt", &["matmul"]),
             ("graph-3.json", &["\"op\": \"sub\""]),
+            ("plan-0.txt", &["plan: 1 kernel", "kernel 0: row_"]),
+            ("plan.txt", &["# plan 0", "# plan 1", "matmul"]),
             (
                 "breaks.txt",
                 &[

@@ -32,7 +32,7 @@ const RETAINED_OUTPUT_SETS: usize = 4;
 const GRAPHS_PER_OUTPUT_SET: usize = 4;
 
 /// How an executable runs.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct ExecOptions {
     /// Replay the plan as a CUDA graph (captured on the second call with the same buffers).
     pub cuda_graphs: bool,
@@ -43,12 +43,6 @@ pub struct ExecOptions {
     pub allow_tf32: bool,
     /// Launch configurations chosen per kernel index, overriding the remembered or default one.
     pub configs: HashMap<usize, KernelConfig>,
-}
-
-impl Default for ExecOptions {
-    fn default() -> Self {
-        ExecOptions { cuda_graphs: false, poison_outputs: false, allow_tf32: false, configs: HashMap::new() }
-    }
 }
 
 /// What building an executable cost and produced, for `explain` and benchmarks.
@@ -189,7 +183,9 @@ impl PlanExecutable {
             kernels.push(ready);
         }
         let memory = MemoryPlan::for_plan(&plan);
-        let arena = if memory.arena_bytes > 0 { Some(device.alloc(memory.arena_bytes)?) } else { None };
+        // Zero-size intermediates still get an (empty) arena so every one has a valid address.
+        let has_intermediates = memory.offsets.iter().any(Option::is_some);
+        let arena = if has_intermediates { Some(device.alloc(memory.arena_bytes)?) } else { None };
         let stats_after = cache.stats();
         report.compile_ms = started.elapsed().as_secs_f64() * 1e3;
         report.nvrtc_compiles = stats_after.compiles - stats_before.compiles;

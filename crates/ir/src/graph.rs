@@ -242,9 +242,10 @@ impl Graph {
         let mut indegree: std::collections::HashMap<NodeIndex<u32>, usize> =
             self.graph.node_indices().map(|n| (n, self.graph.edges_directed(n, Direction::Incoming).count())).collect();
         let mut order: Vec<NodeId> = self.inputs.clone();
+        let inputs: std::collections::HashSet<NodeId> = self.inputs.iter().copied().collect();
         let mut ready: BinaryHeap<Reverse<NodeIndex<u32>>> = BinaryHeap::new();
         for n in self.graph.node_indices() {
-            if indegree[&n] == 0 && !self.inputs.contains(&NodeId(n)) {
+            if indegree[&n] == 0 && !inputs.contains(&NodeId(n)) {
                 ready.push(Reverse(n));
             }
         }

@@ -22,13 +22,14 @@ impl Graph {
             }
         }
         let order = self.topo_order();
+        let inputs: std::collections::HashSet<_> = self.inputs().iter().copied().collect();
         if order.len() != self.len() {
             return fail("graph".into(), "the graph has a cycle".into());
         }
         for id in order {
             let node = self.node(id);
             if let Op::Input { .. } = node.op {
-                if !self.inputs().contains(&id) {
+                if !inputs.contains(&id) {
                     return fail(id.to_string(), "input node missing from the input list".into());
                 }
                 continue;
