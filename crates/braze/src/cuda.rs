@@ -34,6 +34,18 @@ pub(crate) fn device(ordinal: usize, op: &str) -> Result<Arc<CudaDevice>> {
     Ok(d)
 }
 
+/// The [`CudaDevice`] that tensors and compiled functions on `Device::Cuda(ordinal)` use, opened
+/// on first use. All of braze's work on it is ordered on its one stream, so timing events recorded
+/// there time that work, and [`CudaDevice::allocation_count`] counts braze's allocations.
+pub fn cuda_device(ordinal: usize) -> Result<Arc<CudaDevice>> {
+    device(ordinal, "cuda_device")
+}
+
+/// Counters of the process-wide kernel cache: NVRTC compiles, memory and disk hits.
+pub fn kernel_cache_stats() -> braze_cuda::CacheStats {
+    kernel_cache().stats()
+}
+
 /// Compiled kernels shared by every executable in the process: in memory, and on disk unless no
 /// cache directory can be used (then a warning, and memory only).
 pub(crate) fn kernel_cache() -> &'static KernelCache {

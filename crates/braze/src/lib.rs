@@ -52,6 +52,7 @@ pub use backend::{allow_tf32, set_allow_tf32};
 pub use braze_ir::{DType, Graph, HostData, HostTensor, Shape, SourceLoc};
 pub use breaks::{BreakKind, GraphBreak};
 pub use compile::{compile, CompileStats, Compiled, Mode};
+pub use cuda::{cuda_device, kernel_cache_stats};
 pub use custom_op::CustomOp;
 pub use device::Device;
 pub use error::{Error, Result};

@@ -137,6 +137,12 @@ impl Tensor {
         }
     }
 
+    /// The device buffer holding this tensor's data when it is a concrete CUDA tensor, e.g. to
+    /// refill an input in place (same address, new values) between calls.
+    pub fn cuda_buffer(&self) -> Option<braze_cuda::DeviceBuffer> {
+        self.cuda_data().map(|c| c.buffer.clone())
+    }
+
     pub(crate) fn from_cuda(data: CudaTensor) -> Tensor {
         Tensor::from_storage(Storage::Cuda(Arc::new(data)))
     }
