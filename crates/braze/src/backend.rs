@@ -242,8 +242,8 @@ impl Executable for CudaPlan {
     fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         let mut buffers = Vec::with_capacity(inputs.len());
         for (index, input) in inputs.iter().enumerate() {
-            match input.cuda_data() {
-                Some(data) if data.ordinal == self.ordinal => buffers.push(data.buffer.clone()),
+            match input.cuda_buffer_on() {
+                Some((buffer, ordinal)) if ordinal == self.ordinal => buffers.push(buffer),
                 _ => {
                     return Err(Error::DeviceMismatch {
                         op: format!("graph input {index}"),

@@ -290,7 +290,7 @@ where
             return (self.f)(args);
         }
         self.check_arity(args)?;
-        let target = self.target(args)?;
+        // A cache hit needs no device scan: every input's device is part of the signature.
         let (hit, reason) = self.lookup(args);
         match hit {
             Some(entry) => match &entry.kind {
@@ -301,11 +301,15 @@ where
                     self.run_whole(run, bindings, args)
                 }
                 EntryKind::Replay => {
+                    let target = self.target(args)?;
                     let split = trace::replay_call(&self.f, args, self.trace_config(target, false, true))?;
                     Ok(take_split(split, report))
                 }
             },
-            None => self.trace_new(args, target, reason, report),
+            None => {
+                let target = self.target(args)?;
+                self.trace_new(args, target, reason, report)
+            }
         }
     }
 

@@ -129,18 +129,19 @@ impl Tensor {
         }
     }
 
-    /// The device data, or `None` unless this is a concrete CUDA tensor.
-    pub(crate) fn cuda_data(&self) -> Option<Arc<CudaTensor>> {
-        match &*self.storage() {
-            Storage::Cuda(c) => Some(c.clone()),
-            _ => None,
-        }
-    }
-
     /// The device buffer holding this tensor's data when it is a concrete CUDA tensor, e.g. to
     /// refill an input in place (same address, new values) between calls.
     pub fn cuda_buffer(&self) -> Option<braze_cuda::DeviceBuffer> {
-        self.cuda_data().map(|c| c.buffer.clone())
+        self.cuda_buffer_on().map(|(buffer, _)| buffer)
+    }
+
+    /// The device buffer and device ordinal of a concrete CUDA tensor, without cloning its
+    /// handle (on the per-call path of executables with thousands of inputs).
+    pub(crate) fn cuda_buffer_on(&self) -> Option<(braze_cuda::DeviceBuffer, usize)> {
+        match &*self.storage() {
+            Storage::Cuda(c) => Some((c.buffer.clone(), c.ordinal)),
+            _ => None,
+        }
     }
 
     pub(crate) fn from_cuda(data: CudaTensor) -> Tensor {

@@ -142,12 +142,13 @@ impl CudaDevice {
         let mut values = Vec::with_capacity(args.len());
         for (index, arg) in args.iter().enumerate() {
             values.push(match *arg {
+                // The argument's label is only formatted when the check fails: launches are on
+                // the per-call hot path.
                 KernelArg::Buffer(buffer) => ArgValue::Pointer(
-                    self.checked_range(buffer, 0, 0, &format!("argument {index}")).map_err(|e| fail(e.to_string()))?,
+                    self.checked_range(buffer, 0, 0, "").map_err(|e| fail(argument_error(index, e)))?,
                 ),
                 KernelArg::BufferAt(buffer, offset) => ArgValue::Pointer(
-                    self.checked_range(buffer, offset, 0, &format!("argument {index}"))
-                        .map_err(|e| fail(e.to_string()))?,
+                    self.checked_range(buffer, offset, 0, "").map_err(|e| fail(argument_error(index, e)))?,
                 ),
                 KernelArg::I32(v) => ArgValue::I32(v),
                 KernelArg::U32(v) => ArgValue::U32(v),
@@ -212,6 +213,14 @@ impl CudaDevice {
             limit.fetch_max(bytes, Ordering::AcqRel);
         }
         Ok(())
+    }
+}
+
+/// `argument 2: buffer belongs to another device` from a range check made with an empty label.
+fn argument_error(index: usize, error: CudaError) -> String {
+    match error {
+        CudaError::InvalidArgument(message) => format!("argument {index}{message}"),
+        other => format!("argument {index}: {other}"),
     }
 }
 
