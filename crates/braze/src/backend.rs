@@ -194,8 +194,17 @@ struct CudaPlan {
     plan: Arc<Plan>,
     ordinal: usize,
     mode: Mode,
-    exe: Mutex<PlanExecutable>,
+    exe: Mutex<Bound>,
     tuned: AtomicBool,
+}
+
+/// The executable and the inputs it last ran on: the same tensors again reuse the collected
+/// buffers instead of locking and cloning each one. (The last call's input buffers stay
+/// referenced until the next call or until the compiled function is dropped.)
+struct Bound {
+    exe: PlanExecutable,
+    last_inputs: crate::tensor::SameTensors,
+    last_buffers: Vec<braze_cuda::DeviceBuffer>,
 }
 
 impl CudaPlan {
@@ -224,12 +233,12 @@ impl CudaPlan {
             plan: Arc::new(plan),
             ordinal,
             mode: target.mode,
-            exe: Mutex::new(exe),
+            exe: Mutex::new(Bound { exe, last_inputs: Default::default(), last_buffers: Vec::new() }),
             tuned: AtomicBool::new(false),
         })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, PlanExecutable> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Bound> {
         self.exe.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
@@ -240,29 +249,21 @@ fn named_sources(plan: &Plan, exe: &PlanExecutable) -> Vec<(String, String)> {
 
 impl Executable for CudaPlan {
     fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
-        let mut buffers = Vec::with_capacity(inputs.len());
-        for (index, input) in inputs.iter().enumerate() {
-            match input.cuda_buffer_on() {
-                Some((buffer, ordinal)) if ordinal == self.ordinal => buffers.push(buffer),
-                _ => {
-                    return Err(Error::DeviceMismatch {
-                        op: format!("graph input {index}"),
-                        loc: None,
-                        expected: Device::Cuda(self.ordinal),
-                        actual: input.device(),
-                    })
-                }
-            }
+        let mut bound = self.lock();
+        let bound = &mut *bound;
+        if !bound.last_inputs.matches(inputs) {
+            bound.last_buffers = self.collect_buffers(inputs)?;
+            bound.last_inputs.remember(inputs);
         }
-        let mut exe = self.lock();
+        let buffers = &bound.last_buffers;
+        let exe = &mut bound.exe;
         if self.mode == Mode::MaxAutotune && !self.tuned.swap(true, Ordering::Relaxed) {
-            let records =
-                exe.autotune(&buffers, crate::cuda::kernel_cache()).map_err(|e| Error::cuda("autotune", e))?;
+            let records = exe.autotune(buffers, crate::cuda::kernel_cache()).map_err(|e| Error::cuda("autotune", e))?;
             for r in records {
                 tracing::debug!(target: logging::targets::AUTOTUNE, "{}: {} ({:?})", r.kernel, r.winner, r.timings_ms);
             }
         }
-        let outputs = exe.run(&buffers).map_err(|e| Error::cuda("run", e))?;
+        let outputs = exe.run(buffers).map_err(|e| Error::cuda("run", e))?;
         Ok(outputs
             .into_iter()
             .zip(&self.plan.outputs)
@@ -278,7 +279,7 @@ impl Executable for CudaPlan {
     }
 
     fn kernel_counts(&self) -> Option<KernelCounts> {
-        Some(KernelCounts { kernels: self.plan.kernels.len(), launches_per_call: self.lock().report().launches })
+        Some(KernelCounts { kernels: self.plan.kernels.len(), launches_per_call: self.lock().exe.report().launches })
     }
 
     fn plan(&self) -> Option<Arc<Plan>> {
@@ -286,7 +287,28 @@ impl Executable for CudaPlan {
     }
 
     fn kernel_sources(&self) -> Vec<(String, String)> {
-        named_sources(&self.plan, &self.lock())
+        named_sources(&self.plan, &self.lock().exe)
+    }
+}
+
+impl CudaPlan {
+    /// The device buffer of every input, checking each is on this plan's GPU.
+    fn collect_buffers(&self, inputs: &[Tensor]) -> Result<Vec<braze_cuda::DeviceBuffer>> {
+        let mut buffers = Vec::with_capacity(inputs.len());
+        for (index, input) in inputs.iter().enumerate() {
+            match input.cuda_buffer_on() {
+                Some((buffer, ordinal)) if ordinal == self.ordinal => buffers.push(buffer),
+                _ => {
+                    return Err(Error::DeviceMismatch {
+                        op: format!("graph input {index}"),
+                        loc: None,
+                        expected: Device::Cuda(self.ordinal),
+                        actual: input.device(),
+                    })
+                }
+            }
+        }
+        Ok(buffers)
     }
 }
 

@@ -9,6 +9,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::fmt;
 use std::panic::Location;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 /// A tensor. Cloning copies the handle, not the data; two clones are the same tensor, and
@@ -25,6 +26,9 @@ pub(crate) struct TensorInner {
     // Behind a lock so `assign` can swap a captured weight's data while compiled functions hold
     // the handle.
     storage: RwLock<Storage>,
+    /// Bumped by every `assign`, so a caller can tell "the same tensor with the same data as last
+    /// call" from a pointer comparison and one load, without taking the lock.
+    version: AtomicU64,
 }
 
 #[derive(Clone)]
@@ -101,7 +105,7 @@ impl Element for f64 {
 
 impl Tensor {
     pub(crate) fn from_storage(storage: Storage) -> Tensor {
-        Tensor { inner: Arc::new(TensorInner { storage: RwLock::new(storage) }) }
+        Tensor { inner: Arc::new(TensorInner { storage: RwLock::new(storage), version: AtomicU64::new(0) }) }
     }
 
     pub(crate) fn storage(&self) -> RwLockReadGuard<'_, Storage> {
@@ -146,6 +150,11 @@ impl Tensor {
 
     pub(crate) fn from_cuda(data: CudaTensor) -> Tensor {
         Tensor::from_storage(Storage::Cuda(Arc::new(data)))
+    }
+
+    /// How many times `assign` replaced this tensor's data.
+    pub(crate) fn version(&self) -> u64 {
+        self.inner.version.load(Ordering::Acquire)
     }
 
     /// Whether both handles are the same tensor.
@@ -302,6 +311,7 @@ impl Tensor {
         match &mut *storage {
             Storage::Host(_) | Storage::Cuda(_) => {
                 *storage = new_data;
+                self.inner.version.fetch_add(1, Ordering::AcqRel);
                 Ok(())
             }
             Storage::Traced(_) => Err(Error::StaleTrace { op: "assign".into(), loc: Some(loc) }),
@@ -338,4 +348,26 @@ fn standard_normal(rng: &mut StdRng) -> f64 {
     let u1: f64 = 1.0 - rng.random::<f64>();
     let u2: f64 = rng.random::<f64>();
     (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+}
+
+/// Remembers a list of tensors and their data versions without keeping them alive, to recognise
+/// the same list on the next call with no locks and no reference-count traffic. Holding `Weak`s
+/// keeps each handle's allocation from being reused, so a pointer match is the same tensor.
+#[derive(Default)]
+pub(crate) struct SameTensors {
+    seen: Vec<(std::sync::Weak<TensorInner>, u64)>,
+}
+
+impl SameTensors {
+    pub(crate) fn remember(&mut self, tensors: &[Tensor]) {
+        self.seen = tensors.iter().map(|t| (Arc::downgrade(&t.inner), t.version())).collect();
+    }
+
+    /// Whether `tensors` are the remembered tensors, in order, none assigned since.
+    pub(crate) fn matches(&self, tensors: &[Tensor]) -> bool {
+        self.seen.len() == tensors.len()
+            && self.seen.iter().zip(tensors).all(|((weak, version), t)| {
+                std::ptr::eq(weak.as_ptr(), Arc::as_ptr(&t.inner)) && t.version() == *version
+            })
+    }
 }

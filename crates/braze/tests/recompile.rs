@@ -171,3 +171,19 @@ fn a_function_without_breaks_runs_once_and_one_with_breaks_runs_every_call() {
         assert_eq!(compiled.stats().traces, 1);
     }
 }
+
+/// Calls with the very same argument tensors skip the per-argument signature check; an `assign`
+/// in between (new data, possibly a new shape) must still be seen.
+#[test]
+fn same_arguments_fast_path_sees_assign() {
+    let compiled = compile(|a: &[Tensor]| Ok(vec![a[0].mul_scalar(2.0)?]));
+    let x = Tensor::from_vec(vec![1.0f32, 2.0], [2]).unwrap();
+    let args = [x.clone()];
+    assert_eq!(compiled.call(&args).unwrap()[0].to_vec::<f32>().unwrap(), vec![2.0, 4.0]);
+    assert_eq!(compiled.call(&args).unwrap()[0].to_vec::<f32>().unwrap(), vec![2.0, 4.0]);
+    x.assign(&Tensor::from_vec(vec![5.0f32], [1]).unwrap()).unwrap();
+    assert_eq!(compiled.call(&args).unwrap()[0].to_vec::<f32>().unwrap(), vec![10.0]);
+    x.assign(&Tensor::from_vec(vec![7.0f32, 8.0], [2]).unwrap()).unwrap();
+    assert_eq!(compiled.call(&args).unwrap()[0].to_vec::<f32>().unwrap(), vec![14.0, 16.0]);
+    assert_eq!(compiled.stats().traces, 2, "one trace per shape");
+}
