@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine from the repository root after benches/stage-gpu.sh staged .stage/.
-# Order: conformance (plain, then under compute-sanitizer), braze benchmarks, then the PyTorch
-# baselines right after on the same GPU, and a ratio table. Everything is logged under $OUT.
+# Order: braze benchmarks, then the PyTorch baselines right after on the same GPU and the ratio
+# table, then the GPU tests, then compute-sanitizer (memcheck, racecheck) over the conformance
+# suite's `sanitizer_` tests. Each step is bounded in time so the whole run ends inside one
+# device call; everything is logged under $OUT (at most 7 files).
 set -uo pipefail
 out=${OUT:-.stage/out}
 mkdir -p "$out"
@@ -10,26 +12,28 @@ export BRAZE_CUDA_INCLUDE=/usr/local/cuda/include
 export BRAZE_REQUIRE_CUDA=1 BRAZE_CACHE_DIR=$(mktemp -d)
 export PYTHONUNBUFFERED=1
 status=0
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$out/gpu.txt"
 what=${1:-all}
+if [ "$what" = all ] || [ "$what" = bench ]; then
+  { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv; date -u; } > "$out/bench.log"
+  timeout 240 .stage/bin/braze bench --json "$out/braze.json" >> "$out/bench.log" 2>&1 || status=1
+  tail -n 40 "$out/bench.log"
+  timeout 240 python3 .stage/torch_anchors.py --json "$out/torch.json" 2>&1 | tail -n 30 || status=1
+  python3 .stage/compare.py "$out/braze.json" "$out/torch.json" | tee "$out/compare.txt"
+fi
 if [ "$what" = all ] || [ "$what" = tests ]; then
   for t in .stage/bin/gpu_* .stage/bin/conformance; do
     [ -x "$t" ] || continue
-    echo "== $t"
-    "$t" --test-threads=4 2>&1 | tail -n 40 | tee -a "$out/tests.log" || status=1
+    echo "== $t" | tee -a "$out/tests.log"
+    timeout 150 "$t" --test-threads=1 >> "$out/tests.log" 2>&1 || status=1
+    grep -E "^test result|FAILED|panicked" "$out/tests.log" | tail -n 5
   done
   if command -v compute-sanitizer >/dev/null && [ -x .stage/bin/conformance ]; then
     for tool in memcheck racecheck; do
-      echo "== compute-sanitizer --tool $tool conformance"
-      compute-sanitizer --tool "$tool" --error-exitcode 9 .stage/bin/conformance --test-threads=1 sanitizer_ \
+      echo "== compute-sanitizer --tool $tool conformance sanitizer_"
+      timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 9 .stage/bin/conformance --test-threads=1 sanitizer_ \
         > "$out/sanitizer-$tool.log" 2>&1
-      echo "exit $? ($tool)"; tail -n 5 "$out/sanitizer-$tool.log"
+      echo "exit $? ($tool)"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|test result" "$out/sanitizer-$tool.log" | tail -n 3
     done
   fi
-fi
-if [ "$what" = all ] || [ "$what" = bench ]; then
-  .stage/bin/braze bench --json "$out/braze.json" 2>&1 | tee "$out/bench.log" || status=1
-  python3 .stage/torch_anchors.py --json "$out/torch.json" 2>&1 | tee "$out/torch.log" || status=1
-  python3 .stage/compare.py "$out/braze.json" "$out/torch.json" | tee "$out/compare.txt"
 fi
 exit $status

@@ -135,19 +135,21 @@ fn two_thousand_inputs_trace_fast_and_stay_cached() {
     let explanation = compiled.explain(&inputs).unwrap();
     let first_call = start.elapsed();
     assert_eq!(explanation.graphs[0].op_count(), 2001);
-    assert!(first_call.as_secs_f64() < 1.0, "first call took {first_call:?}");
+    // A complexity guard, not a timing test (timings live in `braze bench`): a quadratic trace
+    // of 2,000 inputs would take minutes.
+    assert!(first_call.as_secs_f64() < 20.0, "first call took {first_call:?}");
     for _ in 0..10 {
         compiled.call(&inputs).unwrap();
     }
     assert_eq!((compiled.stats().traces, compiled.stats().cache_hits), (1, 10));
-    // The guard check a cached call makes: O(K), microseconds (generous bound for debug builds).
+    // The guard check a cached call makes is O(K); the bound only catches a quadratic check.
     let checks = 200;
     let start = Instant::now();
     for _ in 0..checks {
         assert!(compiled.is_cached(&inputs));
     }
     let per_check = start.elapsed() / checks;
-    assert!(per_check.as_micros() < 2000, "signature check of 2000 inputs took {per_check:?}");
+    assert!(per_check.as_millis() < 50, "signature check of 2000 inputs took {per_check:?}");
     assert!(!compiled.is_cached(&inputs[1..]));
 }
 

@@ -119,6 +119,7 @@ pub(crate) enum Helper {
     Sigmoid,
     DivI32,
     DivI64,
+    IntToF32Odd,
     /// Loads `n` elements (`n * size` bytes, one aligned access) widened to registers.
     LoadVec(DType, u32),
     /// Narrows and stores `n` elements with one aligned access.
@@ -196,11 +197,15 @@ fn render_helper(helper: Helper, w: &mut CodeWriter) {
             "__device__ __forceinline__ bool is_finite_f32(float x) { return (__float_as_uint(x) & 0x7f800000u) != 0x7f800000u; }",
         ],
         Helper::GeluErf => &[
-            "__device__ __forceinline__ float gelu_erf_f32(float x) { return 0.5f * x * (1.0f + erff(x * 0.707106781186547524f)); }",
+            "// 0.5 x (1 + erf(x / sqrt 2)) without the cancellation of 1 + erf for negative x.",
+            "__device__ __forceinline__ float gelu_erf_f32(float x) { return 0.5f * x * erfcf(x * -0.707106781186547524f); }",
         ],
         Helper::GeluTanh => &[
+            "// 0.5 x (1 + tanh(u)) as x * sigmoid(2u), written to neither cancel nor overflow for negative x.",
             "__device__ __forceinline__ float gelu_tanh_f32(float x) {",
-            "  return 0.5f * x * (1.0f + tanhf(0.7978845608f * (x + 0.044715f * x * x * x)));",
+            "  const float u = 0.7978845608f * (x + 0.044715f * x * x * x);",
+            "  const float e = expf(-2.0f * fabsf(u));",
+            "  return u >= 0.0f ? x / (1.0f + e) : x * e / (1.0f + e);",
             "}",
         ],
         Helper::Silu => &["__device__ __forceinline__ float silu_f32(float x) { return x / (1.0f + expf(-x)); }"],
@@ -213,6 +218,14 @@ fn render_helper(helper: Helper, w: &mut CodeWriter) {
             "// Truncating division with x / 0 == 0 and INT64_MIN / -1 wrapping, as on the host.",
             "__device__ __forceinline__ long long div_i64(long long a, long long b) {",
             "  return b == 0 ? 0 : (b == -1 ? (long long)(0ull - (unsigned long long)a) : a / b);",
+            "}",
+        ],
+        Helper::IntToF32Odd => &[
+            "// An integer as float rounded toward zero, the lowest bit set when inexact (round to odd):",
+            "// rounding that to bf16 or f16 rounds once from the integer, as the reference does.",
+            "__device__ __forceinline__ float int_to_f32_odd(long long x) {",
+            "  const float t = __ll2float_rz(x);",
+            "  return (long long)t == x ? t : __uint_as_float(__float_as_uint(t) | 1u);",
             "}",
         ],
         Helper::LoadVec(dtype, n) => {
@@ -403,7 +416,8 @@ pub(crate) fn narrow(dtype: DType, value: &str) -> String {
 }
 
 /// Converts a register value `x` of `from` to `to` with the reference's cast semantics: float
-/// -> int truncates and saturates (NaN -> 0; the PTX conversion does exactly that), anything ->
+/// -> int truncates and saturates with NaN -> 0 (the 32-bit PTX conversion does exactly that; the
+/// 64-bit one maps NaN to INT64_MIN, so it is guarded), anything ->
 /// bool is `!= 0`, bool -> number is 0/1, casts to f16/bf16 round to nearest even.
 pub(crate) fn cast(helpers: &mut Helpers, from: DType, to: DType, x: &str) -> String {
     if from == to {
@@ -411,6 +425,11 @@ pub(crate) fn cast(helpers: &mut Helpers, from: DType, to: DType, x: &str) -> St
     }
     let as_float = match from {
         DType::F32 | DType::F16 | DType::BF16 => x.to_string(),
+        // An integer rounded to f32 first and then to f16/bf16 would round twice.
+        DType::I32 | DType::I64 if matches!(to, DType::F16 | DType::BF16) => {
+            helpers.need(Helper::IntToF32Odd);
+            format!("int_to_f32_odd({x})")
+        }
         DType::I32 | DType::I64 => format!("(float){x}"),
         DType::Bool => format!("({x} ? 1.0f : 0.0f)"),
     };
@@ -439,7 +458,8 @@ pub(crate) fn cast(helpers: &mut Helpers, from: DType, to: DType, x: &str) -> St
             _ => format!("(int){x}"),
         },
         DType::I64 => match from {
-            DType::F32 | DType::F16 | DType::BF16 => format!("__float2ll_rz({x})"),
+            // cvt.rzi.s64.f32 saturates but turns NaN into INT64_MIN, unlike the 32-bit case.
+            DType::F32 | DType::F16 | DType::BF16 => format!("({x} != {x} ? 0ll : __float2ll_rz({x}))"),
             _ => format!("(long long){x}"),
         },
     }

@@ -261,8 +261,15 @@ pub(crate) fn generate(unit: &mut Unit<'_>, row: &RowKernel, tpr: u32, rpb: u32,
     let (declared, params) = unit.buffer_params();
     let helpers = &mut unit.helpers;
     let block = tpr * rpb;
+    // For 1024-thread blocks ptxas aims at two blocks per SM (32 registers a thread) unless told
+    // that one will do; a cached row needs the 64 registers one block leaves it, or it spills.
+    let bounds = if block == 1024 && cached { format!("{block}, 1") } else { block.to_string() };
     let mut w = CodeWriter::new();
-    w.open(format!("extern \"C\" __global__ void __launch_bounds__({block}) {}({})", kernel.name, declared.join(", ")));
+    w.open(format!(
+        "extern \"C\" __global__ void __launch_bounds__({bounds}) {}({})",
+        kernel.name,
+        declared.join(", ")
+    ));
     w.line(format!("constexpr idx_t ROWS = {};", lit(rows)));
     w.line(format!("constexpr idx_t COLS = {};", lit(cols)));
 

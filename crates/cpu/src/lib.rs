@@ -13,8 +13,10 @@
 //!
 //! **Unary.** neg, abs, exp, log, sqrt; `rsqrt(x) = 1/sqrt(x)`; `reciprocal(x) = 1/x`;
 //! `relu(x)` is NaN for NaN, else `x > 0 ? x : +0.0` (so `relu(-0.0) = +0.0`);
-//! `gelu_erf(x) = 0.5·x·(1 + erf(x/√2))`;
-//! `gelu_tanh(x) = 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`; `silu(x) = x/(1 + exp(-x))`;
+//! `gelu_erf(x) = 0.5·x·(1 + erf(x/√2))`, computed as `0.5·x·erfc(-x/√2)`;
+//! `gelu_tanh(x) = 0.5·x·(1 + tanh(u))` with `u = √(2/π)·(x + 0.044715·x³)`, computed as
+//! `x/(1 + exp(-2u))` (both forms keep their relative accuracy for negative `x`, where
+//! `1 + erf` and `1 + tanh` cancel); `silu(x) = x/(1 + exp(-x))`;
 //! `sigmoid(x) = 1/(1 + exp(-x))`; tanh. The formulas are taken literally, so
 //! `gelu_erf(-inf)`, `gelu_tanh(-inf)` and `silu(-inf)` are NaN (`-inf · 0`, `-inf / inf`).
 //! isnan and isfinite give bools (false and true for integers); `not` is `!b` on bools and

@@ -195,6 +195,22 @@ fn store(data: &mut HostData, i: usize, value: Val) {
     }
 }
 
+/// An integer as f32 rounded toward zero, the lowest bit set when inexact (round to odd), as
+/// the kernels convert integers to f16/bf16: rounding that once more rounds once from `x`.
+fn int_to_f32_round_to_odd(x: i64) -> f32 {
+    let nearest = x as f32;
+    let (back, exact) = (nearest as i128, x as i128);
+    if back == exact {
+        return nearest;
+    }
+    let mut bits = nearest.to_bits();
+    if back.abs() > exact.abs() {
+        // `nearest` rounded away from zero: step its magnitude back.
+        bits -= 1;
+    }
+    f32::from_bits(bits | 1)
+}
+
 /// Converts to `dtype` with cast semantics, in registers: f16/bf16 round but stay f32.
 fn cast(value: Val, dtype: DType) -> Val {
     let as_float = match value {
@@ -202,10 +218,14 @@ fn cast(value: Val, dtype: DType) -> Val {
         Val::I(x) => x as f32,
         Val::B(b) => b as u8 as f32,
     };
+    let to_narrow = match value {
+        Val::I(x) => int_to_f32_round_to_odd(x),
+        _ => as_float,
+    };
     match dtype {
         DType::F32 => Val::F(as_float),
-        DType::F16 => Val::F(f16::from_f32(as_float).to_f32()),
-        DType::BF16 => Val::F(bf16::from_f32(as_float).to_f32()),
+        DType::F16 => Val::F(f16::from_f32(to_narrow).to_f32()),
+        DType::BF16 => Val::F(bf16::from_f32(to_narrow).to_f32()),
         DType::I32 => Val::I(match value {
             Val::F(x) => x as i32 as i64,
             Val::I(x) => x as i32 as i64,
@@ -248,9 +268,16 @@ fn relu_f32(x: f32) -> f32 {
     }
 }
 
+/// `x * sigmoid(2u)`, written to neither cancel nor overflow for negative `x`.
 fn gelu_tanh_f32(x: f32) -> f32 {
     let sqrt_2_over_pi = (std::f64::consts::FRAC_2_SQRT_PI * std::f64::consts::FRAC_1_SQRT_2) as f32;
-    0.5 * x * (1.0 + (sqrt_2_over_pi * (x + 0.044715 * x * x * x)).tanh())
+    let u = sqrt_2_over_pi * (x + 0.044715 * x * x * x);
+    let e = (-2.0 * u.abs()).exp();
+    if u >= 0.0 {
+        x / (1.0 + e)
+    } else {
+        x * e / (1.0 + e)
+    }
 }
 
 /// A unary op on an f32, as the generated kernels compute it.
@@ -264,7 +291,7 @@ fn unary_f32(op: UnaryOp, x: f32) -> Val {
         UnaryOp::Rsqrt => 1.0 / x.sqrt(),
         UnaryOp::Reciprocal => 1.0 / x,
         UnaryOp::Relu => relu_f32(x),
-        UnaryOp::GeluErf => 0.5 * x * (1.0 + libm::erff(x * std::f32::consts::FRAC_1_SQRT_2)),
+        UnaryOp::GeluErf => 0.5 * x * libm::erfcf(-x * std::f32::consts::FRAC_1_SQRT_2),
         UnaryOp::GeluTanh => gelu_tanh_f32(x),
         UnaryOp::Silu => x / (1.0 + (-x).exp()),
         UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),

@@ -123,15 +123,18 @@ pub(crate) fn nan_min(a: f64, b: f64) -> f64 {
     }
 }
 
-/// `0.5 x (1 + erf(x / sqrt 2))`.
+/// `0.5 x (1 + erf(x / sqrt 2))`, computed as `0.5 x erfc(-x / sqrt 2)`: `1 + erf` cancels for
+/// negative `x` (to 0 below about -8), `erfc` keeps its relative accuracy.
 pub(crate) fn gelu_erf(x: f64) -> f64 {
-    0.5 * x * (1.0 + libm::erf(x / std::f64::consts::SQRT_2))
+    0.5 * x * libm::erfc(-x / std::f64::consts::SQRT_2)
 }
 
-/// `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`.
+/// `0.5 x (1 + tanh(u))` with `u = sqrt(2/pi) (x + 0.044715 x^3)`, computed as the equal
+/// `x / (1 + exp(-2u))`, which does not cancel for negative `x`.
 pub(crate) fn gelu_tanh(x: f64) -> f64 {
     let sqrt_2_over_pi = std::f64::consts::FRAC_2_SQRT_PI * std::f64::consts::FRAC_1_SQRT_2;
-    0.5 * x * (1.0 + (sqrt_2_over_pi * (x + 0.044715 * x * x * x)).tanh())
+    let u = sqrt_2_over_pi * (x + 0.044715 * x * x * x);
+    x / (1.0 + (-2.0 * u).exp())
 }
 
 /// A unary op on a float computed in f64.

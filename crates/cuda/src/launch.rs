@@ -144,9 +144,9 @@ impl CudaDevice {
             values.push(match *arg {
                 // The argument's label is only formatted when the check fails: launches are on
                 // the per-call hot path.
-                KernelArg::Buffer(buffer) => ArgValue::Pointer(
-                    self.checked_range(buffer, 0, 0, "").map_err(|e| fail(argument_error(index, e)))?,
-                ),
+                KernelArg::Buffer(buffer) => {
+                    ArgValue::Pointer(self.checked_range(buffer, 0, 0, "").map_err(|e| fail(argument_error(index, e)))?)
+                }
                 KernelArg::BufferAt(buffer, offset) => ArgValue::Pointer(
                     self.checked_range(buffer, offset, 0, "").map_err(|e| fail(argument_error(index, e)))?,
                 ),

@@ -6,7 +6,7 @@
 
 use crate::topo::topo_order;
 use crate::{Pass, Result};
-use braze_ir::{BinaryOp, DType, Graph, NodeId, Op, UnaryOp};
+use braze_ir::{BinaryOp, DType, Graph, NodeId, Op, ReduceOp, UnaryOp};
 
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Simplify;
@@ -31,7 +31,7 @@ const RULES: &[(&str, Rule)] = &[
     ("permute_identity", permute_identity),       // permute(x, [0, 1, ..]) == x
     ("permute_permute", permute_permute),         // permute(permute(x, p), q) == permute(x, [p[q[i]] for i])
     ("slice_full", slice_full),                   // slice(x, axis, 0:n:1) == x where n is the axis' size
-    ("reduce_no_axes", reduce_no_axes),           // reduce(x, axes=[]) == x
+    ("reduce_no_axes", reduce_no_axes),           // reduce(x, axes=[]) == x (float sum, mean: x + 0.0)
 ];
 
 impl Pass for Simplify {
@@ -226,10 +226,17 @@ fn slice_full(g: &mut Graph, id: NodeId) -> Result<Option<NodeId>> {
     Ok((start == 0 && end == size && (step == 1 || size <= 1)).then_some(x))
 }
 
+/// Each element reduces to itself, except that a float sum starts from +0.0: `-0.0` sums to +0.0.
 fn reduce_no_axes(g: &mut Graph, id: NodeId) -> Result<Option<NodeId>> {
     let node = g.node(id);
-    Ok(match &node.op {
-        Op::Reduce { axes, .. } if axes.is_empty() => Some(node.operands[0]),
-        _ => None,
-    })
+    let Op::Reduce { op, axes, .. } = &node.op else { return Ok(None) };
+    if !axes.is_empty() {
+        return Ok(None);
+    }
+    let (x, dtype, loc) = (node.operands[0], node.dtype, node.loc.clone());
+    if dtype.is_float() && matches!(op, ReduceOp::Sum | ReduceOp::Mean) {
+        let zero = g.constant(0.0, dtype);
+        return Ok(Some(g.add(Op::Binary { op: BinaryOp::Add }, &[x, zero], loc)?));
+    }
+    Ok(Some(x))
 }

@@ -201,6 +201,36 @@ graph(%0: f32[4]) {
 }
 
 #[test]
+fn simplify_float_sums_over_no_axes_keep_adding_zero() {
+    // A sum starts from +0.0, so a float sum over no axes is `x + 0.0` (-0.0 becomes +0.0); an
+    // integer sum and a max over no axes are the operand itself.
+    check(
+        &Simplify,
+        |g| {
+            let x = g.input(DType::F32, [4]);
+            let i = g.input(DType::I32, [4]);
+            let s = op(g, Op::Reduce { op: ReduceOp::Sum, axes: vec![], keepdim: false }, &[x]);
+            let m = op(g, Op::Reduce { op: ReduceOp::Max, axes: vec![], keepdim: false }, &[x]);
+            let t = op(g, Op::Reduce { op: ReduceOp::Sum, axes: vec![], keepdim: true }, &[i]);
+            vec![s, m, t]
+        },
+        "
+graph(%0: f32[4], %1: i32[4]) {
+  %2 = sum %0, axes=[] : f32[4]
+  %3 = max %0, axes=[] : f32[4]
+  %4 = sum %1, axes=[], keepdim : i32[4]
+  return %2, %3, %4
+}
+=> simplify (changed)
+graph(%0: f32[4], %1: i32[4]) {
+  %2 = const 0.0 : f32[]
+  %3 = add %0, %2 : f32[4]
+  return %3, %0, %1
+}",
+    );
+}
+
+#[test]
 fn simplify_casts_and_views() {
     check(
         &Simplify,

@@ -117,6 +117,10 @@ pub(crate) fn is_dense_permutation(dims: &[usize], offset: usize, strides: &[usi
     if offset != 0 || dims.iter().product::<usize>() != base_numel {
         return false;
     }
+    if base_numel == 0 {
+        // No elements: any order reads all of them.
+        return true;
+    }
     let mut laid: Vec<(usize, usize)> =
         dims.iter().zip(strides).filter(|(&d, _)| d != 1).map(|(&d, &s)| (s, d)).collect();
     laid.sort();
@@ -159,5 +163,8 @@ mod tests {
         assert!(is_dense_permutation(&[4, 6], 0, &[1, 4], 24));
         assert!(!is_dense_permutation(&[4, 6], 0, &[0, 1], 6));
         assert!(!is_dense_permutation(&[2, 6], 6, &[6, 1], 24));
+        // An empty buffer, whatever the strides of its empty dims.
+        assert!(is_dense_permutation(&[16, 0], 0, &[0, 1], 0));
+        assert!(!is_dense_permutation(&[2, 0], 0, &[0, 1], 6));
     }
 }

@@ -620,6 +620,9 @@ impl<'a> Fuser<'a> {
         if self.outside_path(&Side { groups: &[home], extra: &[] }, &Side { groups: &[src], extra: &[] }) {
             return Err("a path through a node outside the kernel would form a cycle");
         }
+        if self.copies_own_value(&Side { groups: &[home, src], extra: &[] }) {
+            return Err("a copied view would read a value computed in the same kernel");
+        }
         if let GroupKind::Row(geo) = &self.group(home).kind {
             if !self.reduction_chain_fits(geo, &[home, src], &[]) {
                 return Err("rows longer than the cache: one chain of dependent reductions per kernel");
@@ -634,6 +637,15 @@ impl<'a> Fuser<'a> {
         tracing::trace!(target: "braze::plan", node = %n, group = home, absorbed = src, "kernels merged");
         self.absorb(src, home, member_space);
         Ok(())
+    }
+
+    /// Whether a materialized view of `side` is a view of a value `side` computes: the copy reads
+    /// its base from a buffer, which a value computed in the same kernel does not get.
+    fn copies_own_value(&self, side: &Side) -> bool {
+        self.side_members(side).into_iter().any(|m| {
+            is_view(&self.node(m).op)
+                && matches!(&self.view_access[&m], Access::Strided { base, .. } if self.side_contains(side, *base))
+        })
     }
 
     /// A group of a smaller shape may be computed inside a kernel over a larger one (its values are
@@ -858,9 +870,10 @@ impl<'a> Fuser<'a> {
     /// Whether each of `candidates` that has the full element shape and may be stored (it is an
     /// output or read outside the union) varies along the row. A row kernel stores values that
     /// are the same for every column once per row, so an element value that happens not to vary
-    /// (it reads only broadcast views) would be stored in the wrong layout.
+    /// (it reads only broadcast views) would be stored in the wrong layout: one element per row
+    /// where the buffer holds `rows * cols` (the same only for one column; none for zero).
     fn stored_elements_vary(&self, geo: &RowGeometry, groups: &[usize], candidates: &[NodeId]) -> bool {
-        if geo.cols() <= 1 {
+        if geo.cols() == 1 {
             return true;
         }
         let side = Side { groups, extra: &[] };

@@ -1,0 +1,120 @@
+//! Helpers shared by the pipeline and fuzz tests: building graphs without source locations,
+//! reproducible inputs, and comparing a plan's outputs with the reference within the tolerance of
+//! the narrowest float dtype the graph computes in.
+
+#![allow(dead_code)]
+
+use braze_cpu::{assert_close_with, inject_specials, random_tensor, tolerance};
+use braze_ir::{BinaryOp, DType, Graph, HostTensor, NodeId, Op, ReduceOp, Shape, UnaryOp};
+
+/// Builds a graph op by op; every call panics with the op's typing error, so a case that is not
+/// well typed fails where it is written.
+#[derive(Default)]
+pub struct Builder {
+    pub g: Graph,
+}
+
+impl Builder {
+    pub fn new() -> Builder {
+        Builder::default()
+    }
+
+    pub fn input(&mut self, dtype: DType, shape: impl Into<Shape>) -> NodeId {
+        self.g.input(dtype, shape)
+    }
+
+    pub fn constant(&mut self, value: f64, dtype: DType) -> NodeId {
+        self.g.constant(value, dtype)
+    }
+
+    pub fn op(&mut self, op: Op, operands: &[NodeId]) -> NodeId {
+        let name = op.name();
+        self.g.add(op, operands, None).unwrap_or_else(|e| panic!("{name}: {e}"))
+    }
+
+    pub fn un(&mut self, op: UnaryOp, x: NodeId) -> NodeId {
+        self.op(Op::Unary { op }, &[x])
+    }
+
+    pub fn bin(&mut self, op: BinaryOp, a: NodeId, b: NodeId) -> NodeId {
+        self.op(Op::Binary { op }, &[a, b])
+    }
+
+    pub fn add(&mut self, a: NodeId, b: NodeId) -> NodeId {
+        self.bin(BinaryOp::Add, a, b)
+    }
+
+    pub fn mul(&mut self, a: NodeId, b: NodeId) -> NodeId {
+        self.bin(BinaryOp::Mul, a, b)
+    }
+
+    pub fn reduce(&mut self, op: ReduceOp, x: NodeId, axes: &[usize], keepdim: bool) -> NodeId {
+        self.op(Op::Reduce { op, axes: axes.to_vec(), keepdim }, &[x])
+    }
+
+    pub fn cast(&mut self, x: NodeId, dtype: DType) -> NodeId {
+        self.g.cast(x, dtype).unwrap_or_else(|e| panic!("cast: {e}"))
+    }
+
+    pub fn reshape(&mut self, x: NodeId, shape: impl Into<Shape>) -> NodeId {
+        self.g.reshape(x, shape).unwrap_or_else(|e| panic!("reshape: {e}"))
+    }
+
+    pub fn broadcast_to(&mut self, x: NodeId, shape: impl Into<Shape>) -> NodeId {
+        self.g.broadcast_to(x, shape).unwrap_or_else(|e| panic!("broadcast_to: {e}"))
+    }
+
+    /// The graph with `outputs` as its results.
+    pub fn finish(mut self, outputs: Vec<NodeId>) -> Graph {
+        self.g.set_outputs(outputs);
+        self.g
+    }
+}
+
+/// One tensor per graph input from `seed`: `random_tensor` data (never all zeros), with NaN,
+/// +-Inf and signed zeros injected into the float inputs `specials` accepts (by input index).
+pub fn random_inputs(graph: &Graph, seed: u64, specials: impl Fn(usize) -> bool) -> Vec<HostTensor> {
+    graph
+        .inputs()
+        .iter()
+        .enumerate()
+        .map(|(i, &id)| {
+            let node = graph.node(id);
+            let input_seed = seed.wrapping_mul(1_000_003).wrapping_add(i as u64);
+            let mut t = random_tensor(node.dtype, node.shape.clone(), input_seed);
+            if specials(i) {
+                inject_specials(&mut t, input_seed ^ 0xA5A5);
+            }
+            t
+        })
+        .collect()
+}
+
+/// Float dtypes from the narrowest significand up.
+const FLOATS_BY_PRECISION: [DType; 3] = [DType::BF16, DType::F16, DType::F32];
+
+/// The narrowest float dtype any computed node of `graph` has (inputs excluded: a bf16 input read
+/// as f32 is exact), or f32 when it computes no floats.
+pub fn narrowest_float(graph: &Graph) -> DType {
+    let computed: Vec<DType> = graph
+        .node_ids()
+        .into_iter()
+        .map(|id| graph.node(id))
+        .filter(|n| !matches!(n.op, Op::Input { .. }))
+        .map(|n| n.dtype)
+        .collect();
+    FLOATS_BY_PRECISION.into_iter().find(|d| computed.contains(d)).unwrap_or(DType::F32)
+}
+
+/// Compares every output pair within the tolerance of `dtype` (integers and bools exactly);
+/// `Err` names the first output that differs.
+pub fn compare_outputs(actual: &[HostTensor], expected: &[HostTensor], dtype: DType) -> Result<(), String> {
+    if actual.len() != expected.len() {
+        return Err(format!("{} outputs, expected {}", actual.len(), expected.len()));
+    }
+    let (rtol, atol) = tolerance(dtype);
+    for (j, (a, e)) in actual.iter().zip(expected).enumerate() {
+        assert_close_with(a, e, rtol, atol).map_err(|msg| format!("output {j} ({}{}): {msg}", e.dtype(), e.shape()))?;
+    }
+    Ok(())
+}

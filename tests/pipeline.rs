@@ -1,0 +1,695 @@
+//! The whole pipeline on a table of functions covering every kernel family: IR -> passes -> plan
+//! -> CUDA C, snapshotted per case in `snapshots/pipeline/` (bless with `INSTA_UPDATE=always`),
+//! every kernel compiled by NVRTC for sm_90 without spills (when NVRTC is found), and the fused
+//! plan run by `eval_plan` compared with the f64 reference `eval_graph` on random inputs.
+//!
+//! Graphs are built directly, without source locations, so snapshots do not change when this
+//! file does. Outputs are compared with the tolerance of the narrowest float dtype the graph
+//! computes in: fused kernels keep bf16 intermediates in f32 where the reference rounds every op.
+
+mod common;
+
+use braze_codegen::{default_config, generate, GeneratedKernel, KernelCode};
+use braze_cpu::{eval_graph, eval_plan};
+use braze_cuda::nvrtc::{compile, nvrtc_available, CompileOptions};
+use braze_ir::{BinaryOp, DType, Graph, NodeId, Op, ReduceOp, UnaryOp};
+use braze_passes::{compile_to_plan, optimize, FusionOptions, PassManager, Plan};
+use common::{compare_outputs, narrowest_float, random_inputs, Builder};
+use std::collections::BTreeSet;
+use std::fmt::Write;
+
+/// What the case's inputs hold when the plan is run against the reference.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Inputs {
+    /// `random_tensor` data.
+    Random,
+    /// `random_tensor` data with NaN, +-Inf and signed zeros injected into float inputs.
+    WithSpecials,
+    /// Too large to evaluate: the plan and the CUDA C are checked, nothing runs.
+    NotEvaluated,
+}
+
+struct Case {
+    name: &'static str,
+    build: fn() -> Graph,
+    inputs: Inputs,
+    /// The family of each kernel of the plan, in order: the fusion decisions the case pins.
+    kernels: &'static [&'static str],
+}
+
+const CASES: &[Case] = &[
+    Case {
+        name: "ln_relu_res_f32",
+        build: || ln_relu_res(DType::F32, 64, 256),
+        inputs: Inputs::Random,
+        kernels: &["row"],
+    },
+    Case {
+        name: "ln_relu_res_bf16",
+        build: || ln_relu_res(DType::BF16, 64, 256),
+        inputs: Inputs::Random,
+        kernels: &["row"],
+    },
+    Case {
+        name: "ew_chain_f32",
+        build: || ew_chain(DType::F32, 4099),
+        inputs: Inputs::WithSpecials,
+        kernels: &["pointwise"],
+    },
+    Case {
+        name: "ew_chain_bf16",
+        build: || ew_chain(DType::BF16, 4099),
+        inputs: Inputs::WithSpecials,
+        kernels: &["pointwise"],
+    },
+    Case {
+        name: "multisum_k6",
+        build: || multisum(&[1000, 0, 1, 37, 5000, 20_000]),
+        inputs: Inputs::Random,
+        kernels: &["multi_reduce"],
+    },
+    Case {
+        name: "squared_norms_k5",
+        build: || squared_norms(&[300, 1, 0, 4096, 77]),
+        inputs: Inputs::Random,
+        kernels: &["multi_reduce", "pointwise"],
+    },
+    Case { name: "tiny_block_4_layers", build: || tiny_block(4, 16, 256), inputs: Inputs::Random, kernels: &["row"] },
+    Case { name: "rms_norm", build: || rms_norm(32, 768), inputs: Inputs::Random, kernels: &["row"] },
+    Case { name: "softmax_last_axis", build: || softmax(64, 1000, 1), inputs: Inputs::Random, kernels: &["row"] },
+    Case {
+        name: "softmax_axis_0",
+        build: || softmax(100, 48, 0),
+        inputs: Inputs::Random,
+        kernels: &["row", "pointwise", "row", "pointwise"],
+    },
+    Case {
+        name: "broadcast_chain",
+        build: || broadcast_chain(33, 130),
+        inputs: Inputs::WithSpecials,
+        kernels: &["pointwise"],
+    },
+    Case {
+        name: "multi_output_pointwise",
+        build: || multi_output_pointwise(1000),
+        inputs: Inputs::WithSpecials,
+        kernels: &["pointwise"],
+    },
+    Case { name: "where_masks", build: || where_masks(777), inputs: Inputs::WithSpecials, kernels: &["pointwise"] },
+    Case { name: "casts", build: || casts(515), inputs: Inputs::WithSpecials, kernels: &["pointwise"; 12] },
+    Case { name: "int_arithmetic", build: || int_arithmetic(1001), inputs: Inputs::Random, kernels: &["pointwise"; 4] },
+    Case {
+        name: "comparisons_and_logic",
+        build: || comparisons_and_logic(640),
+        inputs: Inputs::WithSpecials,
+        kernels: &["pointwise"; 3],
+    },
+    Case {
+        name: "reduce_axis_0",
+        build: || reduce_axes(&[300, 70], ReduceOp::Sum, &[0]),
+        inputs: Inputs::Random,
+        kernels: &["row"],
+    },
+    Case {
+        name: "reduce_middle_axis",
+        build: || reduce_axes(&[6, 50, 9], ReduceOp::Max, &[1]),
+        inputs: Inputs::WithSpecials,
+        kernels: &["row"],
+    },
+    Case {
+        name: "reduce_all_axes_small",
+        build: || reduce_axes(&[7, 33, 5], ReduceOp::Sum, &[0, 1, 2]),
+        inputs: Inputs::Random,
+        kernels: &["row"],
+    },
+    Case {
+        name: "reduce_all_axes_large",
+        build: || reduce_axes(&[160, 130], ReduceOp::Sum, &[0, 1]),
+        inputs: Inputs::Random,
+        kernels: &["multi_reduce"],
+    },
+    Case {
+        name: "mean_max_min_keepdim",
+        build: || mean_max_min_keepdim(12, 40),
+        inputs: Inputs::Random,
+        kernels: &["row"; 4],
+    },
+    Case {
+        name: "permute_slice_loads",
+        build: permute_slice_loads,
+        inputs: Inputs::WithSpecials,
+        kernels: &["pointwise"],
+    },
+    Case {
+        name: "concat_and_stack",
+        build: concat_and_stack,
+        inputs: Inputs::Random,
+        kernels: &["pointwise", "concat", "concat"],
+    },
+    Case {
+        name: "matmul_bias_relu",
+        build: || matmul_bias_relu(16, 32, 24),
+        inputs: Inputs::Random,
+        kernels: &["matmul"],
+    },
+    Case {
+        name: "mlp_block_bf16_small",
+        build: || mlp_block(DType::BF16, 8, 32, 64),
+        inputs: Inputs::Random,
+        kernels: &["matmul", "pointwise", "matmul", "row"],
+    },
+    Case {
+        name: "output_is_reshaped_input",
+        build: output_is_reshaped_input,
+        inputs: Inputs::Random,
+        kernels: &["pointwise"],
+    },
+    Case { name: "constant_output", build: constant_output, inputs: Inputs::Random, kernels: &["pointwise"; 3] },
+    Case {
+        name: "pointwise_over_2_31_elements",
+        build: huge_pointwise,
+        inputs: Inputs::NotEvaluated,
+        kernels: &["pointwise"],
+    },
+];
+
+// ---- the functions ----------------------------------------------------------------------------
+
+/// `relu(layer_norm(x, w, b)) + res`.
+fn ln_relu_res(dtype: DType, rows: usize, cols: usize) -> Graph {
+    let mut b = Builder::new();
+    let x = b.input(dtype, [rows, cols]);
+    let w = b.input(dtype, [cols]);
+    let bias = b.input(dtype, [cols]);
+    let res = b.input(dtype, [rows, cols]);
+    let ln = b.op(Op::LayerNorm { eps: 1e-5 }, &[x, w, bias]);
+    let r = b.un(UnaryOp::Relu, ln);
+    let y = b.add(r, res);
+    b.finish(vec![y])
+}
+
+/// `gelu_erf(x * a + b) * c` over `n` elements.
+fn ew_chain(dtype: DType, n: usize) -> Graph {
+    let mut b = Builder::new();
+    let [x, a, c0, c] = [0; 4].map(|_| b.input(dtype, [n]));
+    let xa = b.mul(x, a);
+    let xab = b.add(xa, c0);
+    let act = b.un(UnaryOp::GeluErf, xab);
+    let y = b.mul(act, c);
+    b.finish(vec![y])
+}
+
+/// `stack([t.sum() for t in ts])`.
+fn multisum(sizes: &[usize]) -> Graph {
+    let mut b = Builder::new();
+    let sums: Vec<NodeId> = sizes
+        .iter()
+        .map(|&n| {
+            let t = b.input(DType::F32, [n]);
+            b.reduce(ReduceOp::Sum, t, &[0], false)
+        })
+        .collect();
+    let y = b.op(Op::Stack { axis: 0 }, &sums);
+    b.finish(vec![y])
+}
+
+/// `sqrt(stack([(t * t).sum() for t in ts]))`: the L2 norms of K tensors of different ranks.
+fn squared_norms(sizes: &[usize]) -> Graph {
+    let mut b = Builder::new();
+    let squares: Vec<NodeId> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| {
+            // Alternate ranks 1 and 2 ([n] and [1, n]), so items are not all laid out alike.
+            let t = if i % 2 == 0 { b.input(DType::F32, [n]) } else { b.input(DType::F32, [1, n]) };
+            let sq = b.mul(t, t);
+            let axes: Vec<usize> = (0..b.g.node(sq).shape.rank()).collect();
+            b.reduce(ReduceOp::Sum, sq, &axes, false)
+        })
+        .collect();
+    let stacked = b.op(Op::Stack { axis: 0 }, &squares);
+    let norms = b.un(UnaryOp::Sqrt, stacked);
+    b.finish(vec![norms])
+}
+
+/// `layers` times `x = relu(layer_norm(x, w_i, b_i)) + x`.
+fn tiny_block(layers: usize, rows: usize, hidden: usize) -> Graph {
+    let mut b = Builder::new();
+    let mut x = b.input(DType::F32, [rows, hidden]);
+    for _ in 0..layers {
+        let w = b.input(DType::F32, [hidden]);
+        let bias = b.input(DType::F32, [hidden]);
+        let ln = b.op(Op::LayerNorm { eps: 1e-5 }, &[x, w, bias]);
+        let r = b.un(UnaryOp::Relu, ln);
+        x = b.add(r, x);
+    }
+    b.finish(vec![x])
+}
+
+/// `rms_norm(x, w)`.
+fn rms_norm(rows: usize, hidden: usize) -> Graph {
+    let mut b = Builder::new();
+    let x = b.input(DType::F32, [rows, hidden]);
+    let w = b.input(DType::F32, [hidden]);
+    let y = b.op(Op::RmsNorm { eps: 1e-6 }, &[x, w]);
+    b.finish(vec![y])
+}
+
+fn softmax(rows: usize, cols: usize, axis: usize) -> Graph {
+    let mut b = Builder::new();
+    let x = b.input(DType::F32, [rows, cols]);
+    let y = b.op(Op::Softmax { axis }, &[x]);
+    b.finish(vec![y])
+}
+
+/// `relu(x * s + col * row) * 0.5`, with a scalar `s`, `col: [rows, 1]` and `row: [1, cols]`.
+fn broadcast_chain(rows: usize, cols: usize) -> Graph {
+    let mut b = Builder::new();
+    let x = b.input(DType::F32, [rows, cols]);
+    let s = b.input(DType::F32, []);
+    let col = b.input(DType::F32, [rows, 1]);
+    let row = b.input(DType::F32, [1, cols]);
+    let xs = b.mul(x, s);
+    let outer = b.mul(col, row);
+    let sum = b.add(xs, outer);
+    let r = b.un(UnaryOp::Relu, sum);
+    let half = b.constant(0.5, DType::F32);
+    let y = b.mul(r, half);
+    b.finish(vec![y])
+}
+
+/// Three outputs of one elementwise group: `s = x + y`, `exp(s) * y` and `max(s, -x)`.
+fn multi_output_pointwise(n: usize) -> Graph {
+    let mut b = Builder::new();
+    let x = b.input(DType::F32, [n]);
+    let y = b.input(DType::F32, [n]);
+    let s = b.add(x, y);
+    let e = b.un(UnaryOp::Exp, s);
+    let ey = b.mul(e, y);
+    let nx = b.un(UnaryOp::Neg, x);
+    let m = b.bin(BinaryOp::Max, s, nx);
+    b.finish(vec![s, ey, m])
+}
+
+/// NaN and Inf masks: `where(isnan(x), 0, x)`, `where(isfinite(y), y, -1)` and the mask
+/// `isnan(x) or not isfinite(y)`.
+fn where_masks(n: usize) -> Graph {
+    let mut b = Builder::new();
+    let x = b.input(DType::F32, [n]);
+    let y = b.input(DType::F32, [n]);
+    let nan = b.un(UnaryOp::IsNan, x);
+    let zero = b.constant(0.0, DType::F32);
+    let cleaned = b.op(Op::Where, &[nan, zero, x]);
+    let finite = b.un(UnaryOp::IsFinite, y);
+    let minus_one = b.constant(-1.0, DType::F32);
+    let kept = b.op(Op::Where, &[finite, y, minus_one]);
+    let infinite = b.un(UnaryOp::Not, finite);
+    let mask = b.bin(BinaryOp::Or, nan, infinite);
+    b.finish(vec![cleaned, kept, mask])
+}
+
+/// Casts between every float dtype, the integers and bool, each stored as an output.
+fn casts(n: usize) -> Graph {
+    let mut b = Builder::new();
+    let x = b.input(DType::F32, [n]);
+    let h = b.input(DType::BF16, [n]);
+    let i = b.input(DType::I32, [n]);
+    let flag = b.input(DType::Bool, [n]);
+    let mut outputs = Vec::new();
+    // f32 -> bf16 -> f16 -> f32 rounds twice; bf16 -> f16 -> f32; f32 -> f16 -> bf16.
+    let to_bf16 = b.cast(x, DType::BF16);
+    let to_f16 = b.cast(to_bf16, DType::F16);
+    outputs.push(b.cast(to_f16, DType::F32));
+    let h16 = b.cast(h, DType::F16);
+    outputs.push(b.cast(h16, DType::F32));
+    let x16 = b.cast(x, DType::F16);
+    outputs.push(b.cast(x16, DType::BF16));
+    // Floats to integers truncate (NaN -> 0, Inf saturates) and to bool compare with 0.
+    let ten = b.constant(10.0, DType::F32);
+    let scaled = b.mul(x, ten);
+    outputs.push(b.cast(scaled, DType::I32));
+    outputs.push(b.cast(h, DType::I64));
+    outputs.push(b.cast(x, DType::Bool));
+    // Integers and bools to floats and to each other.
+    outputs.push(b.cast(i, DType::F32));
+    outputs.push(b.cast(i, DType::BF16));
+    outputs.push(b.cast(i, DType::Bool));
+    let wide = b.cast(i, DType::I64);
+    outputs.push(b.cast(wide, DType::F16));
+    outputs.push(b.cast(flag, DType::F32));
+    outputs.push(b.cast(flag, DType::I32));
+    b.finish(outputs)
+}
+
+/// i32 arithmetic: `(a * b + c) / d` (division truncates, `x / 0 == 0`), `max(a - b, -c)`,
+/// `relu(neg(abs(a)) + b)` and `a / 3` in i64.
+fn int_arithmetic(n: usize) -> Graph {
+    let mut b = Builder::new();
+    let [a, x, c, d] = [0; 4].map(|_| b.input(DType::I32, [n]));
+    let ax = b.mul(a, x);
+    let axc = b.add(ax, c);
+    let q = b.bin(BinaryOp::Div, axc, d);
+    let diff = b.bin(BinaryOp::Sub, a, x);
+    let nc = b.un(UnaryOp::Neg, c);
+    let m = b.bin(BinaryOp::Max, diff, nc);
+    let abs = b.un(UnaryOp::Abs, a);
+    let neg = b.un(UnaryOp::Neg, abs);
+    let shifted = b.add(neg, x);
+    let r = b.un(UnaryOp::Relu, shifted);
+    let wide = b.cast(a, DType::I64);
+    let three = b.constant(3.0, DType::I64);
+    let third = b.bin(BinaryOp::Div, wide, three);
+    b.finish(vec![q, m, r, third])
+}
+
+/// Comparisons of floats (IEEE: NaN compares false, `ne` true) and integers, combined with
+/// and/or/not, and a `where` over the result.
+fn comparisons_and_logic(n: usize) -> Graph {
+    let mut b = Builder::new();
+    let x = b.input(DType::F32, [n]);
+    let y = b.input(DType::F32, [n]);
+    let i = b.input(DType::I32, [n]);
+    let lt = b.bin(BinaryOp::Lt, x, y);
+    let eq = b.bin(BinaryOp::Eq, x, y);
+    let ne = b.bin(BinaryOp::Ne, x, y);
+    let zero = b.constant(0.0, DType::F32);
+    let ge = b.bin(BinaryOp::Ge, y, zero);
+    let not_eq = b.un(UnaryOp::Not, eq);
+    let both = b.bin(BinaryOp::And, lt, not_eq);
+    let either = b.bin(BinaryOp::Or, both, ge);
+    let two = b.constant(2.0, DType::I32);
+    let le = b.bin(BinaryOp::Le, i, two);
+    let gt = b.bin(BinaryOp::Gt, i, two);
+    let ints = b.bin(BinaryOp::And, le, either);
+    let picked = b.op(Op::Where, &[either, x, y]);
+    b.finish(vec![either, ne, ints, gt, picked])
+}
+
+/// `op(x, axes)` without kept dims.
+fn reduce_axes(shape: &[usize], op: ReduceOp, axes: &[usize]) -> Graph {
+    let mut b = Builder::new();
+    let x = b.input(DType::F32, shape.to_vec());
+    let y = b.reduce(op, x, axes, false);
+    b.finish(vec![y])
+}
+
+/// `x - mean(x, 1, keepdim)`, `max(x, 1, keepdim)` and `min(x, 1, keepdim)` and a max over axis 0
+/// kept as `[1, cols]`.
+fn mean_max_min_keepdim(rows: usize, cols: usize) -> Graph {
+    let mut b = Builder::new();
+    let x = b.input(DType::F32, [rows, cols]);
+    let mean = b.reduce(ReduceOp::Mean, x, &[1], true);
+    let centered = b.bin(BinaryOp::Sub, x, mean);
+    let max = b.reduce(ReduceOp::Max, x, &[1], true);
+    let min = b.reduce(ReduceOp::Min, x, &[1], true);
+    let col_max = b.reduce(ReduceOp::Max, x, &[0], true);
+    b.finish(vec![centered, max, min, col_max])
+}
+
+/// `relu(permute(x, [2, 0, 1])) + y[:, :, 1::2]`: both views fold into the loads.
+fn permute_slice_loads() -> Graph {
+    let mut b = Builder::new();
+    let x = b.input(DType::F32, [5, 12, 7]);
+    let y = b.input(DType::F32, [7, 5, 25]);
+    let p = b.op(Op::Permute { perm: vec![2, 0, 1] }, &[x]);
+    let r = b.un(UnaryOp::Relu, p);
+    let s = b.op(Op::Slice { axis: 2, start: 1, end: 25, step: 2 }, &[y]);
+    let z = b.add(r, s);
+    b.finish(vec![z])
+}
+
+/// `concat([a, b, c], axis=1)` of computed and input tensors, and `stack([x, y], axis=1)`.
+fn concat_and_stack() -> Graph {
+    let mut b = Builder::new();
+    let a = b.input(DType::F32, [6, 3]);
+    let c = b.input(DType::F32, [6, 0]);
+    let d = b.input(DType::F32, [6, 5]);
+    let ra = b.un(UnaryOp::Relu, a);
+    let cat = b.op(Op::Concat { axis: 1 }, &[ra, c, d]);
+    let x = b.input(DType::BF16, [4, 9]);
+    let y = b.input(DType::BF16, [4, 9]);
+    let stacked = b.op(Op::Stack { axis: 1 }, &[x, y]);
+    b.finish(vec![cat, stacked])
+}
+
+/// `relu(x @ w + bias)`, folded into one library call.
+fn matmul_bias_relu(m: usize, k: usize, n: usize) -> Graph {
+    let mut b = Builder::new();
+    let x = b.input(DType::F32, [m, k]);
+    let w = b.input(DType::F32, [k, n]);
+    let bias = b.input(DType::F32, [n]);
+    let mm = b.op(Op::MatMul, &[x, w]);
+    let biased = b.add(mm, bias);
+    let y = b.un(UnaryOp::Relu, biased);
+    b.finish(vec![y])
+}
+
+/// `layer_norm(x + (gelu_erf(x @ w1 + b1) @ w2 + b2))`.
+fn mlp_block(dtype: DType, rows: usize, dim: usize, hidden: usize) -> Graph {
+    let mut b = Builder::new();
+    let x = b.input(dtype, [rows, dim]);
+    let w1 = b.input(dtype, [dim, hidden]);
+    let b1 = b.input(dtype, [hidden]);
+    let w2 = b.input(dtype, [hidden, dim]);
+    let b2 = b.input(dtype, [dim]);
+    let lw = b.input(dtype, [dim]);
+    let lb = b.input(dtype, [dim]);
+    let h = b.op(Op::MatMul, &[x, w1]);
+    let h = b.add(h, b1);
+    let h = b.un(UnaryOp::GeluErf, h);
+    let o = b.op(Op::MatMul, &[h, w2]);
+    let o = b.add(o, b2);
+    let r = b.add(x, o);
+    let y = b.op(Op::LayerNorm { eps: 1e-5 }, &[r, lw, lb]);
+    b.finish(vec![y])
+}
+
+/// Outputs `reshape(x, [4, 2, 3])` (the input's own buffer, no kernel) and `tanh(x)`.
+fn output_is_reshaped_input() -> Graph {
+    let mut b = Builder::new();
+    let x = b.input(DType::F32, [8, 3]);
+    let reshaped = b.reshape(x, [4, 2, 3]);
+    let t = b.un(UnaryOp::Tanh, x);
+    b.finish(vec![reshaped, t])
+}
+
+/// Outputs a scalar constant and that constant broadcast to `[3, 4]`, next to `x + 2.5`.
+fn constant_output() -> Graph {
+    let mut b = Builder::new();
+    let x = b.input(DType::F32, [3, 4]);
+    let c = b.constant(2.5, DType::F32);
+    let filled = b.broadcast_to(c, [3, 4]);
+    let shifted = b.add(x, c);
+    b.finish(vec![c, filled, shifted])
+}
+
+/// `relu(x + bias)` over `[3, 2^30]`: 3 * 2^30 elements need 64-bit indices.
+fn huge_pointwise() -> Graph {
+    let mut b = Builder::new();
+    let x = b.input(DType::F32, [3, 1 << 30]);
+    let bias = b.input(DType::F32, [1 << 30]);
+    let s = b.add(x, bias);
+    let y = b.un(UnaryOp::Relu, s);
+    b.finish(vec![y])
+}
+
+// ---- the check --------------------------------------------------------------------------------
+
+fn settings() -> insta::Settings {
+    let mut settings = insta::Settings::clone_current();
+    settings.set_snapshot_path(concat!(env!("CARGO_MANIFEST_DIR"), "/snapshots/pipeline"));
+    settings.set_prepend_module_to_snapshot(false);
+    settings
+}
+
+/// Whether generated kernels are compiled: NVRTC found, or a skip printed; a missing NVRTC fails
+/// under `BRAZE_REQUIRE_NVRTC=1`.
+fn nvrtc_enabled() -> bool {
+    if nvrtc_available() {
+        return true;
+    }
+    assert!(
+        std::env::var("BRAZE_REQUIRE_NVRTC").as_deref() != Ok("1"),
+        "NVRTC not found, and BRAZE_REQUIRE_NVRTC=1 requires it (set LD_LIBRARY_PATH to its lib folder)"
+    );
+    println!("skipped: NVRTC not found");
+    false
+}
+
+/// Compiles one generated kernel for sm_90: every launched entry must exist and no entry may spill.
+fn compile_for_sm90(kernel: &GeneratedKernel) -> Result<(), String> {
+    let module = compile(&kernel.source, &format!("{}.cu", kernel.name), &CompileOptions::default())
+        .map_err(|e| format!("{}: {e}", kernel.name))?;
+    for launch in &kernel.launches {
+        if module.resources_of(&launch.entry).is_none() {
+            return Err(format!("{}: ptxas reports no entry `{}`", kernel.name, launch.entry));
+        }
+    }
+    for r in &module.resources {
+        if r.spill_stores > 0 || r.spill_loads > 0 {
+            return Err(format!(
+                "{}: `{}` spills ({} B stored, {} B loaded, {} registers)",
+                kernel.name, r.kernel, r.spill_stores, r.spill_loads, r.registers
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The optimized IR of every pass that changed the graph, after the IR as built.
+fn pass_history(graph: &Graph) -> String {
+    let mut manager = PassManager::standard().recording();
+    let mut optimized = graph.clone();
+    manager.run(&mut optimized).expect("the standard passes run");
+    assert_eq!(
+        optimized.to_text(),
+        optimize(graph).expect("optimize").to_text(),
+        "the recorded pipeline and optimize() disagree"
+    );
+    let mut text = format!("== ir ==\n{}", graph.to_text());
+    for snapshot in manager.snapshots() {
+        let _ = write!(text, "\n== after {} ==\n{}", snapshot.pass, snapshot.after);
+    }
+    text
+}
+
+/// Source of every kernel with its default config; CUDA kernels are compiled when `nvrtc` is set.
+fn kernel_sources(plan: &Plan, nvrtc: bool) -> String {
+    let mut text = String::new();
+    for (i, kernel) in plan.kernels.iter().enumerate() {
+        let config = default_config(plan, i);
+        let code = generate(plan, i, &config).unwrap_or_else(|e| panic!("codegen of {}: {e}", kernel.name));
+        let _ = write!(text, "\n== kernel {i}: {} ({config}) ==\n", kernel.name);
+        match code {
+            KernelCode::Cuda(generated) => {
+                if nvrtc {
+                    compile_for_sm90(&generated).unwrap_or_else(|e| panic!("{e}"));
+                }
+                text.push_str(&generated.source);
+            }
+            KernelCode::CuBlasLt(mm) => {
+                let _ = writeln!(text, "cuBLASLt call: {mm:?}");
+            }
+        }
+    }
+    text
+}
+
+/// Seed of a case's inputs: the same on every run, different between cases.
+fn seed_of(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, c| (h ^ c as u64).wrapping_mul(0x100_0000_01b3))
+}
+
+/// The checked plan of `graph`.
+fn fuse(what: &str, graph: &Graph) -> Plan {
+    graph.verify().unwrap_or_else(|e| panic!("{what}: {e}"));
+    let plan = compile_to_plan(graph, &FusionOptions::default()).unwrap_or_else(|e| panic!("{what}: {e}"));
+    plan.check().unwrap_or_else(|e| panic!("{what}: {e}\n{plan}"));
+    plan
+}
+
+/// Runs `plan` and the reference on inputs from `seed` (NaN and Inf in the float inputs
+/// `specials` accepts) and compares every output.
+fn matches_reference(what: &str, graph: &Graph, plan: &Plan, seed: u64, specials: impl Fn(usize) -> bool) {
+    let inputs = random_inputs(graph, seed, specials);
+    let expected = eval_graph(graph, &inputs).unwrap_or_else(|e| panic!("{what}: eval_graph: {e}"));
+    let actual = eval_plan(plan, &inputs).unwrap_or_else(|e| panic!("{what}: eval_plan: {e}\n{plan}"));
+    compare_outputs(&actual, &expected, narrowest_float(graph)).unwrap_or_else(|e| panic!("{what}: {e}\n{plan}"));
+}
+
+/// Runs one case through the whole pipeline.
+fn check(case: &Case, nvrtc: bool) {
+    let graph = (case.build)();
+    let passes = pass_history(&graph);
+    let plan = fuse(case.name, &graph);
+    let kernels = kernel_sources(&plan, nvrtc);
+    let snapshot = format!("{passes}\n== plan ==\n{plan}{kernels}");
+    settings().bind(|| insta::assert_snapshot!(case.name, snapshot));
+    let families: Vec<&str> = plan.kernels.iter().map(|k| k.kind.family()).collect();
+    assert_eq!(families, case.kernels, "{}: kernel families\n{plan}", case.name);
+    if case.inputs != Inputs::NotEvaluated {
+        let specials = case.inputs == Inputs::WithSpecials;
+        matches_reference(case.name, &graph, &plan, seed_of(case.name), |_| specials);
+    }
+}
+
+#[test]
+fn every_case_through_the_whole_pipeline() {
+    let nvrtc = nvrtc_enabled();
+    let mut failed = Vec::new();
+    for case in CASES {
+        if std::panic::catch_unwind(|| check(case, nvrtc)).is_err() {
+            failed.push(case.name);
+        }
+    }
+    assert!(failed.is_empty(), "{} of {} cases failed: {}", failed.len(), CASES.len(), failed.join(", "));
+}
+
+// ---- random shapes ----------------------------------------------------------------------------
+
+/// Row counts that are no multiple of any block or warp, one and none.
+const ROWS: [usize; 6] = [0, 1, 3, 7, 33, 130];
+/// Hidden sizes around the warp, block and vector widths, one and none.
+const HIDDEN: [usize; 8] = [0, 1, 3, 31, 33, 768, 1000, 4097];
+/// Largest `rows * hidden` evaluated, so the debug build stays within seconds.
+const SWEEP_ELEMENTS: usize = 140_000;
+
+/// A function swept over `[rows, hidden]` shapes.
+struct Sweep {
+    name: &'static str,
+    build: fn(usize, usize) -> Graph,
+    /// Float inputs get NaN, +-Inf and signed zeros.
+    specials: bool,
+}
+
+const SWEEP: &[Sweep] = &[
+    Sweep { name: "ln_relu_res", build: |r, h| ln_relu_res(DType::F32, r, h), specials: false },
+    Sweep { name: "softmax", build: |r, h| softmax(r, h, 1), specials: false },
+    Sweep { name: "rms_norm", build: rms_norm, specials: false },
+    Sweep { name: "ew_chain", build: ew_chain_2d, specials: true },
+    Sweep { name: "reduce_axis_0", build: |r, h| reduce_axes(&[r, h], ReduceOp::Sum, &[0]), specials: false },
+    Sweep { name: "broadcast_chain", build: broadcast_chain, specials: true },
+];
+
+/// ew_chain over `[rows, hidden]`.
+fn ew_chain_2d(rows: usize, hidden: usize) -> Graph {
+    let mut b = Builder::new();
+    let [x, a, c0, c] = [0; 4].map(|_| b.input(DType::F32, [rows, hidden]));
+    let xa = b.mul(x, a);
+    let xab = b.add(xa, c0);
+    let act = b.un(UnaryOp::GeluErf, xab);
+    let y = b.mul(act, c);
+    b.finish(vec![y])
+}
+
+#[test]
+fn random_shapes_match_the_reference() {
+    let mut checked = 0;
+    for &Sweep { name, build, specials } in SWEEP {
+        for rows in ROWS {
+            for hidden in HIDDEN {
+                if rows * hidden > SWEEP_ELEMENTS {
+                    continue;
+                }
+                let what = format!("{name} [{rows}, {hidden}]");
+                let graph = build(rows, hidden);
+                let plan = fuse(&what, &graph);
+                for i in 0..plan.kernels.len() {
+                    generate(&plan, i, &default_config(&plan, i)).unwrap_or_else(|e| panic!("{what}: {e}\n{plan}"));
+                }
+                matches_reference(&what, &graph, &plan, seed_of(&what), |_| specials);
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 200, "only {checked} shapes checked");
+}
+
+#[test]
+fn cases_cover_every_kernel_family() {
+    let seen: BTreeSet<&str> = CASES.iter().flat_map(|c| c.kernels.iter().copied()).collect();
+    let all: BTreeSet<&str> = ["pointwise", "row", "multi_reduce", "matmul", "concat"].into();
+    assert_eq!(seen, all);
+    let names: BTreeSet<&str> = CASES.iter().map(|c| c.name).collect();
+    assert_eq!(names.len(), CASES.len(), "case names are snapshot names and must be unique");
+}
