@@ -38,13 +38,13 @@
 
 mod common;
 
-use braze_codegen::{default_config, generate, GeneratedKernel, KernelCode};
+use braze_codegen::{default_config, generate, KernelCode};
 use braze_cpu::{assert_close_with, eval_graph, eval_plan};
-use braze_cuda::nvrtc::{compile, nvrtc_available, CompileOptions};
+use braze_cuda::nvrtc::nvrtc_available;
 use braze_ir::infer::{infer, Declared};
 use braze_ir::{BinaryOp, DType, Graph, HostTensor, NodeId, Op, ReduceOp, Shape, UnaryOp};
 use braze_passes::{compile_to_plan, FusionOptions};
-use common::{narrowest_float, random_inputs, Builder};
+use common::{compile_for_sm90, narrowest_float, random_inputs, Builder};
 use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::{self, Write};
@@ -676,26 +676,6 @@ fn stage<T>(stage: Stage, f: impl FnOnce() -> Result<T, String>) -> Result<T, Fa
             Err(Failure { stage, message: format!("panicked: {message}") })
         }
     }
-}
-
-/// Compiles one generated kernel for sm_90: every launched entry must exist and none may spill.
-fn compile_for_sm90(kernel: &GeneratedKernel) -> Result<(), String> {
-    let module = compile(&kernel.source, &format!("{}.cu", kernel.name), &CompileOptions::default())
-        .map_err(|e| format!("{}: {e}", kernel.name))?;
-    for launch in &kernel.launches {
-        if module.resources_of(&launch.entry).is_none() {
-            return Err(format!("{}: ptxas reports no entry `{}`", kernel.name, launch.entry));
-        }
-    }
-    for r in &module.resources {
-        if r.spill_stores > 0 || r.spill_loads > 0 {
-            return Err(format!(
-                "{}: `{}` spills ({} B stored, {} B loaded)",
-                kernel.name, r.kernel, r.spill_stores, r.spill_loads
-            ));
-        }
-    }
-    Ok(())
 }
 
 /// The whole pipeline on `graph` with the inputs of `seed`; NVRTC compiles its kernels when

@@ -9,12 +9,12 @@
 
 mod common;
 
-use braze_codegen::{default_config, generate, GeneratedKernel, KernelCode};
+use braze_codegen::{default_config, generate, KernelCode};
 use braze_cpu::{eval_graph, eval_plan};
-use braze_cuda::nvrtc::{compile, nvrtc_available, CompileOptions};
+use braze_cuda::nvrtc::nvrtc_available;
 use braze_ir::{BinaryOp, DType, Graph, NodeId, Op, ReduceOp, UnaryOp};
 use braze_passes::{compile_to_plan, optimize, FusionOptions, PassManager, Plan};
-use common::{compare_outputs, narrowest_float, random_inputs, Builder};
+use common::{compare_outputs, compile_for_sm90, narrowest_float, random_inputs, Builder};
 use std::collections::BTreeSet;
 use std::fmt::Write;
 
@@ -514,26 +514,6 @@ fn nvrtc_enabled() -> bool {
     );
     println!("skipped: NVRTC not found");
     false
-}
-
-/// Compiles one generated kernel for sm_90: every launched entry must exist and no entry may spill.
-fn compile_for_sm90(kernel: &GeneratedKernel) -> Result<(), String> {
-    let module = compile(&kernel.source, &format!("{}.cu", kernel.name), &CompileOptions::default())
-        .map_err(|e| format!("{}: {e}", kernel.name))?;
-    for launch in &kernel.launches {
-        if module.resources_of(&launch.entry).is_none() {
-            return Err(format!("{}: ptxas reports no entry `{}`", kernel.name, launch.entry));
-        }
-    }
-    for r in &module.resources {
-        if r.spill_stores > 0 || r.spill_loads > 0 {
-            return Err(format!(
-                "{}: `{}` spills ({} B stored, {} B loaded, {} registers)",
-                kernel.name, r.kernel, r.spill_stores, r.spill_loads, r.registers
-            ));
-        }
-    }
-    Ok(())
 }
 
 /// The optimized IR of every pass that changed the graph, after the IR as built.

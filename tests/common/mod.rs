@@ -1,9 +1,10 @@
 //! Helpers shared by the pipeline and fuzz tests: building graphs without source locations,
-//! reproducible inputs, and comparing a plan's outputs with the reference within the tolerance of
+//! reproducible inputs, compiling generated kernels with NVRTC, and comparing a plan's outputs with the reference within the tolerance of
 //! the narrowest float dtype the graph computes in.
 
 #![allow(dead_code)]
 
+use braze_codegen::GeneratedKernel;
 use braze_cpu::{assert_close_with, inject_specials, random_tensor, tolerance};
 use braze_ir::{BinaryOp, DType, Graph, HostTensor, NodeId, Op, ReduceOp, Shape, UnaryOp};
 
@@ -115,6 +116,27 @@ pub fn compare_outputs(actual: &[HostTensor], expected: &[HostTensor], dtype: DT
     let (rtol, atol) = tolerance(dtype);
     for (j, (a, e)) in actual.iter().zip(expected).enumerate() {
         assert_close_with(a, e, rtol, atol).map_err(|msg| format!("output {j} ({}{}): {msg}", e.dtype(), e.shape()))?;
+    }
+    Ok(())
+}
+
+/// Compiles one generated kernel for sm_90: every launched entry must exist and no entry may spill.
+pub fn compile_for_sm90(kernel: &GeneratedKernel) -> Result<(), String> {
+    use braze_cuda::nvrtc::{compile, CompileOptions};
+    let module = compile(&kernel.source, &format!("{}.cu", kernel.name), &CompileOptions::default())
+        .map_err(|e| format!("{}: {e}", kernel.name))?;
+    for launch in &kernel.launches {
+        if module.resources_of(&launch.entry).is_none() {
+            return Err(format!("{}: ptxas reports no entry `{}`", kernel.name, launch.entry));
+        }
+    }
+    for r in &module.resources {
+        if r.spill_stores > 0 || r.spill_loads > 0 {
+            return Err(format!(
+                "{}: `{}` spills ({} B stored, {} B loaded, {} registers)",
+                kernel.name, r.kernel, r.spill_stores, r.spill_loads, r.registers
+            ));
+        }
     }
     Ok(())
 }
