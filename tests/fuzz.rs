@@ -120,8 +120,8 @@ fn is_discontinuous(op: &Op, operand: DType, result: DType) -> bool {
         return false;
     }
     match op {
-        Op::Unary { op } => matches!(op, UnaryOp::IsNan | UnaryOp::IsFinite | UnaryOp::Not),
-        Op::Binary { op } => op.is_comparison(),
+        Op::Unary { op } => !op.def().continuous,
+        Op::Binary { op } => !op.def().continuous,
         Op::Cast => !result.is_float(),
         _ => false,
     }
@@ -130,18 +130,9 @@ fn is_discontinuous(op: &Op, operand: DType, result: DType) -> bool {
 /// Whether `op` gives the same bits in fused f32 kernels as in the reference, given operands
 /// that do: one correctly rounded f32 operation, or no rounding at all.
 fn exact_result(op: &Op, dtype: DType) -> bool {
-    let narrow = matches!(dtype, DType::BF16 | DType::F16);
     match op {
-        Op::Unary { op } => match op {
-            UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu | UnaryOp::IsNan | UnaryOp::IsFinite | UnaryOp::Not => true,
-            UnaryOp::Sqrt | UnaryOp::Reciprocal => !narrow,
-            _ => false,
-        },
-        Op::Binary { op } => match op {
-            BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div => !narrow,
-            BinaryOp::Pow => false,
-            _ => true,
-        },
+        Op::Unary { op } => op.def().exactness.exact_in(dtype),
+        Op::Binary { op } => op.def().exactness.exact_in(dtype),
         Op::Reduce { op: ReduceOp::Sum | ReduceOp::Mean, .. } => !dtype.is_float(),
         Op::Softmax { .. } | Op::LayerNorm { .. } | Op::RmsNorm { .. } | Op::MatMul => false,
         _ => true,
@@ -308,19 +299,13 @@ impl Generator {
         let need = |ok: bool| if ok { Ok(()) } else { Err(Skip::IllTyped) };
         match self.rng.below(104) {
             0..=14 => {
-                let ops: Vec<UnaryOp> = UnaryOp::ALL
-                    .into_iter()
-                    .filter(|op| match dtype {
-                        DType::Bool => *op == UnaryOp::Not,
-                        d if d.is_float() => true,
-                        _ => !op.needs_float(),
-                    })
-                    .collect();
+                let ops: Vec<UnaryOp> =
+                    UnaryOp::ALL.iter().copied().filter(|op| op.def().accepts.allows(dtype)).collect();
                 let op = self.rng.pick(&ops);
                 self.commit(Op::Unary { op }, &[Arg::Value(x)], None)
             }
             15..=31 => {
-                let op = self.rng.pick(&BinaryOp::ALL);
+                let op = self.rng.pick(BinaryOp::ALL);
                 let other = self.partner(x);
                 let args = if self.rng.chance(0.5) { [Arg::Value(x), other] } else { [other, Arg::Value(x)] };
                 self.commit(Op::Binary { op }, &args, None)

@@ -10,8 +10,9 @@ use crate::{Error, Result, Tensor};
 use braze_ir::infer::normalize_axis;
 use braze_ir::{BinaryOp, DType, IrError, Op, ReduceOp, Shape, SourceLoc, UnaryOp};
 
-macro_rules! unary_ops {
-    ($($(#[doc = $doc:literal])* $name:ident => $op:ident;)*) => {
+/// A `Tensor` method per unary op of the op table (`braze_ir::elementwise`).
+macro_rules! unary_methods {
+    ($($(#[doc = $doc:literal])* $op:ident $name:ident;)*) => {
         impl Tensor {
             $(
                 $(#[doc = $doc])*
@@ -24,35 +25,11 @@ macro_rules! unary_ops {
     };
 }
 
-unary_ops! {
-    neg => Neg;
-    abs => Abs;
-    exp => Exp;
-    log => Log;
-    sqrt => Sqrt;
-    /// `1 / sqrt(x)`.
-    rsqrt => Rsqrt;
-    /// `1 / x`.
-    reciprocal => Reciprocal;
-    relu => Relu;
-    /// Exact GELU: `x / 2 * (1 + erf(x / sqrt(2)))`.
-    gelu => GeluErf;
-    /// GELU with the tanh approximation.
-    gelu_tanh => GeluTanh;
-    /// `x * sigmoid(x)`.
-    silu => Silu;
-    sigmoid => Sigmoid;
-    tanh => Tanh;
-    /// Bool tensor: where the value is NaN.
-    isnan => IsNan;
-    /// Bool tensor: where the value is neither NaN nor infinite.
-    isfinite => IsFinite;
-    /// Bool negation (on numbers: `x == 0`).
-    logical_not => Not;
-}
+braze_ir::for_each_unary_op!(unary_methods);
 
-macro_rules! binary_ops {
-    ($($(#[doc = $doc:literal])* $name:ident, $scalar:ident => $op:ident;)*) => {
+/// Two `Tensor` methods per binary op of the op table: with a tensor and with a scalar.
+macro_rules! binary_methods {
+    ($($(#[doc = $doc:literal])* $op:ident $name:ident, $scalar:ident;)*) => {
         impl Tensor {
             $(
                 $(#[doc = $doc])*
@@ -72,30 +49,7 @@ macro_rules! binary_ops {
     };
 }
 
-binary_ops! {
-    add, add_scalar => Add;
-    sub, sub_scalar => Sub;
-    mul, mul_scalar => Mul;
-    div, div_scalar => Div;
-    /// Elementwise maximum; NaN if either side is NaN.
-    maximum, maximum_scalar => Max;
-    /// Elementwise minimum; NaN if either side is NaN.
-    minimum, minimum_scalar => Min;
-    /// Float power.
-    pow, pow_scalar => Pow;
-    /// Bool result.
-    eq, eq_scalar => Eq;
-    /// Bool result.
-    ne, ne_scalar => Ne;
-    /// Bool result.
-    lt, lt_scalar => Lt;
-    /// Bool result.
-    le, le_scalar => Le;
-    /// Bool result.
-    gt, gt_scalar => Gt;
-    /// Bool result.
-    ge, ge_scalar => Ge;
-}
+braze_ir::for_each_binary_op!(binary_methods);
 
 macro_rules! reductions {
     ($($name:ident, $all:ident => $op:ident;)*) => {
@@ -262,6 +216,18 @@ impl Tensor {
         apply("softmax", &[self], caller(), |b, x| {
             let axis = normalize_axis("softmax", axis, b.shape(x[0]).rank())?;
             b.op(Op::Softmax { axis }, &[x[0]])
+        })
+    }
+
+    /// `min(max(x, min), max)` with scalar bounds of this tensor's dtype, as `torch.clamp`:
+    /// NaN stays NaN, and `min > max` gives `max` everywhere.
+    #[track_caller]
+    pub fn clamp(&self, min: f64, max: f64) -> Result<Tensor> {
+        apply("clamp", &[self], caller(), |b, x| {
+            let dtype = b.dtype(x[0]);
+            let (low, high) = (b.constant(min, dtype), b.constant(max, dtype));
+            let raised = b.op(Op::Binary { op: BinaryOp::Max }, &[x[0], low])?;
+            b.op(Op::Binary { op: BinaryOp::Min }, &[raised, high])
         })
     }
 

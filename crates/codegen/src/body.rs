@@ -2,6 +2,7 @@
 
 use crate::cuda::{cast, const_literal, value_type, Helper, Helpers};
 use crate::error::{malformed, unsupported, Result};
+use braze_ir::elementwise::{CType, CudaExpr};
 use braze_ir::{BinaryOp, DType, UnaryOp};
 use braze_passes::{Body, Expr, ValueId};
 
@@ -131,118 +132,35 @@ pub(crate) fn render_value(
     }
 }
 
-fn render_unary(kernel: &str, helpers: &mut Helpers, op: UnaryOp, dtype: DType, x: &str) -> Result<String> {
-    let mut call = |helper: Helper, name: &str| {
-        helpers.need(helper);
-        format!("{name}({x})")
-    };
-    let text = match dtype {
-        DType::F32 | DType::F16 | DType::BF16 => match op {
-            UnaryOp::Neg => format!("-{x}"),
-            UnaryOp::Abs => format!("fabsf({x})"),
-            UnaryOp::Exp => format!("expf({x})"),
-            UnaryOp::Log => format!("logf({x})"),
-            UnaryOp::Sqrt => format!("sqrtf({x})"),
-            // About 2 ulp: well inside the f32 tolerance, and one instruction.
-            UnaryOp::Rsqrt => format!("rsqrtf({x})"),
-            UnaryOp::Reciprocal => format!("1.0f / {x}"),
-            UnaryOp::Relu => call(Helper::Relu, "relu_f32"),
-            UnaryOp::GeluErf => call(Helper::GeluErf, "gelu_erf_f32"),
-            UnaryOp::GeluTanh => call(Helper::GeluTanh, "gelu_tanh_f32"),
-            UnaryOp::Silu => call(Helper::Silu, "silu_f32"),
-            UnaryOp::Sigmoid => call(Helper::Sigmoid, "sigmoid_f32"),
-            UnaryOp::Tanh => format!("tanhf({x})"),
-            UnaryOp::IsNan => format!("{x} != {x}"),
-            UnaryOp::IsFinite => call(Helper::IsFinite, "is_finite_f32"),
-            UnaryOp::Not => format!("{x} == 0.0f"),
-        },
-        DType::I32 | DType::I64 => {
-            let (ty, unsigned, zero) = if dtype == DType::I32 {
-                ("int", "unsigned", "0u")
-            } else {
-                ("long long", "unsigned long long", "0ull")
-            };
-            // Negation wraps (through unsigned math: signed overflow is undefined in C++).
-            let negated = format!("({ty})({zero} - ({unsigned}){x})");
-            match op {
-                UnaryOp::Neg => negated,
-                UnaryOp::Abs => format!("{x} < 0 ? {negated} : {x}"),
-                UnaryOp::Relu => format!("{x} > 0 ? {x} : 0"),
-                UnaryOp::IsNan => "false".to_string(),
-                UnaryOp::IsFinite => "true".to_string(),
-                UnaryOp::Not => format!("{x} == 0"),
-                _ => return Err(unsupported(kernel, format!("{} on {dtype}", op.name()))),
-            }
-        }
-        DType::Bool => match op {
-            UnaryOp::Not => format!("!{x}"),
-            UnaryOp::IsNan => "false".to_string(),
-            UnaryOp::IsFinite => "true".to_string(),
-            _ => return Err(unsupported(kernel, format!("{} on bool", op.name()))),
-        },
-    };
-    Ok(text)
+pub(crate) fn render_unary(kernel: &str, helpers: &mut Helpers, op: UnaryOp, dtype: DType, x: &str) -> Result<String> {
+    let expr = (op.def().cuda)(x, CType::of(dtype));
+    emit_op(kernel, helpers, expr, || format!("{} on {dtype}", op.name()))
 }
 
-fn render_binary(kernel: &str, helpers: &mut Helpers, op: BinaryOp, dtype: DType, a: &str, b: &str) -> Result<String> {
-    if op.is_comparison() {
-        let symbol = match op {
-            BinaryOp::Eq => "==",
-            BinaryOp::Ne => "!=",
-            BinaryOp::Lt => "<",
-            BinaryOp::Le => "<=",
-            BinaryOp::Gt => ">",
-            _ => ">=",
-        };
-        return Ok(format!("{a} {symbol} {b}"));
+pub(crate) fn render_binary(
+    kernel: &str,
+    helpers: &mut Helpers,
+    op: BinaryOp,
+    dtype: DType,
+    a: &str,
+    b: &str,
+) -> Result<String> {
+    let expr = (op.def().cuda)(a, b, CType::of(dtype));
+    emit_op(kernel, helpers, expr, || format!("{} on {dtype}", op.name()))
+}
+
+/// The text of an op's CUDA expression, noting the helper it calls.
+fn emit_op(
+    kernel: &str,
+    helpers: &mut Helpers,
+    expr: Option<CudaExpr>,
+    what: impl FnOnce() -> String,
+) -> Result<String> {
+    let expr = expr.ok_or_else(|| unsupported(kernel, what()))?;
+    if let Some(helper) = expr.helper {
+        helpers.need(Helper::Op(helper));
     }
-    let text = match dtype {
-        DType::F32 | DType::F16 | DType::BF16 => match op {
-            BinaryOp::Add => format!("{a} + {b}"),
-            BinaryOp::Sub => format!("{a} - {b}"),
-            BinaryOp::Mul => format!("{a} * {b}"),
-            BinaryOp::Div => format!("{a} / {b}"),
-            BinaryOp::Max => {
-                helpers.need(Helper::MaxF32);
-                format!("max_f32({a}, {b})")
-            }
-            BinaryOp::Min => {
-                helpers.need(Helper::MinF32);
-                format!("min_f32({a}, {b})")
-            }
-            BinaryOp::Pow => format!("powf({a}, {b})"),
-            _ => return Err(unsupported(kernel, format!("{} on {dtype}", op.name()))),
-        },
-        DType::I32 | DType::I64 => {
-            let (ty, unsigned) =
-                if dtype == DType::I32 { ("int", "unsigned") } else { ("long long", "unsigned long long") };
-            // Wrapping arithmetic through unsigned math: signed overflow is undefined in C++.
-            let wrapping = |symbol: &str| format!("({ty})(({unsigned}){a} {symbol} ({unsigned}){b})");
-            match op {
-                BinaryOp::Add => wrapping("+"),
-                BinaryOp::Sub => wrapping("-"),
-                BinaryOp::Mul => wrapping("*"),
-                BinaryOp::Div => {
-                    if dtype == DType::I32 {
-                        helpers.need(Helper::DivI32);
-                        format!("div_i32({a}, {b})")
-                    } else {
-                        helpers.need(Helper::DivI64);
-                        format!("div_i64({a}, {b})")
-                    }
-                }
-                BinaryOp::Max => format!("{a} > {b} ? {a} : {b}"),
-                BinaryOp::Min => format!("{a} < {b} ? {a} : {b}"),
-                _ => return Err(unsupported(kernel, format!("{} on {dtype}", op.name()))),
-            }
-        }
-        DType::Bool => match op {
-            BinaryOp::And => format!("{a} && {b}"),
-            BinaryOp::Or => format!("{a} || {b}"),
-            _ => return Err(unsupported(kernel, format!("{} on bool", op.name()))),
-        },
-    };
-    Ok(text)
+    Ok(expr.text)
 }
 
 /// Declares the values `ids` (in order) as C constants. `source` gives a value's right-hand side

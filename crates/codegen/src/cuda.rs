@@ -3,6 +3,8 @@
 //! the math functions and intrinsics), so the few conversions they need are written here.
 
 use crate::writer::CodeWriter;
+use braze_ir::elementwise::CudaHelper;
+use braze_ir::rounding::{f64_to_bf16, f64_to_f16};
 use braze_ir::DType;
 use std::collections::BTreeSet;
 
@@ -60,26 +62,12 @@ fn i64_literal(v: i64) -> String {
     }
 }
 
-/// f64 -> f32 rounding toward zero with the lowest bit marking inexactness ("round to odd"), so
-/// that one more rounding to f16/bf16 is correctly rounded, as the CPU reference does it.
-fn f64_to_f32_round_to_odd(v: f64) -> f32 {
-    let nearest = v as f32;
-    if nearest.is_nan() || nearest as f64 == v {
-        return nearest;
-    }
-    let mut bits = nearest.to_bits();
-    if (nearest as f64).abs() > v.abs() {
-        bits -= 1;
-    }
-    f32::from_bits(bits | 1)
-}
-
 /// A constant of `dtype`, rounded to that dtype as the reference stores it.
 pub(crate) fn const_literal(value: f64, dtype: DType) -> String {
     match dtype {
         DType::F32 => f32_literal(value as f32),
-        DType::F16 => f32_literal(half::f16::from_f32(f64_to_f32_round_to_odd(value)).to_f32()),
-        DType::BF16 => f32_literal(half::bf16::from_f32(f64_to_f32_round_to_odd(value)).to_f32()),
+        DType::F16 => f32_literal(f64_to_f16(value).to_f32()),
+        DType::BF16 => f32_literal(f64_to_bf16(value).to_f32()),
         // Float -> int casts truncate and saturate (NaN -> 0), as `as` does.
         DType::I32 => i32_literal(value as i32),
         DType::I64 => i64_literal(value as i64),
@@ -109,16 +97,8 @@ pub(crate) fn identity_literal(op: braze_ir::ReduceOp, acc: DType) -> String {
 pub(crate) enum Helper {
     Bf16,
     F16,
-    MaxF32,
-    MinF32,
-    Relu,
-    IsFinite,
-    GeluErf,
-    GeluTanh,
-    Silu,
-    Sigmoid,
-    DivI32,
-    DivI64,
+    /// A helper an op's CUDA expression calls (from the op table).
+    Op(&'static CudaHelper),
     IntToF32Odd,
     /// Loads `n` elements (`n * size` bytes, one aligned access) widened to registers.
     LoadVec(DType, u32),
@@ -181,45 +161,7 @@ impl Helpers {
 fn render_helper(helper: Helper, w: &mut CodeWriter) {
     let lines: &[&str] = match helper {
         Helper::Bf16 | Helper::F16 => unreachable!("rendered by Helpers::render"),
-        Helper::MaxF32 => &[
-            "// NaN-propagating maximum (fmaxf would drop the NaN).",
-            "__device__ __forceinline__ float max_f32(float a, float b) { return (a != a || b != b) ? a + b : fmaxf(a, b); }",
-        ],
-        Helper::MinF32 => &[
-            "// NaN-propagating minimum (fminf would drop the NaN).",
-            "__device__ __forceinline__ float min_f32(float a, float b) { return (a != a || b != b) ? a + b : fminf(a, b); }",
-        ],
-        Helper::Relu => &[
-            "// relu(NaN) = NaN and relu(-0) = +0.",
-            "__device__ __forceinline__ float relu_f32(float x) { return (x > 0.0f || x != x) ? x : 0.0f; }",
-        ],
-        Helper::IsFinite => &[
-            "__device__ __forceinline__ bool is_finite_f32(float x) { return (__float_as_uint(x) & 0x7f800000u) != 0x7f800000u; }",
-        ],
-        Helper::GeluErf => &[
-            "// 0.5 x (1 + erf(x / sqrt 2)) without the cancellation of 1 + erf for negative x.",
-            "__device__ __forceinline__ float gelu_erf_f32(float x) { return 0.5f * x * erfcf(x * -0.707106781186547524f); }",
-        ],
-        Helper::GeluTanh => &[
-            "// 0.5 x (1 + tanh(u)) as x * sigmoid(2u), written to neither cancel nor overflow for negative x.",
-            "__device__ __forceinline__ float gelu_tanh_f32(float x) {",
-            "  const float u = 0.7978845608f * (x + 0.044715f * x * x * x);",
-            "  const float e = expf(-2.0f * fabsf(u));",
-            "  return u >= 0.0f ? x / (1.0f + e) : x * e / (1.0f + e);",
-            "}",
-        ],
-        Helper::Silu => &["__device__ __forceinline__ float silu_f32(float x) { return x / (1.0f + expf(-x)); }"],
-        Helper::Sigmoid => &["__device__ __forceinline__ float sigmoid_f32(float x) { return 1.0f / (1.0f + expf(-x)); }"],
-        Helper::DivI32 => &[
-            "// Truncating division with x / 0 == 0 and INT_MIN / -1 wrapping, as on the host.",
-            "__device__ __forceinline__ int div_i32(int a, int b) { return b == 0 ? 0 : (b == -1 ? (int)(0u - (unsigned)a) : a / b); }",
-        ],
-        Helper::DivI64 => &[
-            "// Truncating division with x / 0 == 0 and INT64_MIN / -1 wrapping, as on the host.",
-            "__device__ __forceinline__ long long div_i64(long long a, long long b) {",
-            "  return b == 0 ? 0 : (b == -1 ? (long long)(0ull - (unsigned long long)a) : a / b);",
-            "}",
-        ],
+        Helper::Op(helper) => helper.source,
         Helper::IntToF32Odd => &[
             "// An integer as float rounded toward zero, the lowest bit set when inexact (round to odd):",
             "// rounding that to bf16 or f16 rounds once from the integer, as the reference does.",

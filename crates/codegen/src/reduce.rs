@@ -1,9 +1,10 @@
 //! Reduction arithmetic shared by row and multi-reduce kernels: accumulator types, identities,
 //! combine steps and the warp-level butterfly.
 
-use crate::cuda::{cast, identity_literal, value_type, Helper, Helpers};
+use crate::body::render_binary;
+use crate::cuda::{cast, identity_literal, value_type, Helpers};
 use crate::writer::CodeWriter;
-use braze_ir::{DType, ReduceOp};
+use braze_ir::{BinaryOp, DType, ReduceOp};
 
 /// Float reductions accumulate in f32, integer (and bool) sums in 64 bits, integer max/min in
 /// their own width.
@@ -20,23 +21,15 @@ pub(crate) fn identity(op: ReduceOp, acc: DType) -> String {
     identity_literal(op, acc)
 }
 
-/// `a (op) b` in the accumulator type.
+/// `a (op) b` in the accumulator type: the binary op that folds the reduction.
 pub(crate) fn combine(helpers: &mut Helpers, op: ReduceOp, acc: DType, a: &str, b: &str) -> String {
-    let float = acc == DType::F32;
-    match op {
-        ReduceOp::Sum | ReduceOp::Mean if float => format!("{a} + {b}"),
-        ReduceOp::Sum | ReduceOp::Mean => format!("(long long)((unsigned long long){a} + (unsigned long long){b})"),
-        ReduceOp::Max if float => {
-            helpers.need(Helper::MaxF32);
-            format!("max_f32({a}, {b})")
-        }
-        ReduceOp::Min if float => {
-            helpers.need(Helper::MinF32);
-            format!("min_f32({a}, {b})")
-        }
-        ReduceOp::Max => format!("{a} > {b} ? {a} : {b}"),
-        ReduceOp::Min => format!("{a} < {b} ? {a} : {b}"),
-    }
+    let fold = match op {
+        ReduceOp::Sum | ReduceOp::Mean => BinaryOp::Add,
+        ReduceOp::Max => BinaryOp::Max,
+        ReduceOp::Min => BinaryOp::Min,
+    };
+    render_binary("reduction", helpers, fold, acc, a, b)
+        .unwrap_or_else(|_| unreachable!("{} of {acc} accumulators is in the op table", fold.name()))
 }
 
 /// `acc = acc (op) element;` with the element converted to the accumulator type.

@@ -11,7 +11,7 @@
 //! | bf16  | 1.6e-2 | 1e-2  | about two ulp of bf16's 8-bit significand |
 //! | ints, bool | 0 | 0    | exact |
 
-use crate::scalar::Scalar;
+use crate::scalar::{Scalar, ScalarExt};
 use braze_ir::{DType, HostTensor};
 use std::fmt;
 
@@ -130,8 +130,8 @@ pub fn compare(
                 report.first_mismatch = Some(Mismatch {
                     index: i,
                     coord: unravel(i, actual.shape().dims()),
-                    actual: a.as_f64(),
-                    expected: e.as_f64(),
+                    actual: a.to_f64(),
+                    expected: e.to_f64(),
                 });
             }
         }

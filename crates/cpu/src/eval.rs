@@ -1,9 +1,10 @@
 //! The graph interpreter: evaluates every node of a [`Graph`] with the reference semantics
 //! described in the crate docs.
 
-use crate::scalar::{self, empty_data, nan_max, nan_min, push, Scalar};
+use crate::scalar::{empty_data, push, Scalar, ScalarExt};
 use crate::walk::{extend_range, gather, walk};
 use crate::{CpuError, Result};
+use braze_ir::elementwise::{nan_max, nan_min};
 use braze_ir::infer::reduced_shape;
 use braze_ir::{DType, Graph, HostData, HostTensor, Node, NodeId, Op, ReduceOp, Shape};
 use std::borrow::Cow;
@@ -90,8 +91,14 @@ fn eval_node(node: &Node, operands: &[&HostTensor]) -> Result<HostTensor> {
             data
         }
         Op::Cast => elementwise(dtype, shape, [operands[0]], |[x]| x),
-        Op::Unary { op } => elementwise(dtype, shape, [operands[0]], |[x]| scalar::unary(*op, x)),
-        Op::Binary { op } => elementwise(dtype, shape, [operands[0], operands[1]], |[a, b]| scalar::binary(*op, a, b)),
+        Op::Unary { op } => {
+            let f = op.def().semantics.f64;
+            elementwise(dtype, shape, [operands[0]], |[x]| f(x))
+        }
+        Op::Binary { op } => {
+            let f = op.def().semantics.f64;
+            elementwise(dtype, shape, [operands[0], operands[1]], |[a, b]| f(a, b))
+        }
         Op::Where => elementwise(dtype, shape, [operands[0], operands[1], operands[2]], |[cond, a, b]| match cond {
             Scalar::Bool(true) => a,
             Scalar::Bool(false) => b,
@@ -161,7 +168,7 @@ fn reduce(op: ReduceOp, x: &HostTensor, axes: &[usize]) -> HostData {
             };
             let mut acc = vec![identity; outputs];
             walk(x.shape().dims(), [&out_strides], |[o]| {
-                let v = Scalar::read(x.data(), input_index).as_f64();
+                let v = Scalar::read(x.data(), input_index).to_f64();
                 input_index += 1;
                 acc[o] = match op {
                     ReduceOp::Sum | ReduceOp::Mean => acc[o] + v,
@@ -244,12 +251,12 @@ fn matmul(dtype: DType, shape: &Shape, a: &HostTensor, b: &HostTensor) -> HostDa
     walk(batch, [&a_batch, &b_batch], |[a_index, b_index]| {
         let (a_base, b_base) = (a_index * m * k, b_index * k * n);
         for (i, slot) in b_matrix.iter_mut().enumerate() {
-            *slot = Scalar::read(b.data(), b_base + i).as_f64();
+            *slot = Scalar::read(b.data(), b_base + i).to_f64();
         }
         for i in 0..m {
             row.fill(0.0);
             for p in 0..k {
-                let a_ip = Scalar::read(a.data(), a_base + i * k + p).as_f64();
+                let a_ip = Scalar::read(a.data(), a_base + i * k + p).to_f64();
                 for (acc, &b_pj) in row.iter_mut().zip(&b_matrix[p * n..(p + 1) * n]) {
                     *acc += a_ip * b_pj;
                 }
@@ -275,7 +282,7 @@ fn layer_norm(
 ) -> HostData {
     let cols = x.shape().last();
     let rows = x.numel().checked_div(cols).unwrap_or(0);
-    let read = |t: &HostTensor, i: usize| Scalar::read(t.data(), i).as_f64();
+    let read = |t: &HostTensor, i: usize| Scalar::read(t.data(), i).to_f64();
     let mut out = empty_data(dtype, x.numel());
     let mut row = vec![0.0f64; cols];
     for r in 0..rows {
@@ -302,7 +309,7 @@ fn softmax(dtype: DType, x: &HostTensor, axis: usize) -> HostData {
     let len = dims[axis];
     let inner: usize = dims[axis + 1..].iter().product();
     let outer: usize = dims[..axis].iter().product();
-    let read = |i: usize| Scalar::read(x.data(), i).as_f64();
+    let read = |i: usize| Scalar::read(x.data(), i).to_f64();
     // Per (outer, inner) lane: the max and the sum of exponentials along the axis.
     let mut lane_max = vec![f64::NEG_INFINITY; outer * inner];
     let mut lane_sum = vec![0.0f64; outer * inner];

@@ -8,8 +8,10 @@
 
 use crate::scalar::{self, Scalar};
 use crate::{CpuError, Result};
+use braze_ir::elementwise::{nan_max, nan_min, Elem};
 use braze_ir::infer::infer;
-use braze_ir::{BinaryOp, DType, HostData, HostTensor, Op, ReduceOp, Shape, UnaryOp};
+use braze_ir::rounding::i64_to_f32_round_to_odd;
+use braze_ir::{DType, HostData, HostTensor, Op, ReduceOp, Shape, UnaryOp};
 use braze_passes::{
     Activation, Body, BufferId, BufferRole, Concat, Expr, Kernel, KernelKind, MatMul, MultiReduce, Plan, Pointwise,
     RowKernel, ValueId,
@@ -124,36 +126,13 @@ fn run_kernel(plan: &Plan, kernel: &Kernel, inputs: &[&HostData]) -> Result<Vec<
 // Values
 
 /// A value in registers: floats in f32, integers in i64 (already wrapped to their dtype).
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Val {
-    F(f32),
-    I(i64),
-    B(bool),
-}
+type Val = Elem<f32>;
 
-impl Val {
-    fn from_scalar(s: Scalar) -> Val {
-        match s {
-            Scalar::Float(x) => Val::F(x as f32),
-            Scalar::Int(x) => Val::I(x),
-            Scalar::Bool(b) => Val::B(b),
-        }
-    }
-
-    fn to_scalar(self) -> Scalar {
-        match self {
-            Val::F(x) => Scalar::Float(x as f64),
-            Val::I(x) => Scalar::Int(x),
-            Val::B(b) => Scalar::Bool(b),
-        }
-    }
-
-    /// The float inside; callers have checked the dtype is a float.
-    fn float(self) -> f32 {
-        match self {
-            Val::F(x) => x,
-            other => unreachable!("{other:?} where the dtype check promised a float"),
-        }
+/// The float inside; callers have checked the dtype is a float.
+fn float_of(value: Val) -> f32 {
+    match value {
+        Val::Float(x) => x,
+        other => unreachable!("{other:?} where the dtype check promised a float"),
     }
 }
 
@@ -172,12 +151,12 @@ fn zeros(dtype: DType, numel: usize) -> HostData {
 /// Loads element `i`, widening f16/bf16 to f32.
 fn load(data: &HostData, i: usize) -> Val {
     match data {
-        HostData::F32(v) => Val::F(v[i]),
-        HostData::F16(v) => Val::F(v[i].to_f32()),
-        HostData::BF16(v) => Val::F(v[i].to_f32()),
-        HostData::I32(v) => Val::I(v[i] as i64),
-        HostData::I64(v) => Val::I(v[i]),
-        HostData::Bool(v) => Val::B(v[i]),
+        HostData::F32(v) => Val::Float(v[i]),
+        HostData::F16(v) => Val::Float(v[i].to_f32()),
+        HostData::BF16(v) => Val::Float(v[i].to_f32()),
+        HostData::I32(v) => Val::Int(v[i] as i64),
+        HostData::I64(v) => Val::Int(v[i]),
+        HostData::Bool(v) => Val::Bool(v[i]),
     }
 }
 
@@ -185,61 +164,45 @@ fn load(data: &HostData, i: usize) -> Val {
 /// to agree).
 fn store(data: &mut HostData, i: usize, value: Val) {
     match (data, value) {
-        (HostData::F32(v), Val::F(x)) => v[i] = x,
-        (HostData::F16(v), Val::F(x)) => v[i] = f16::from_f32(x),
-        (HostData::BF16(v), Val::F(x)) => v[i] = bf16::from_f32(x),
-        (HostData::I32(v), Val::I(x)) => v[i] = x as i32,
-        (HostData::I64(v), Val::I(x)) => v[i] = x,
-        (HostData::Bool(v), Val::B(b)) => v[i] = b,
+        (HostData::F32(v), Val::Float(x)) => v[i] = x,
+        (HostData::F16(v), Val::Float(x)) => v[i] = f16::from_f32(x),
+        (HostData::BF16(v), Val::Float(x)) => v[i] = bf16::from_f32(x),
+        (HostData::I32(v), Val::Int(x)) => v[i] = x as i32,
+        (HostData::I64(v), Val::Int(x)) => v[i] = x,
+        (HostData::Bool(v), Val::Bool(b)) => v[i] = b,
         (d, v) => unreachable!("storing {v:?} into {} storage after the dtype check", d.dtype()),
     }
-}
-
-/// An integer as f32 rounded toward zero, the lowest bit set when inexact (round to odd), as
-/// the kernels convert integers to f16/bf16: rounding that once more rounds once from `x`.
-fn int_to_f32_round_to_odd(x: i64) -> f32 {
-    let nearest = x as f32;
-    let (back, exact) = (nearest as i128, x as i128);
-    if back == exact {
-        return nearest;
-    }
-    let mut bits = nearest.to_bits();
-    if back.abs() > exact.abs() {
-        // `nearest` rounded away from zero: step its magnitude back.
-        bits -= 1;
-    }
-    f32::from_bits(bits | 1)
 }
 
 /// Converts to `dtype` with cast semantics, in registers: f16/bf16 round but stay f32.
 fn cast(value: Val, dtype: DType) -> Val {
     let as_float = match value {
-        Val::F(x) => x,
-        Val::I(x) => x as f32,
-        Val::B(b) => b as u8 as f32,
+        Val::Float(x) => x,
+        Val::Int(x) => x as f32,
+        Val::Bool(b) => b as u8 as f32,
     };
     let to_narrow = match value {
-        Val::I(x) => int_to_f32_round_to_odd(x),
+        Val::Int(x) => i64_to_f32_round_to_odd(x),
         _ => as_float,
     };
     match dtype {
-        DType::F32 => Val::F(as_float),
-        DType::F16 => Val::F(f16::from_f32(to_narrow).to_f32()),
-        DType::BF16 => Val::F(bf16::from_f32(to_narrow).to_f32()),
-        DType::I32 => Val::I(match value {
-            Val::F(x) => x as i32 as i64,
-            Val::I(x) => x as i32 as i64,
-            Val::B(b) => b as i64,
+        DType::F32 => Val::Float(as_float),
+        DType::F16 => Val::Float(f16::from_f32(to_narrow).to_f32()),
+        DType::BF16 => Val::Float(bf16::from_f32(to_narrow).to_f32()),
+        DType::I32 => Val::Int(match value {
+            Val::Float(x) => x as i32 as i64,
+            Val::Int(x) => x as i32 as i64,
+            Val::Bool(b) => b as i64,
         }),
-        DType::I64 => Val::I(match value {
-            Val::F(x) => x as i64,
-            Val::I(x) => x,
-            Val::B(b) => b as i64,
+        DType::I64 => Val::Int(match value {
+            Val::Float(x) => x as i64,
+            Val::Int(x) => x,
+            Val::Bool(b) => b as i64,
         }),
-        DType::Bool => Val::B(match value {
-            Val::F(x) => x != 0.0,
-            Val::I(x) => x != 0,
-            Val::B(b) => b,
+        DType::Bool => Val::Bool(match value {
+            Val::Float(x) => x != 0.0,
+            Val::Int(x) => x != 0,
+            Val::Bool(b) => b,
         }),
     }
 }
@@ -247,60 +210,9 @@ fn cast(value: Val, dtype: DType) -> Val {
 /// Wraps an integer result to its dtype's width; other values are already in form.
 fn settle(value: Val, dtype: DType) -> Val {
     match (value, dtype) {
-        (Val::I(x), DType::I32) => Val::I(x as i32 as i64),
+        (Val::Int(x), DType::I32) => Val::Int(x as i32 as i64),
         _ => value,
     }
-}
-
-fn nan_max_f32(a: f32, b: f32) -> f32 {
-    scalar::nan_max(a as f64, b as f64) as f32
-}
-
-fn nan_min_f32(a: f32, b: f32) -> f32 {
-    scalar::nan_min(a as f64, b as f64) as f32
-}
-
-fn relu_f32(x: f32) -> f32 {
-    if x.is_nan() || x > 0.0 {
-        x
-    } else {
-        0.0
-    }
-}
-
-/// `x * sigmoid(2u)`, written to neither cancel nor overflow for negative `x`.
-fn gelu_tanh_f32(x: f32) -> f32 {
-    let sqrt_2_over_pi = (std::f64::consts::FRAC_2_SQRT_PI * std::f64::consts::FRAC_1_SQRT_2) as f32;
-    let u = sqrt_2_over_pi * (x + 0.044715 * x * x * x);
-    let e = (-2.0 * u.abs()).exp();
-    if u >= 0.0 {
-        x / (1.0 + e)
-    } else {
-        x * e / (1.0 + e)
-    }
-}
-
-/// A unary op on an f32, as the generated kernels compute it.
-fn unary_f32(op: UnaryOp, x: f32) -> Val {
-    let y = match op {
-        UnaryOp::Neg => -x,
-        UnaryOp::Abs => x.abs(),
-        UnaryOp::Exp => x.exp(),
-        UnaryOp::Log => x.ln(),
-        UnaryOp::Sqrt => x.sqrt(),
-        UnaryOp::Rsqrt => 1.0 / x.sqrt(),
-        UnaryOp::Reciprocal => 1.0 / x,
-        UnaryOp::Relu => relu_f32(x),
-        UnaryOp::GeluErf => 0.5 * x * libm::erfcf(-x * std::f32::consts::FRAC_1_SQRT_2),
-        UnaryOp::GeluTanh => gelu_tanh_f32(x),
-        UnaryOp::Silu => x / (1.0 + (-x).exp()),
-        UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
-        UnaryOp::Tanh => x.tanh(),
-        UnaryOp::IsNan => return Val::B(x.is_nan()),
-        UnaryOp::IsFinite => return Val::B(x.is_finite()),
-        UnaryOp::Not => return Val::B(x == 0.0),
-    };
-    Val::F(y)
 }
 
 /// Constants, casts, unary, binary and where on already computed operands (`arg` looks them
@@ -309,24 +221,10 @@ fn compute(expr: &Expr, dtype: DType, arg: impl Fn(ValueId) -> Val) -> Val {
     let value = match expr {
         Expr::Const { value } => return cast_const(*value, dtype),
         Expr::Cast { x } => return cast(arg(*x), dtype),
-        Expr::Unary { op, x } => match arg(*x) {
-            Val::F(x) => unary_f32(*op, x),
-            other => Val::from_scalar(scalar::unary(*op, other.to_scalar())),
-        },
-        Expr::Binary { op, a, b } => match (arg(*a), arg(*b)) {
-            (Val::F(a), Val::F(b)) => match op {
-                BinaryOp::Add => Val::F(a + b),
-                BinaryOp::Sub => Val::F(a - b),
-                BinaryOp::Mul => Val::F(a * b),
-                BinaryOp::Div => Val::F(a / b),
-                BinaryOp::Pow => Val::F(a.powf(b)),
-                // max, min and comparisons pick or compare exactly, so f64 gives the f32 answer.
-                _ => Val::from_scalar(scalar::binary_float(*op, a as f64, b as f64)),
-            },
-            (a, b) => Val::from_scalar(scalar::binary(*op, a.to_scalar(), b.to_scalar())),
-        },
+        Expr::Unary { op, x } => op.eval_f32(arg(*x)),
+        Expr::Binary { op, a, b } => op.eval_f32(arg(*a), arg(*b)),
         Expr::Where { cond, a, b } => match arg(*cond) {
-            Val::B(true) => arg(*a),
+            Val::Bool(true) => arg(*a),
             _ => arg(*b),
         },
         Expr::Load { .. } | Expr::Reduce { .. } => {
@@ -354,14 +252,14 @@ fn reduce(op: ReduceOp, dtype: DType, count: usize, values: impl Iterator<Item =
                 ReduceOp::Min => f32::INFINITY,
             };
             let total = values.fold(identity, |acc, v| {
-                let Val::F(x) = v else { unreachable!("float reduction over {v:?}") };
+                let Val::Float(x) = v else { unreachable!("float reduction over {v:?}") };
                 match op {
                     ReduceOp::Sum | ReduceOp::Mean => acc + x,
-                    ReduceOp::Max => nan_max_f32(acc, x),
-                    ReduceOp::Min => nan_min_f32(acc, x),
+                    ReduceOp::Max => nan_max(acc, x),
+                    ReduceOp::Min => nan_min(acc, x),
                 }
             });
-            Val::F(if op == ReduceOp::Mean { total / count as f32 } else { total })
+            Val::Float(if op == ReduceOp::Mean { total / count as f32 } else { total })
         }
         DType::I32 | DType::I64 => {
             let (min, max) =
@@ -372,19 +270,19 @@ fn reduce(op: ReduceOp, dtype: DType, count: usize, values: impl Iterator<Item =
                 ReduceOp::Min => max,
             };
             let total = values.fold(identity, |acc: i64, v| {
-                let Val::I(x) = v else { unreachable!("integer reduction over {v:?}") };
+                let Val::Int(x) = v else { unreachable!("integer reduction over {v:?}") };
                 match op {
                     ReduceOp::Sum | ReduceOp::Mean => acc.wrapping_add(x),
                     ReduceOp::Max => acc.max(x),
                     ReduceOp::Min => acc.min(x),
                 }
             });
-            settle(Val::I(total), dtype)
+            settle(Val::Int(total), dtype)
         }
         DType::Bool => {
             let any = op == ReduceOp::Max;
-            Val::B(values.fold(!any, |acc, v| {
-                let Val::B(b) = v else { unreachable!("bool reduction over {v:?}") };
+            Val::Bool(values.fold(!any, |acc, v| {
+                let Val::Bool(b) = v else { unreachable!("bool reduction over {v:?}") };
                 if any {
                     acc || b
                 } else {
@@ -739,17 +637,17 @@ fn run_matmul(kernel: &str, mm: &MatMul, inputs: &[&HostData], outputs: &mut [Ho
             for j in 0..n {
                 let mut acc = 0.0f32;
                 for p in 0..k {
-                    acc += a_at(batch, i, p).float() * b_at(batch, p, j).float();
+                    acc += float_of(a_at(batch, i, p)) * float_of(b_at(batch, p, j));
                 }
                 if let Some(bias) = bias {
-                    acc += load(bias, j).float();
+                    acc += float_of(load(bias, j));
                 }
                 let y = match mm.activation {
                     None => acc,
-                    Some(Activation::Relu) => relu_f32(acc),
-                    Some(Activation::GeluTanh) => gelu_tanh_f32(acc),
+                    Some(Activation::Relu) => float_of(UnaryOp::Relu.eval_f32(Val::Float(acc))),
+                    Some(Activation::GeluTanh) => float_of(UnaryOp::GeluTanh.eval_f32(Val::Float(acc))),
                 };
-                store(&mut outputs[0], (batch * m + i) * n + j, Val::F(y));
+                store(&mut outputs[0], (batch * m + i) * n + j, Val::Float(y));
             }
         }
     }

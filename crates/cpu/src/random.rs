@@ -1,6 +1,7 @@
 //! Reproducible random test data: a self-contained splitmix64 generator and Box-Muller normals
 //! with platform-independent `libm` math, so a seed gives the same tensor on every machine.
 
+use crate::scalar::ScalarExt;
 use crate::scalar::{empty_data, push, Scalar};
 use braze_ir::{DType, HostTensor, Shape};
 
@@ -56,7 +57,7 @@ pub fn random_tensor(dtype: DType, shape: impl Into<Shape>, seed: u64) -> HostTe
     for v in values {
         push(&mut data, v);
     }
-    if numel > 0 && (0..numel).all(|i| Scalar::read(&data, i).as_f64() == 0.0) {
+    if numel > 0 && (0..numel).all(|i| Scalar::read(&data, i).to_f64() == 0.0) {
         let mut fixed = empty_data(dtype, numel);
         push(&mut fixed, Scalar::Int(1));
         for i in 1..numel {
@@ -92,7 +93,7 @@ pub fn inject_specials(t: &mut HostTensor, seed: u64) {
                 0.0
             }
         } else {
-            Scalar::read(t.data(), i).as_f64()
+            Scalar::read(t.data(), i).to_f64()
         };
         push(&mut data, Scalar::Float(value));
     }

@@ -64,6 +64,70 @@ fn float_unary_ops_on_special_values() {
     }
 }
 
+/// erf at 1.5 and -2 (from tables).
+const ERF_1_5: f64 = 0.966_105_146_475_310_7;
+const ERF_MINUS_2: f64 = -0.995_322_265_018_952_7;
+
+#[test]
+fn model_unary_ops_on_special_values() {
+    let softplus = |x: f64| x.exp().ln_1p();
+    let cases: Vec<(UnaryOp, [f64; 7])> = vec![
+        (UnaryOp::Erf, [ERF_1_5, ERF_MINUS_2, -0.0, 0.0, NAN, 1.0, -1.0]),
+        (UnaryOp::Log1p, [2.5f64.ln(), NAN, -0.0, 0.0, NAN, INF, NAN]),
+        (UnaryOp::Expm1, [1.5f64.exp() - 1.0, (-2.0f64).exp() - 1.0, -0.0, 0.0, NAN, INF, -1.0]),
+        (UnaryOp::Sin, [1.5f64.sin(), (-2.0f64).sin(), -0.0, 0.0, NAN, NAN, NAN]),
+        (UnaryOp::Cos, [1.5f64.cos(), (-2.0f64).cos(), 1.0, 1.0, NAN, NAN, NAN]),
+        (UnaryOp::Floor, [1.0, -2.0, -0.0, 0.0, NAN, INF, -INF]),
+        (UnaryOp::Ceil, [2.0, -2.0, -0.0, 0.0, NAN, INF, -INF]),
+        (UnaryOp::Round, [2.0, -2.0, -0.0, 0.0, NAN, INF, -INF]),
+        (UnaryOp::Sign, [1.0, -1.0, -0.0, 0.0, NAN, 1.0, -1.0]),
+        (UnaryOp::Softplus, [softplus(1.5), softplus(-2.0), 2f64.ln(), 2f64.ln(), NAN, INF, 0.0]),
+        (UnaryOp::Square, [2.25, 4.0, 0.0, 0.0, NAN, INF, INF]),
+    ];
+    for (op, expected) in cases {
+        check(unary(op), &[f32s(&[7], &X)], f32s(&[7], &expected));
+    }
+}
+
+/// Subnormal, huge and half-way inputs.
+const EDGES: [f64; 7] = [1e-40, -1e-40, 3e38, -3e38, 2.5, -2.5, 0.5];
+
+#[test]
+fn model_unary_ops_on_subnormal_huge_and_halfway_values() {
+    let (big, small) = (3e38f32 as f64, 1e-40f32 as f64);
+    let softplus = |x: f64| x.exp().ln_1p();
+    let cases: Vec<(UnaryOp, [f64; 7])> = vec![
+        // erf(x) = 2x / sqrt(pi) near 0: a subnormal result.
+        (
+            UnaryOp::Erf,
+            [
+                small * std::f64::consts::FRAC_2_SQRT_PI,
+                -small * std::f64::consts::FRAC_2_SQRT_PI,
+                1.0,
+                -1.0,
+                0.999_593_047_982_555,
+                -0.999_593_047_982_555,
+                0.520_499_877_813_046_5,
+            ],
+        ),
+        // log1p and expm1 keep tiny inputs instead of losing them to 1 + x.
+        (UnaryOp::Log1p, [small, -small, big.ln(), NAN, 3.5f64.ln(), NAN, 1.5f64.ln()]),
+        (UnaryOp::Expm1, [small, -small, INF, -1.0, 2.5f64.exp() - 1.0, (-2.5f64).exp() - 1.0, 0.5f64.exp() - 1.0]),
+        (UnaryOp::Floor, [0.0, -1.0, big, -big, 2.0, -3.0, 0.0]),
+        (UnaryOp::Ceil, [1.0, -0.0, big, -big, 3.0, -2.0, 1.0]),
+        // Halves go to the even neighbour.
+        (UnaryOp::Round, [0.0, -0.0, big, -big, 2.0, -2.0, 0.0]),
+        (UnaryOp::Sign, [1.0, -1.0, 1.0, -1.0, 1.0, -1.0, 1.0]),
+        (UnaryOp::Softplus, [2f64.ln(), 2f64.ln(), big, 0.0, softplus(2.5), softplus(-2.5), softplus(0.5)]),
+        (UnaryOp::Square, [0.0, 0.0, INF, INF, 6.25, 6.25, 0.25]),
+        (UnaryOp::Sin, [small, -small, big.sin(), -big.sin(), 2.5f64.sin(), -2.5f64.sin(), 0.5f64.sin()]),
+        (UnaryOp::Cos, [1.0, 1.0, big.cos(), big.cos(), 2.5f64.cos(), 2.5f64.cos(), 0.5f64.cos()]),
+    ];
+    for (op, expected) in cases {
+        check(unary(op), &[f32s(&[7], &EDGES)], f32s(&[7], &expected));
+    }
+}
+
 #[test]
 fn integer_and_bool_unary_ops() {
     let x = i32s(&[4], &[5, -3, 0, i32::MIN]);
@@ -74,6 +138,12 @@ fn integer_and_bool_unary_ops() {
         (UnaryOp::IsNan, bools(&[4], &[false; 4])),
         (UnaryOp::IsFinite, bools(&[4], &[true; 4])),
         (UnaryOp::Not, bools(&[4], &[false, false, true, false])),
+        (UnaryOp::Floor, x.clone()),
+        (UnaryOp::Ceil, x.clone()),
+        (UnaryOp::Round, x.clone()),
+        (UnaryOp::Sign, i32s(&[4], &[1, -1, 0, -1])),
+        // 25, 9, 0, and i32::MIN squared wraps to 0.
+        (UnaryOp::Square, i32s(&[4], &[25, 9, 0, 0])),
     ];
     for (op, expected) in cases {
         check(unary(op), std::slice::from_ref(&x), expected);

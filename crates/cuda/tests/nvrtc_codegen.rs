@@ -18,6 +18,17 @@ fn snapshot_body(text: &str) -> Option<&str> {
     Some(&header[end + "\n---\n".len()..])
 }
 
+/// Local-memory stack a kernel may have: none, except the few words that `sinf`/`cosf` keep for
+/// the argument reduction of huge inputs (Payne-Hanek, on a cold path), as every CUDA kernel
+/// that calls them does.
+fn allowed_stack(source: &str) -> u32 {
+    if source.contains("sinf(") || source.contains("cosf(") {
+        32
+    } else {
+        0
+    }
+}
+
 #[test]
 fn every_kernel_snapshot_compiles_without_spills() {
     if !nvrtc_available() {
@@ -67,7 +78,7 @@ fn every_kernel_snapshot_compiles_without_spills() {
                 kernel.stack_bytes,
                 module.compile_ms
             );
-            if kernel.spill_stores > 0 || kernel.spill_loads > 0 || kernel.stack_bytes > 0 {
+            if kernel.spill_stores > 0 || kernel.spill_loads > 0 || kernel.stack_bytes > allowed_stack(source) {
                 failures.push(format!(
                     "{file}: `{}` spills ({} B stored, {} B loaded, {} B stack)",
                     kernel.kernel, kernel.spill_stores, kernel.spill_loads, kernel.stack_bytes

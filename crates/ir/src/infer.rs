@@ -1,7 +1,7 @@
 //! Result dtype and shape of every op: the one place that knows the typing rules, used both when
 //! a graph is built and when the verifier re-checks it.
 
-use crate::{BinaryOp, DType, IrError, Op, ReduceOp, Result, Shape, UnaryOp};
+use crate::{DType, IrError, Op, ReduceOp, Result, Shape};
 
 /// What a node declares for itself, needed by ops whose result is not implied by the operands
 /// (input, constant, cast, reshape, broadcast_to).
@@ -42,13 +42,11 @@ pub fn infer(op: &Op, operands: &[(DType, &Shape)], declared: Option<Declared<'_
         }
         Op::Unary { op: u } => {
             let (dt, shape) = operands[0];
-            if u.needs_float() && !dt.is_float() {
+            let def = u.def();
+            if !def.accepts.allows(dt) {
                 return Err(IrError::UnsupportedDType { op: name.into(), dtype: dt });
             }
-            if dt == DType::Bool && !matches!(u, UnaryOp::Not) {
-                return Err(IrError::UnsupportedDType { op: name.into(), dtype: dt });
-            }
-            Ok((u.result_dtype(dt), shape.clone()))
+            Ok((def.yields.dtype(dt), shape.clone()))
         }
         Op::Binary { op: b } => {
             let (dl, sl) = operands[0];
@@ -61,10 +59,8 @@ pub fn infer(op: &Op, operands: &[(DType, &Shape)], declared: Option<Declared<'_
                     actual: dr,
                 });
             }
-            if b.is_logical() != (dl == DType::Bool) && !b.is_comparison() {
-                return Err(IrError::UnsupportedDType { op: name.into(), dtype: dl });
-            }
-            if *b == BinaryOp::Pow && !dl.is_float() {
+            let def = b.def();
+            if !def.accepts.allows(dl) {
                 return Err(IrError::UnsupportedDType { op: name.into(), dtype: dl });
             }
             let shape = Shape::broadcast(sl, sr).ok_or_else(|| IrError::Broadcast {
@@ -72,7 +68,7 @@ pub fn infer(op: &Op, operands: &[(DType, &Shape)], declared: Option<Declared<'_
                 lhs: sl.clone(),
                 rhs: sr.clone(),
             })?;
-            Ok((b.result_dtype(dl), shape))
+            Ok((def.yields.dtype(dl), shape))
         }
         Op::Where => {
             let (dc, sc) = operands[0];

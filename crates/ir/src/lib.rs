@@ -8,21 +8,24 @@
 //! rules.
 
 mod dtype;
+pub mod elementwise;
 mod error;
 mod graph;
 mod host;
 pub mod infer;
 mod json;
 mod op;
+pub mod rounding;
 mod shape;
 mod text;
 mod verify;
 
 pub use dtype::DType;
+pub use elementwise::{BinaryOp, UnaryOp};
 pub use error::{IrError, Result};
 pub use graph::{Graph, Node, NodeId, SourceLoc};
 pub use host::{HostData, HostTensor};
-pub use op::{format_f64, BinaryOp, Op, ReduceOp, UnaryOp};
+pub use op::{format_f64, Op, ReduceOp};
 pub use shape::Shape;
 
 #[cfg(test)]

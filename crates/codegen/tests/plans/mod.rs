@@ -159,7 +159,7 @@ pub fn pointwise_every_float_op() -> Plan {
     let vy16 = load(&mut b, 1, &[1], DType::F16);
     let vy = b.push(Expr::Cast { x: vy16 }, DType::BF16);
     let mut acc = vx;
-    for op in UnaryOp::ALL {
+    for &op in UnaryOp::ALL {
         if matches!(op, UnaryOp::IsNan | UnaryOp::IsFinite | UnaryOp::Not) {
             continue;
         }

@@ -223,6 +223,10 @@ fn unary(op: UnaryOp, x: f64) -> f64 {
         UnaryOp::IsNan => x.is_nan() as u8 as f64,
         UnaryOp::IsFinite => x.is_finite() as u8 as f64,
         UnaryOp::Not => (x == 0.0) as u8 as f64,
+        other => match other.eval_f64(braze_ir::elementwise::Elem::Float(x)) {
+            braze_ir::elementwise::Elem::Float(y) => y,
+            _ => unreachable!("{} on a float is a float", other.name()),
+        },
     }
 }
 

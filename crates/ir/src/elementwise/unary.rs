@@ -1,0 +1,681 @@
+//! Unary elementwise ops: the list (variant, `Tensor` method) and each op's entry.
+
+use super::real::Real;
+use super::{Accepts, CType, CudaExpr, CudaHelper, DVal, Derivative, DerivativeBuilder, Elem, Exactness, Yields};
+use super::{BinaryOp, Elem::Bool as B, Elem::Float as F, Elem::Int as I};
+use serde::{Deserialize, Serialize};
+
+/// Calls `$callback!` with every unary op as `Variant method;`, each with the doc of its
+/// `Tensor` method. The order is the enum's (new ops go at the end).
+#[macro_export]
+macro_rules! for_each_unary_op {
+    ($callback:ident) => {
+        $callback! {
+            /// `-x` (integers wrap).
+            Neg neg;
+            /// `|x|` (integers wrap).
+            Abs abs;
+            Exp exp;
+            /// Natural logarithm.
+            Log log;
+            Sqrt sqrt;
+            /// `1 / sqrt(x)`.
+            Rsqrt rsqrt;
+            /// `1 / x`.
+            Reciprocal reciprocal;
+            /// `max(x, 0)`; NaN stays NaN, -0 becomes +0.
+            Relu relu;
+            /// Exact GELU: `x / 2 * (1 + erf(x / sqrt(2)))`.
+            GeluErf gelu;
+            /// GELU with the tanh approximation.
+            GeluTanh gelu_tanh;
+            /// `x * sigmoid(x)`.
+            Silu silu;
+            Sigmoid sigmoid;
+            Tanh tanh;
+            /// Bool tensor: where the value is NaN.
+            IsNan isnan;
+            /// Bool tensor: where the value is neither NaN nor infinite.
+            IsFinite isfinite;
+            /// Bool negation (on numbers: `x == 0`).
+            Not logical_not;
+            /// The error function.
+            Erf erf;
+            /// `log(1 + x)`, accurate near 0.
+            Log1p log1p;
+            /// `exp(x) - 1`, accurate near 0.
+            Expm1 expm1;
+            Sin sin;
+            Cos cos;
+            /// Largest integer not above `x` (integers unchanged).
+            Floor floor;
+            /// Smallest integer not below `x` (integers unchanged).
+            Ceil ceil;
+            /// Nearest integer, halves to even (as `torch.round`; integers unchanged).
+            Round round;
+            /// -1, 0 or 1 by the sign of `x`; a zero keeps its sign and NaN stays NaN.
+            Sign sign;
+            /// `log(1 + exp(x))`, and `x` itself above 20 (as `torch.nn.functional.softplus`).
+            Softplus softplus;
+            /// `x * x` (integers wrap).
+            Square square;
+        }
+    };
+}
+
+macro_rules! declare_unary_ops {
+    ($($(#[doc = $doc:literal])* $variant:ident $method:ident;)*) => {
+        /// A unary elementwise op. Its definition is [`UnaryOp::def`].
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[serde(rename_all = "snake_case")]
+        pub enum UnaryOp {
+            $($(#[doc = $doc])* $variant,)*
+        }
+
+        impl UnaryOp {
+            /// Every unary op, in declaration order.
+            pub const ALL: &'static [UnaryOp] = &[$(UnaryOp::$variant),*];
+
+            /// The name of its `Tensor` method.
+            pub fn method(self) -> &'static str {
+                match self {
+                    $(UnaryOp::$variant => stringify!($method),)*
+                }
+            }
+        }
+    };
+}
+
+for_each_unary_op!(declare_unary_ops);
+
+/// Scalar semantics of a unary op, one definition instantiated for both computing types.
+#[derive(Clone, Copy)]
+pub struct UnarySemantics {
+    pub f64: fn(Elem<f64>) -> Elem<f64>,
+    pub f32: fn(Elem<f32>) -> Elem<f32>,
+}
+
+/// Everything the pipeline knows about a unary op.
+#[derive(Clone, Copy)]
+pub struct UnaryDef {
+    /// The name in the IR text form.
+    pub name: &'static str,
+    pub accepts: Accepts,
+    pub yields: Yields,
+    pub exactness: Exactness,
+    /// False where a last-bit change of a float operand can change the result by more than a
+    /// last-bit amount (steps, predicates).
+    pub continuous: bool,
+    pub semantics: UnarySemantics,
+    /// The CUDA C expression for operand `x` in registers of the given type; `None` for a type
+    /// the op does not accept.
+    pub cuda: fn(x: &str, ty: CType) -> Option<CudaExpr>,
+    pub derivative: Derivative,
+}
+
+/// `go::<f64>` and `go::<f32>` of one generic definition whose arms are given per element kind.
+macro_rules! semantics {
+    ($($pat:pat => $value:expr),+ $(,)?) => {{
+        #[allow(unreachable_patterns, unused_variables)]
+        fn go<R: Real>(e: Elem<R>) -> Elem<R> {
+            match e {
+                $($pat => $value,)+
+                other => unreachable!("{other:?} passed type checking"),
+            }
+        }
+        UnarySemantics { f64: go::<f64>, f32: go::<f32> }
+    }};
+}
+
+fn float_only(x: &str, ty: CType, f: impl FnOnce(&str) -> CudaExpr) -> Option<CudaExpr> {
+    (ty == CType::Float).then(|| f(x))
+}
+
+macro_rules! libm_call {
+    ($name:literal) => {
+        |x: &str, ty: CType| float_only(x, ty, |x| CudaExpr::plain(format!(concat!($name, "({})"), x)))
+    };
+}
+
+macro_rules! helper_call {
+    ($helper:expr) => {
+        |x: &str, ty: CType| float_only(x, ty, |x| CudaExpr::call(&$helper, &[x]))
+    };
+}
+
+/// `(T)(0 - (U)x)`: integer negation that wraps.
+fn wrapping_neg_c(x: &str, ty: CType) -> String {
+    format!("({})({} - ({}){x})", ty.signed(), ty.unsigned_zero(), ty.unsigned())
+}
+
+static RELU: CudaHelper = CudaHelper {
+    name: "relu_f32",
+    source: &[
+        "// relu(NaN) = NaN and relu(-0) = +0.",
+        "__device__ __forceinline__ float relu_f32(float x) { return (x > 0.0f || x != x) ? x : 0.0f; }",
+    ],
+};
+static IS_FINITE: CudaHelper = CudaHelper {
+    name: "is_finite_f32",
+    source: &[
+        "__device__ __forceinline__ bool is_finite_f32(float x) { return (__float_as_uint(x) & 0x7f800000u) != 0x7f800000u; }",
+    ],
+};
+static GELU_ERF: CudaHelper = CudaHelper {
+    name: "gelu_erf_f32",
+    source: &[
+        "// 0.5 x (1 + erf(x / sqrt 2)) without the cancellation of 1 + erf for negative x.",
+        "__device__ __forceinline__ float gelu_erf_f32(float x) { return 0.5f * x * erfcf(x * -0.707106781186547524f); }",
+    ],
+};
+static GELU_TANH: CudaHelper = CudaHelper {
+    name: "gelu_tanh_f32",
+    source: &[
+        "// 0.5 x (1 + tanh(u)) as x * sigmoid(2u), written to neither cancel nor overflow for negative x.",
+        "__device__ __forceinline__ float gelu_tanh_f32(float x) {",
+        "  const float u = 0.7978845608f * (x + 0.044715f * x * x * x);",
+        "  const float e = expf(-2.0f * fabsf(u));",
+        "  return u >= 0.0f ? x / (1.0f + e) : x * e / (1.0f + e);",
+        "}",
+    ],
+};
+static SILU: CudaHelper = CudaHelper {
+    name: "silu_f32",
+    source: &["__device__ __forceinline__ float silu_f32(float x) { return x / (1.0f + expf(-x)); }"],
+};
+static SIGMOID: CudaHelper = CudaHelper {
+    name: "sigmoid_f32",
+    source: &["__device__ __forceinline__ float sigmoid_f32(float x) { return 1.0f / (1.0f + expf(-x)); }"],
+};
+static SOFTPLUS: CudaHelper = CudaHelper {
+    name: "softplus_f32",
+    source: &[
+        "// log(1 + exp(x)), and x itself above the threshold 20 (where they agree in f32).",
+        "__device__ __forceinline__ float softplus_f32(float x) { return x > 20.0f ? x : log1pf(expf(x)); }",
+    ],
+};
+
+/// `sqrt(2 / pi)` and the cubic coefficient of the tanh form of GELU.
+const GELU_TANH_C: f64 = 0.797_884_560_802_865_4;
+const GELU_TANH_A: f64 = 0.044_715;
+
+fn gelu_tanh<R: Real>(x: R) -> R {
+    let u = R::of(GELU_TANH_C) * (x + R::of(GELU_TANH_A) * x * x * x);
+    let e = (R::of(-2.0) * u.abs()).exp();
+    if u >= R::ZERO {
+        x / (R::ONE + e)
+    } else {
+        x * e / (R::ONE + e)
+    }
+}
+
+fn sigmoid<R: Real>(x: R) -> R {
+    R::ONE / (R::ONE + (-x).exp())
+}
+
+// ---- derivative formulas --------------------------------------------------------------------
+
+fn mul(d: &mut dyn DerivativeBuilder, a: DVal, b: DVal) -> DVal {
+    d.binary(BinaryOp::Mul, a, b)
+}
+
+fn scaled(d: &mut dyn DerivativeBuilder, c: f64, x: DVal) -> DVal {
+    let c = d.constant(c);
+    mul(d, c, x)
+}
+
+/// `1 - v`.
+fn one_minus(d: &mut dyn DerivativeBuilder, v: DVal) -> DVal {
+    let one = d.constant(1.0);
+    d.binary(BinaryOp::Sub, one, v)
+}
+
+/// `exp(-x^2 / 2)`, times `scale`.
+fn gaussian(d: &mut dyn DerivativeBuilder, x: DVal, scale: f64) -> DVal {
+    let xx = mul(d, x, x);
+    let half = scaled(d, -0.5, xx);
+    let e = d.unary(UnaryOp::Exp, half);
+    scaled(d, scale, e)
+}
+
+fn d_gelu_erf(d: &mut dyn DerivativeBuilder, x: DVal, _y: DVal) -> DVal {
+    // Phi(x) + x phi(x), Phi(x) = erfc(-x / sqrt 2) / 2.
+    let t = scaled(d, -std::f64::consts::FRAC_1_SQRT_2, x);
+    let erfc = {
+        let erf = d.unary(UnaryOp::Erf, t);
+        one_minus(d, erf)
+    };
+    let cdf = scaled(d, 0.5, erfc);
+    let pdf = gaussian(d, x, 0.5 * std::f64::consts::FRAC_2_SQRT_PI * std::f64::consts::FRAC_1_SQRT_2);
+    let x_pdf = mul(d, x, pdf);
+    d.binary(BinaryOp::Add, cdf, x_pdf)
+}
+
+fn d_gelu_tanh(d: &mut dyn DerivativeBuilder, x: DVal, _y: DVal) -> DVal {
+    // 0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 a x^2), t = tanh(c (x + a x^3)).
+    let xx = mul(d, x, x);
+    let xxx = mul(d, xx, x);
+    let cubic = scaled(d, GELU_TANH_A, xxx);
+    let inner = d.binary(BinaryOp::Add, x, cubic);
+    let u = scaled(d, GELU_TANH_C, inner);
+    let t = d.unary(UnaryOp::Tanh, u);
+    let one = d.constant(1.0);
+    let one_plus_t = d.binary(BinaryOp::Add, one, t);
+    let left = scaled(d, 0.5, one_plus_t);
+    let tt = mul(d, t, t);
+    let sech2 = one_minus(d, tt);
+    let xx3a = scaled(d, 3.0 * GELU_TANH_A, xx);
+    let one = d.constant(1.0);
+    let du = d.binary(BinaryOp::Add, one, xx3a);
+    let du = scaled(d, 0.5 * GELU_TANH_C, du);
+    let right = mul(d, x, sech2);
+    let right = mul(d, right, du);
+    d.binary(BinaryOp::Add, left, right)
+}
+
+fn d_silu(d: &mut dyn DerivativeBuilder, x: DVal, _y: DVal) -> DVal {
+    // s (1 + x (1 - s)), s = sigmoid(x).
+    let s = d.unary(UnaryOp::Sigmoid, x);
+    let one_minus_s = one_minus(d, s);
+    let x_part = mul(d, x, one_minus_s);
+    let one = d.constant(1.0);
+    let sum = d.binary(BinaryOp::Add, one, x_part);
+    mul(d, s, sum)
+}
+
+/// 1 where `x > 0`, else 0.
+fn positive_indicator(d: &mut dyn DerivativeBuilder, x: DVal) -> DVal {
+    let zero = d.constant(0.0);
+    let one = d.constant(1.0);
+    let positive = d.binary(BinaryOp::Gt, x, zero);
+    d.select(positive, one, zero)
+}
+
+impl UnaryOp {
+    /// The op's entry in the table.
+    pub fn def(self) -> UnaryDef {
+        use Accepts::{Any, Float, Numeric};
+        use Exactness::{Approximate, CorrectlyRounded, Exact};
+        use Yields::{Bool, Same};
+        match self {
+            UnaryOp::Neg => UnaryDef {
+                name: "neg",
+                accepts: Numeric,
+                yields: Same,
+                exactness: Exact,
+                continuous: true,
+                semantics: semantics!(F(x) => F(-x), I(x) => I(x.wrapping_neg())),
+                cuda: |x, ty| match ty {
+                    CType::Float => Some(CudaExpr::plain(format!("-{x}"))),
+                    CType::I32 | CType::I64 => Some(CudaExpr::plain(wrapping_neg_c(x, ty))),
+                    CType::Bool => None,
+                },
+                derivative: Derivative::Formula(|d, _, _| d.constant(-1.0)),
+            },
+            UnaryOp::Abs => UnaryDef {
+                name: "abs",
+                accepts: Numeric,
+                yields: Same,
+                exactness: Exact,
+                continuous: true,
+                semantics: semantics!(F(x) => F(x.abs()), I(x) => I(x.wrapping_abs())),
+                cuda: |x, ty| match ty {
+                    CType::Float => Some(CudaExpr::plain(format!("fabsf({x})"))),
+                    CType::I32 | CType::I64 => {
+                        Some(CudaExpr::plain(format!("{x} < 0 ? {} : {x}", wrapping_neg_c(x, ty))))
+                    }
+                    CType::Bool => None,
+                },
+                derivative: Derivative::Formula(|d, x, _| d.unary(UnaryOp::Sign, x)),
+            },
+            UnaryOp::Exp => UnaryDef {
+                name: "exp",
+                accepts: Float,
+                yields: Same,
+                exactness: Approximate,
+                continuous: true,
+                semantics: semantics!(F(x) => F(x.exp())),
+                cuda: libm_call!("expf"),
+                derivative: Derivative::Formula(|_, _, y| y),
+            },
+            UnaryOp::Log => UnaryDef {
+                name: "log",
+                accepts: Float,
+                yields: Same,
+                exactness: Approximate,
+                continuous: true,
+                semantics: semantics!(F(x) => F(x.ln())),
+                cuda: libm_call!("logf"),
+                derivative: Derivative::Formula(|d, x, _| d.unary(UnaryOp::Reciprocal, x)),
+            },
+            UnaryOp::Sqrt => UnaryDef {
+                name: "sqrt",
+                accepts: Float,
+                yields: Same,
+                exactness: CorrectlyRounded,
+                continuous: true,
+                semantics: semantics!(F(x) => F(x.sqrt())),
+                cuda: libm_call!("sqrtf"),
+                derivative: Derivative::Formula(|d, _, y| {
+                    let half = d.constant(0.5);
+                    d.binary(BinaryOp::Div, half, y)
+                }),
+            },
+            UnaryOp::Rsqrt => UnaryDef {
+                name: "rsqrt",
+                accepts: Float,
+                yields: Same,
+                // rsqrtf is about 2 ulp: well inside the f32 tolerance, and one instruction.
+                exactness: Approximate,
+                continuous: true,
+                semantics: semantics!(F(x) => F(R::ONE / x.sqrt())),
+                cuda: libm_call!("rsqrtf"),
+                derivative: Derivative::Formula(|d, _, y| {
+                    let yy = mul(d, y, y);
+                    let yyy = mul(d, yy, y);
+                    scaled(d, -0.5, yyy)
+                }),
+            },
+            UnaryOp::Reciprocal => UnaryDef {
+                name: "reciprocal",
+                accepts: Float,
+                yields: Same,
+                exactness: CorrectlyRounded,
+                continuous: true,
+                semantics: semantics!(F(x) => F(R::ONE / x)),
+                cuda: |x, ty| float_only(x, ty, |x| CudaExpr::plain(format!("1.0f / {x}"))),
+                derivative: Derivative::Formula(|d, _, y| {
+                    let yy = mul(d, y, y);
+                    d.unary(UnaryOp::Neg, yy)
+                }),
+            },
+            UnaryOp::Relu => UnaryDef {
+                name: "relu",
+                accepts: Numeric,
+                yields: Same,
+                exactness: Exact,
+                continuous: true,
+                semantics: semantics!(
+                    F(x) => F(if x.is_nan() || x > R::ZERO { x } else { R::ZERO }),
+                    I(x) => I(x.max(0)),
+                ),
+                cuda: |x, ty| match ty {
+                    CType::Float => Some(CudaExpr::call(&RELU, &[x])),
+                    CType::I32 | CType::I64 => Some(CudaExpr::plain(format!("{x} > 0 ? {x} : 0"))),
+                    CType::Bool => None,
+                },
+                derivative: Derivative::Formula(|d, x, _| positive_indicator(d, x)),
+            },
+            UnaryOp::GeluErf => UnaryDef {
+                name: "gelu_erf",
+                accepts: Float,
+                yields: Same,
+                exactness: Approximate,
+                continuous: true,
+                // erfc keeps its relative accuracy where 1 + erf would cancel (negative x).
+                semantics: semantics!(F(x) => F(R::of(0.5) * x * (x * R::of(-std::f64::consts::FRAC_1_SQRT_2)).erfc())),
+                cuda: helper_call!(GELU_ERF),
+                derivative: Derivative::Formula(d_gelu_erf),
+            },
+            UnaryOp::GeluTanh => UnaryDef {
+                name: "gelu_tanh",
+                accepts: Float,
+                yields: Same,
+                exactness: Approximate,
+                continuous: true,
+                semantics: semantics!(F(x) => F(gelu_tanh(x))),
+                cuda: helper_call!(GELU_TANH),
+                derivative: Derivative::Formula(d_gelu_tanh),
+            },
+            UnaryOp::Silu => UnaryDef {
+                name: "silu",
+                accepts: Float,
+                yields: Same,
+                exactness: Approximate,
+                continuous: true,
+                semantics: semantics!(F(x) => F(x / (R::ONE + (-x).exp()))),
+                cuda: helper_call!(SILU),
+                derivative: Derivative::Formula(d_silu),
+            },
+            UnaryOp::Sigmoid => UnaryDef {
+                name: "sigmoid",
+                accepts: Float,
+                yields: Same,
+                exactness: Approximate,
+                continuous: true,
+                semantics: semantics!(F(x) => F(sigmoid(x))),
+                cuda: helper_call!(SIGMOID),
+                derivative: Derivative::Formula(|d, _, y| {
+                    let one_minus_y = one_minus(d, y);
+                    mul(d, y, one_minus_y)
+                }),
+            },
+            UnaryOp::Tanh => UnaryDef {
+                name: "tanh",
+                accepts: Float,
+                yields: Same,
+                exactness: Approximate,
+                continuous: true,
+                semantics: semantics!(F(x) => F(x.tanh())),
+                cuda: libm_call!("tanhf"),
+                derivative: Derivative::Formula(|d, _, y| {
+                    let yy = mul(d, y, y);
+                    one_minus(d, yy)
+                }),
+            },
+            UnaryOp::IsNan => UnaryDef {
+                name: "isnan",
+                accepts: Numeric,
+                yields: Bool,
+                exactness: Exact,
+                continuous: false,
+                semantics: semantics!(F(x) => B(x.is_nan()), I(_) => B(false)),
+                cuda: |x, ty| match ty {
+                    CType::Float => Some(CudaExpr::plain(format!("{x} != {x}"))),
+                    CType::I32 | CType::I64 => Some(CudaExpr::plain("false".into())),
+                    CType::Bool => None,
+                },
+                derivative: Derivative::NotDifferentiable,
+            },
+            UnaryOp::IsFinite => UnaryDef {
+                name: "isfinite",
+                accepts: Numeric,
+                yields: Bool,
+                exactness: Exact,
+                continuous: false,
+                semantics: semantics!(F(x) => B(x.is_finite()), I(_) => B(true)),
+                cuda: |x, ty| match ty {
+                    CType::Float => Some(CudaExpr::call(&IS_FINITE, &[x])),
+                    CType::I32 | CType::I64 => Some(CudaExpr::plain("true".into())),
+                    CType::Bool => None,
+                },
+                derivative: Derivative::NotDifferentiable,
+            },
+            UnaryOp::Not => UnaryDef {
+                name: "not",
+                accepts: Any,
+                yields: Bool,
+                exactness: Exact,
+                continuous: false,
+                semantics: semantics!(F(x) => B(x == R::ZERO), I(x) => B(x == 0), B(b) => B(!b)),
+                cuda: |x, ty| {
+                    Some(CudaExpr::plain(match ty {
+                        CType::Float => format!("{x} == 0.0f"),
+                        CType::I32 | CType::I64 => format!("{x} == 0"),
+                        CType::Bool => format!("!{x}"),
+                    }))
+                },
+                derivative: Derivative::NotDifferentiable,
+            },
+            UnaryOp::Erf => UnaryDef {
+                name: "erf",
+                accepts: Float,
+                yields: Same,
+                exactness: Approximate,
+                continuous: true,
+                semantics: semantics!(F(x) => F(x.erf())),
+                cuda: libm_call!("erff"),
+                // 2 / sqrt(pi) exp(-x^2).
+                derivative: Derivative::Formula(|d, x, _| {
+                    let x2 = scaled(d, std::f64::consts::SQRT_2, x);
+                    gaussian(d, x2, std::f64::consts::FRAC_2_SQRT_PI)
+                }),
+            },
+            UnaryOp::Log1p => UnaryDef {
+                name: "log1p",
+                accepts: Float,
+                yields: Same,
+                exactness: Approximate,
+                continuous: true,
+                semantics: semantics!(F(x) => F(x.ln_1p())),
+                cuda: libm_call!("log1pf"),
+                derivative: Derivative::Formula(|d, x, _| {
+                    let one = d.constant(1.0);
+                    let one_plus_x = d.binary(BinaryOp::Add, one, x);
+                    d.unary(UnaryOp::Reciprocal, one_plus_x)
+                }),
+            },
+            UnaryOp::Expm1 => UnaryDef {
+                name: "expm1",
+                accepts: Float,
+                yields: Same,
+                exactness: Approximate,
+                continuous: true,
+                semantics: semantics!(F(x) => F(x.exp_m1())),
+                cuda: libm_call!("expm1f"),
+                derivative: Derivative::Formula(|d, _, y| {
+                    let one = d.constant(1.0);
+                    d.binary(BinaryOp::Add, y, one)
+                }),
+            },
+            UnaryOp::Sin => UnaryDef {
+                name: "sin",
+                accepts: Float,
+                yields: Same,
+                exactness: Approximate,
+                continuous: true,
+                semantics: semantics!(F(x) => F(x.sin())),
+                cuda: libm_call!("sinf"),
+                derivative: Derivative::Formula(|d, x, _| d.unary(UnaryOp::Cos, x)),
+            },
+            UnaryOp::Cos => UnaryDef {
+                name: "cos",
+                accepts: Float,
+                yields: Same,
+                exactness: Approximate,
+                continuous: true,
+                semantics: semantics!(F(x) => F(x.cos())),
+                cuda: libm_call!("cosf"),
+                derivative: Derivative::Formula(|d, x, _| {
+                    let sin = d.unary(UnaryOp::Sin, x);
+                    d.unary(UnaryOp::Neg, sin)
+                }),
+            },
+            UnaryOp::Floor => UnaryDef {
+                name: "floor",
+                accepts: Numeric,
+                yields: Same,
+                exactness: Exact,
+                continuous: false,
+                semantics: semantics!(F(x) => F(x.floor()), I(x) => I(x)),
+                cuda: |x, ty| integer_valued(x, ty, "floorf"),
+                derivative: Derivative::Zero,
+            },
+            UnaryOp::Ceil => UnaryDef {
+                name: "ceil",
+                accepts: Numeric,
+                yields: Same,
+                exactness: Exact,
+                continuous: false,
+                semantics: semantics!(F(x) => F(x.ceil()), I(x) => I(x)),
+                cuda: |x, ty| integer_valued(x, ty, "ceilf"),
+                derivative: Derivative::Zero,
+            },
+            UnaryOp::Round => UnaryDef {
+                name: "round",
+                accepts: Numeric,
+                yields: Same,
+                exactness: Exact,
+                continuous: false,
+                semantics: semantics!(F(x) => F(x.round_even()), I(x) => I(x)),
+                // rintf rounds halves to even in the default rounding mode.
+                cuda: |x, ty| integer_valued(x, ty, "rintf"),
+                derivative: Derivative::Zero,
+            },
+            UnaryOp::Sign => UnaryDef {
+                name: "sign",
+                accepts: Numeric,
+                yields: Same,
+                exactness: Exact,
+                continuous: false,
+                semantics: semantics!(
+                    F(x) => F(if x > R::ZERO { R::ONE } else if x < R::ZERO { -R::ONE } else { x }),
+                    I(x) => I(x.signum()),
+                ),
+                cuda: |x, ty| match ty {
+                    CType::Float => Some(CudaExpr::plain(format!("{x} > 0.0f ? 1.0f : ({x} < 0.0f ? -1.0f : {x})"))),
+                    CType::I32 | CType::I64 => {
+                        Some(CudaExpr::plain(format!("({})(({x} > 0) - ({x} < 0))", ty.signed())))
+                    }
+                    CType::Bool => None,
+                },
+                derivative: Derivative::Zero,
+            },
+            UnaryOp::Softplus => UnaryDef {
+                name: "softplus",
+                accepts: Float,
+                yields: Same,
+                exactness: Approximate,
+                continuous: true,
+                semantics: semantics!(F(x) => F(if x > R::of(20.0) { x } else { x.exp().ln_1p() })),
+                cuda: helper_call!(SOFTPLUS),
+                derivative: Derivative::Formula(|d, x, _| d.unary(UnaryOp::Sigmoid, x)),
+            },
+            UnaryOp::Square => UnaryDef {
+                name: "square",
+                accepts: Numeric,
+                yields: Same,
+                exactness: CorrectlyRounded,
+                continuous: true,
+                semantics: semantics!(F(x) => F(x * x), I(x) => I(x.wrapping_mul(x))),
+                cuda: |x, ty| match ty {
+                    CType::Float => Some(CudaExpr::plain(format!("{x} * {x}"))),
+                    CType::I32 | CType::I64 => {
+                        let (t, u) = (ty.signed(), ty.unsigned());
+                        Some(CudaExpr::plain(format!("({t})(({u}){x} * ({u}){x})")))
+                    }
+                    CType::Bool => None,
+                },
+                derivative: Derivative::Formula(|d, x, _| scaled(d, 2.0, x)),
+            },
+        }
+    }
+
+    /// The name in the IR text form.
+    pub fn name(self) -> &'static str {
+        self.def().name
+    }
+
+    pub fn result_dtype(self, input: crate::DType) -> crate::DType {
+        self.def().yields.dtype(input)
+    }
+
+    /// The op on one element in f64 (the reference).
+    pub fn eval_f64(self, x: Elem<f64>) -> Elem<f64> {
+        (self.def().semantics.f64)(x)
+    }
+
+    /// The op on one element in f32 (as fused kernels compute it).
+    pub fn eval_f32(self, x: Elem<f32>) -> Elem<f32> {
+        (self.def().semantics.f32)(x)
+    }
+}
+
+/// A float function whose results are integers; integers pass through.
+fn integer_valued(x: &str, ty: CType, function: &str) -> Option<CudaExpr> {
+    match ty {
+        CType::Float => Some(CudaExpr::plain(format!("{function}({x})"))),
+        CType::I32 | CType::I64 => Some(CudaExpr::plain(x.to_string())),
+        CType::Bool => None,
+    }
+}
