@@ -1,0 +1,16 @@
+//! What can go wrong when differentiating a graph.
+
+use braze_ir::{DType, IrError};
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum AutodiffError {
+    #[error("no gradient for {node} ({op}): it is {dtype}, and only float values have gradients")]
+    NotFloat { node: String, op: &'static str, dtype: DType },
+    #[error("the gradient seeded into {value} must be {expected} or broadcast to it, got {actual}")]
+    Seed { value: String, expected: String, actual: String },
+    #[error("building the backward graph: {0}")]
+    Ir(#[from] IrError),
+}
+
+pub type Result<T> = std::result::Result<T, AutodiffError>;

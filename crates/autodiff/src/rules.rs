@@ -1,0 +1,237 @@
+//! The gradient rule of every op: given a node and the gradient flowing into it, the gradients
+//! flowing into its operands. Elementwise ops use the derivative formulas of the op table; the
+//! match below has an arm for every op, so a new op without a rule does not compile.
+
+use crate::builder::Emit;
+use crate::Result;
+use braze_ir::elementwise::{Derivative, Partials};
+use braze_ir::infer::reduced_shape;
+use braze_ir::{BinaryOp, NodeId, Op, ReduceOp, Shape, UnaryOp};
+
+/// `(operand, gradient)` pairs for the operands of `id` that get a gradient.
+pub(crate) fn operand_grads(e: &mut Emit<'_>, id: NodeId, grad: NodeId) -> Result<Vec<(NodeId, NodeId)>> {
+    let node = e.graph().node(id).clone();
+    let x = node.operands.first().copied().unwrap_or(id);
+    let shapes: Vec<Shape> = node.operands.iter().map(|&o| e.shape(o)).collect();
+    let grads = match &node.op {
+        Op::Input { .. } | Op::Constant { .. } => vec![],
+        Op::Cast => {
+            let from = e.graph().node(x).dtype;
+            if from.is_float() {
+                vec![(x, e.cast(grad, from)?)]
+            } else {
+                vec![]
+            }
+        }
+        Op::Unary { op } => match op.def().derivative {
+            Derivative::Formula(formula) => {
+                let d = e.formula(&[x, id], |b, v| vec![formula(b, v[0], v[1])])?[0];
+                vec![(x, e.mul(grad, d)?)]
+            }
+            Derivative::Zero => vec![(x, e.zeros(&shapes[0])?)],
+            Derivative::NotDifferentiable => vec![],
+        },
+        Op::Binary { op } => match op.def().partials {
+            Partials::Formula(formula) => {
+                let (a, b) = (node.operands[0], node.operands[1]);
+                let d = e.formula(&[a, b, id], |builder, v| {
+                    let (da, db) = formula(builder, v[0], v[1], v[2]);
+                    vec![da, db]
+                })?;
+                let ga = e.mul(grad, d[0])?;
+                let gb = e.mul(grad, d[1])?;
+                vec![(a, e.sum_to(ga, &shapes[0])?), (b, e.sum_to(gb, &shapes[1])?)]
+            }
+            Partials::NotDifferentiable => vec![],
+        },
+        Op::Where => {
+            let (cond, a, b) = (node.operands[0], node.operands[1], node.operands[2]);
+            let zero = e.constant(0.0);
+            let ga = e.select(cond, grad, zero)?;
+            let gb = e.select(cond, zero, grad)?;
+            vec![(a, e.sum_to(ga, &shapes[1])?), (b, e.sum_to(gb, &shapes[2])?)]
+        }
+        Op::Reduce { op, axes, keepdim } => vec![(x, reduce_grad(e, *op, x, id, grad, axes, *keepdim)?)],
+        Op::Reshape => vec![(x, e.reshape(grad, &shapes[0])?)],
+        Op::BroadcastTo => vec![(x, e.sum_to(grad, &shapes[0])?)],
+        Op::Permute { perm } => {
+            let mut inverse = vec![0; perm.len()];
+            for (i, &p) in perm.iter().enumerate() {
+                inverse[p] = i;
+            }
+            vec![(x, e.op(Op::Permute { perm: inverse }, &[grad])?)]
+        }
+        Op::Slice { axis, start, end: _, step } => vec![(x, slice_grad(e, grad, &shapes[0], *axis, *start, *step)?)],
+        Op::Concat { axis } => {
+            let mut offset = 0;
+            let mut grads = Vec::with_capacity(node.operands.len());
+            for (&operand, shape) in node.operands.iter().zip(&shapes) {
+                let size = shape.dims()[*axis];
+                let part = e.op(Op::Slice { axis: *axis, start: offset, end: offset + size, step: 1 }, &[grad])?;
+                grads.push((operand, part));
+                offset += size;
+            }
+            grads
+        }
+        Op::Stack { axis } => {
+            let mut grads = Vec::with_capacity(node.operands.len());
+            for (i, (&operand, shape)) in node.operands.iter().zip(&shapes).enumerate() {
+                let part = e.op(Op::Slice { axis: *axis, start: i, end: i + 1, step: 1 }, &[grad])?;
+                grads.push((operand, e.reshape(part, shape)?));
+            }
+            grads
+        }
+        Op::MatMul => {
+            let (a, b) = (node.operands[0], node.operands[1]);
+            let bt = e.transpose_last(b)?;
+            let ga = e.op(Op::MatMul, &[grad, bt])?;
+            let at = e.transpose_last(a)?;
+            let gb = e.op(Op::MatMul, &[at, grad])?;
+            vec![(a, e.sum_to(ga, &shapes[0])?), (b, e.sum_to(gb, &shapes[1])?)]
+        }
+        Op::LayerNorm { eps } => layer_norm_grads(e, &node.operands, grad, *eps)?,
+        Op::RmsNorm { eps } => rms_norm_grads(e, &node.operands, grad, *eps)?,
+        Op::Softmax { axis } => {
+            // y (g - sum(g y)) along the axis.
+            let gy = e.mul(grad, id)?;
+            let total = e.reduce(ReduceOp::Sum, gy, &[*axis], true)?;
+            let centered = e.sub(grad, total)?;
+            vec![(x, e.mul(id, centered)?)]
+        }
+    };
+    Ok(grads)
+}
+
+/// The gradient of a reduction: spread back over the reduced dims (divided by their count for a
+/// mean; for max/min, shared evenly among the elements equal to the result, as PyTorch does).
+fn reduce_grad(
+    e: &mut Emit<'_>,
+    op: ReduceOp,
+    x: NodeId,
+    y: NodeId,
+    grad: NodeId,
+    axes: &[usize],
+    keepdim: bool,
+) -> Result<NodeId> {
+    let shape = e.shape(x);
+    let kept = reduced_shape(&shape, axes, true);
+    let gk = if keepdim { grad } else { e.reshape(grad, &kept)? };
+    let spread = e.broadcast(gk, &shape)?;
+    match op {
+        ReduceOp::Sum => Ok(spread),
+        ReduceOp::Mean => {
+            let count: usize = axes.iter().map(|&a| shape.dims()[a]).product();
+            let scale = e.constant(1.0 / count.max(1) as f64);
+            e.mul(spread, scale)
+        }
+        ReduceOp::Max | ReduceOp::Min => {
+            let yk = if keepdim { y } else { e.reshape(y, &kept)? };
+            let yb = e.broadcast(yk, &shape)?;
+            let hit = e.binary(BinaryOp::Eq, x, yb)?;
+            let dtype = e.graph().node(x).dtype;
+            let mask = e.cast(hit, dtype)?;
+            let ties = e.reduce(ReduceOp::Sum, mask, axes, true)?;
+            let share = e.div(mask, ties)?;
+            e.mul(spread, share)
+        }
+    }
+}
+
+/// The gradient of `x[start::step]` along `axis`: the slice's gradient placed back at its
+/// positions, zeros elsewhere (built from stack, reshape and concat).
+fn slice_grad(e: &mut Emit<'_>, grad: NodeId, shape: &Shape, axis: usize, start: usize, step: usize) -> Result<NodeId> {
+    let gshape = e.shape(grad);
+    let taken = gshape.dims()[axis];
+    let with_size = |size: usize| {
+        let mut dims = shape.dims().to_vec();
+        dims[axis] = size;
+        Shape::new(dims)
+    };
+    // Interleave: each taken element followed by step - 1 zeros.
+    let spaced = if step > 1 && taken > 0 {
+        let zeros = e.zeros(&gshape)?;
+        let mut parts = vec![grad];
+        parts.extend(std::iter::repeat_n(zeros, step - 1));
+        let stacked = e.op(Op::Stack { axis: axis + 1 }, &parts)?;
+        let spaced = e.reshape(stacked, &with_size(taken * step))?;
+        let end = (taken - 1) * step + 1;
+        e.op(Op::Slice { axis, start: 0, end, step: 1 }, &[spaced])?
+    } else {
+        grad
+    };
+    let covered = e.shape(spaced).dims()[axis];
+    let after = shape.dims()[axis] - start - covered;
+    let mut parts = Vec::new();
+    if start > 0 {
+        parts.push(e.zeros(&with_size(start))?);
+    }
+    parts.push(spaced);
+    if after > 0 {
+        parts.push(e.zeros(&with_size(after))?);
+    }
+    if parts.len() == 1 {
+        return Ok(parts[0]);
+    }
+    e.op(Op::Concat { axis }, &parts)
+}
+
+/// `x`'s mean and `1 / sqrt(var + eps)` over the last dim, kept as size-1 dims.
+fn row_statistics(e: &mut Emit<'_>, x: NodeId, eps: f64) -> Result<(NodeId, NodeId)> {
+    let last = e.shape(x).rank() - 1;
+    let mean = e.reduce(ReduceOp::Mean, x, &[last], true)?;
+    let centered = e.sub(x, mean)?;
+    let squares = e.mul(centered, centered)?;
+    let var = e.reduce(ReduceOp::Mean, squares, &[last], true)?;
+    let eps = e.constant(eps);
+    let shifted = e.add(var, eps)?;
+    let rstd = e.unary(UnaryOp::Rsqrt, shifted)?;
+    Ok((mean, rstd))
+}
+
+/// `y = xhat w + b`, `xhat = (x - mean) rstd`: dx = rstd (dxhat - mean(dxhat) - xhat
+/// mean(dxhat xhat)) with dxhat = g w; dw = sum(g xhat), db = sum(g) over the leading dims.
+fn layer_norm_grads(e: &mut Emit<'_>, operands: &[NodeId], grad: NodeId, eps: f64) -> Result<Vec<(NodeId, NodeId)>> {
+    let (x, w, b) = (operands[0], operands[1], operands[2]);
+    let last = e.shape(x).rank() - 1;
+    let (mean, rstd) = row_statistics(e, x, eps)?;
+    let centered = e.sub(x, mean)?;
+    let xhat = e.mul(centered, rstd)?;
+    let dxhat = e.mul(grad, w)?;
+    let mean_dxhat = e.reduce(ReduceOp::Mean, dxhat, &[last], true)?;
+    let dxhat_xhat = e.mul(dxhat, xhat)?;
+    let mean_dxhat_xhat = e.reduce(ReduceOp::Mean, dxhat_xhat, &[last], true)?;
+    let inner = e.sub(dxhat, mean_dxhat)?;
+    let correction = e.mul(xhat, mean_dxhat_xhat)?;
+    let inner = e.sub(inner, correction)?;
+    let dx = e.mul(rstd, inner)?;
+    let g_xhat = e.mul(grad, xhat)?;
+    let (w_shape, b_shape) = (e.shape(w), e.shape(b));
+    let dw = e.sum_to(g_xhat, &w_shape)?;
+    let db = e.sum_to(grad, &b_shape)?;
+    Ok(vec![(x, dx), (w, dw), (b, db)])
+}
+
+/// `y = x r w`, `r = 1 / sqrt(mean(x^2) + eps)`: dx = r (g w - x r^2 mean(g w x)),
+/// dw = sum(g x r) over the leading dims.
+fn rms_norm_grads(e: &mut Emit<'_>, operands: &[NodeId], grad: NodeId, eps: f64) -> Result<Vec<(NodeId, NodeId)>> {
+    let (x, w) = (operands[0], operands[1]);
+    let last = e.shape(x).rank() - 1;
+    let squares = e.mul(x, x)?;
+    let mean_square = e.reduce(ReduceOp::Mean, squares, &[last], true)?;
+    let eps = e.constant(eps);
+    let shifted = e.add(mean_square, eps)?;
+    let r = e.unary(UnaryOp::Rsqrt, shifted)?;
+    let gw = e.mul(grad, w)?;
+    let gwx = e.mul(gw, x)?;
+    let mean_gwx = e.reduce(ReduceOp::Mean, gwx, &[last], true)?;
+    let rr = e.mul(r, r)?;
+    let scale = e.mul(rr, mean_gwx)?;
+    let correction = e.mul(x, scale)?;
+    let inner = e.sub(gw, correction)?;
+    let dx = e.mul(r, inner)?;
+    let xr = e.mul(x, r)?;
+    let gxr = e.mul(grad, xr)?;
+    let w_shape = e.shape(w);
+    let dw = e.sum_to(gxr, &w_shape)?;
+    Ok(vec![(x, dx), (w, dw)])
+}

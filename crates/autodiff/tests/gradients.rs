@@ -1,0 +1,282 @@
+//! Every differentiable op's gradient against central finite differences of the f64 reference:
+//! `loss = sum(f(inputs) * r)` for fixed random weights `r`, its gradient built by `backward`
+//! and run by the reference, each input element nudged both ways.
+
+use braze_autodiff::{backward, AutodiffError};
+use braze_cpu::eval_graph;
+use braze_ir::{BinaryOp, DType, Graph, HostTensor, NodeId, Op, ReduceOp, Shape, UnaryOp};
+
+/// Where an input's values lie: away from the kinks at 0, or positive (for log, sqrt, ...).
+#[derive(Clone, Copy, PartialEq)]
+enum Range {
+    AwayFromZero,
+    Positive,
+}
+
+/// Builds the function under test on the graph's inputs.
+type Build = Box<dyn Fn(&mut Graph, &[NodeId]) -> NodeId>;
+
+struct Case {
+    name: String,
+    inputs: Vec<(Shape, Range)>,
+    build: Build,
+}
+
+fn case(
+    name: impl Into<String>,
+    inputs: &[(&[usize], Range)],
+    build: impl Fn(&mut Graph, &[NodeId]) -> NodeId + 'static,
+) -> Case {
+    Case {
+        name: name.into(),
+        inputs: inputs.iter().map(|(s, r)| (Shape::new(s.to_vec()), *r)).collect(),
+        build: Box::new(build),
+    }
+}
+
+/// splitmix64 values in [-2, -0.15] u [0.15, 2], or (0.3, 2.3) for positive inputs.
+fn values(n: usize, range: Range, seed: u64) -> Vec<f64> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xDEAD_BEEF;
+    (0..n)
+        .map(|_| {
+            state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            let u = ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64;
+            match range {
+                Range::Positive => 0.3 + 2.0 * u,
+                Range::AwayFromZero => {
+                    let magnitude = 0.15 + 1.85 * (2.0 * u % 1.0);
+                    if u < 0.5 {
+                        -magnitude
+                    } else {
+                        magnitude
+                    }
+                }
+            }
+        })
+        .collect()
+}
+
+fn tensor(shape: &Shape, data: &[f64]) -> HostTensor {
+    HostTensor::from_f64(DType::F32, shape.clone(), data).unwrap()
+}
+
+fn loss_of(graph: &Graph, inputs: &[HostTensor]) -> f64 {
+    eval_graph(graph, inputs).unwrap()[0].get_f64(0)
+}
+
+/// Builds the case's loss and gradients, then compares every gradient element (at most 24 per
+/// input) with central differences.
+fn check(case: &Case) {
+    let mut g = Graph::new();
+    let ids: Vec<NodeId> = case.inputs.iter().map(|(s, _)| g.input(DType::F32, s.clone())).collect();
+    let out = (case.build)(&mut g, &ids);
+    let out_shape = g.node(out).shape.clone();
+    let weights = g.input(DType::F32, out_shape.clone());
+    let weighted = g.add(Op::Binary { op: BinaryOp::Mul }, &[out, weights], None).unwrap();
+    let axes: Vec<usize> = (0..out_shape.rank()).collect();
+    let loss = g.add(Op::Reduce { op: ReduceOp::Sum, axes, keepdim: false }, &[weighted], None).unwrap();
+    let one = g.constant(1.0, DType::F32);
+    let grads = backward(&mut g, &[(loss, one)], &ids).unwrap();
+    let mut outputs = vec![loss];
+    for (i, grad) in grads.iter().enumerate() {
+        outputs.push(grad.unwrap_or_else(|| panic!("{}: input {i} got no gradient", case.name)));
+    }
+    g.set_outputs(outputs);
+    g.verify().unwrap();
+
+    let mut inputs: Vec<HostTensor> = case
+        .inputs
+        .iter()
+        .enumerate()
+        .map(|(i, (shape, range))| tensor(shape, &values(shape.numel(), *range, 7 + i as u64)))
+        .collect();
+    inputs.push(tensor(&out_shape, &values(out_shape.numel(), Range::AwayFromZero, 99)));
+    let results = eval_graph(&g, &inputs).unwrap();
+    for (i, (shape, _)) in case.inputs.iter().enumerate() {
+        let analytic = &results[1 + i];
+        assert_eq!(analytic.shape(), shape, "{}: gradient of input {i} has the wrong shape", case.name);
+        let base = inputs[i].to_f64_vec();
+        let stride = (shape.numel() / 24).max(1);
+        for k in (0..shape.numel()).step_by(stride) {
+            let h = 1e-2 * base[k].abs().max(0.5);
+            let nudged = |delta: f64| {
+                let mut data = base.clone();
+                data[k] += delta;
+                let mut args = inputs.clone();
+                args[i] = tensor(shape, &data);
+                loss_of(&g, &args)
+            };
+            let numeric = (nudged(h) - nudged(-h)) / (2.0 * h);
+            let got = analytic.get_f64(k);
+            assert!(
+                (got - numeric).abs() <= 2e-3 + 2e-2 * numeric.abs(),
+                "{}: d loss / d input{i}[{k}] is {got}, finite differences give {numeric}",
+                case.name
+            );
+        }
+    }
+}
+
+fn un(op: UnaryOp) -> impl Fn(&mut Graph, &[NodeId]) -> NodeId {
+    move |g, x| g.add(Op::Unary { op }, &[x[0]], None).unwrap()
+}
+
+fn op(o: Op) -> impl Fn(&mut Graph, &[NodeId]) -> NodeId {
+    move |g, x| g.add(o.clone(), x, None).unwrap()
+}
+
+const A: Range = Range::AwayFromZero;
+const P: Range = Range::Positive;
+
+#[test]
+fn unary_ops() {
+    let positive = [UnaryOp::Log, UnaryOp::Sqrt, UnaryOp::Rsqrt, UnaryOp::Log1p];
+    for &u in UnaryOp::ALL {
+        if u.def().yields != braze_ir::elementwise::Yields::Same {
+            continue;
+        }
+        let range = if positive.contains(&u) { P } else { A };
+        check(&case(u.name(), &[(&[3, 4], range)], un(u)));
+    }
+}
+
+#[test]
+fn binary_ops_with_broadcasting() {
+    for &b in BinaryOp::ALL {
+        if b.def().yields != braze_ir::elementwise::Yields::Same {
+            continue;
+        }
+        let range = if b == BinaryOp::Pow { P } else { A };
+        check(&case(b.name(), &[(&[3, 1], range), (&[1, 4], A)], op(Op::Binary { op: b })));
+        check(&case(format!("{} with a scalar", b.name()), &[(&[2, 3], range), (&[], A)], op(Op::Binary { op: b })));
+    }
+}
+
+#[test]
+fn where_routes_the_gradient_to_the_chosen_side() {
+    // The condition gives no gradient; each side gets it where it was chosen.
+    check(&case("where", &[(&[3, 4], A), (&[4], A)], |g, x| {
+        let zero = g.constant(0.0, DType::F32);
+        let cond = g.add(Op::Binary { op: BinaryOp::Gt }, &[x[0], zero], None).unwrap();
+        g.add(Op::Where, &[cond, x[0], x[1]], None).unwrap()
+    }));
+}
+
+#[test]
+fn reductions_with_and_without_keepdim() {
+    for reduce in [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min] {
+        for (axes, keepdim) in [(vec![1], true), (vec![1], false), (vec![0, 2], false), (vec![0, 1, 2], false)] {
+            let name = format!("{} over {axes:?} keepdim={keepdim}", reduce.name());
+            check(&case(name, &[(&[2, 3, 4], A)], op(Op::Reduce { op: reduce, axes, keepdim })));
+        }
+    }
+}
+
+#[test]
+fn views() {
+    check(&case("reshape", &[(&[2, 6], A)], |g, x| g.reshape(x[0], [3, 4]).unwrap()));
+    check(&case("broadcast_to", &[(&[1, 4], A)], |g, x| g.broadcast_to(x[0], [2, 3, 4]).unwrap()));
+    check(&case("permute", &[(&[2, 3, 4], A)], op(Op::Permute { perm: vec![2, 0, 1] })));
+    for (start, end, step) in [(0, 5, 1), (1, 4, 1), (1, 6, 2), (0, 6, 3), (5, 6, 1)] {
+        let name = format!("slice {start}:{end}:{step}");
+        check(&case(name, &[(&[3, 6], A)], op(Op::Slice { axis: 1, start, end, step })));
+    }
+    check(&case("concat", &[(&[2, 3], A), (&[2, 1], A), (&[2, 2], A)], op(Op::Concat { axis: 1 })));
+    check(&case("stack", &[(&[2, 3], A), (&[2, 3], A)], op(Op::Stack { axis: 1 })));
+    check(&case("cast to itself", &[(&[5], A)], |g, x| g.cast(x[0], DType::F32).unwrap()));
+}
+
+#[test]
+fn matmul_with_broadcast_batch_dims() {
+    check(&case("matmul", &[(&[3, 4], A), (&[4, 5], A)], op(Op::MatMul)));
+    check(&case("batched matmul", &[(&[2, 3, 4], A), (&[4, 2], A)], op(Op::MatMul)));
+    check(&case("broadcast batches", &[(&[1, 3, 4], A), (&[2, 4, 5], A)], op(Op::MatMul)));
+}
+
+#[test]
+fn norms_and_softmax() {
+    check(&case("layer_norm", &[(&[3, 8], A), (&[8], A), (&[8], A)], op(Op::LayerNorm { eps: 1e-5 })));
+    check(&case("rms_norm", &[(&[2, 3, 5], A), (&[5], A)], op(Op::RmsNorm { eps: 1e-6 })));
+    check(&case("softmax last", &[(&[3, 5], A)], op(Op::Softmax { axis: 1 })));
+    check(&case("softmax first", &[(&[3, 5], A)], op(Op::Softmax { axis: 0 })));
+}
+
+#[test]
+fn size_one_dims_and_reuse() {
+    // x used three times: its gradient is the sum of all three paths.
+    check(&case("x * x + exp(x)", &[(&[1, 3, 1], A)], |g, x| {
+        let sq = g.add(Op::Binary { op: BinaryOp::Mul }, &[x[0], x[0]], None).unwrap();
+        let e = g.add(Op::Unary { op: UnaryOp::Exp }, &[x[0]], None).unwrap();
+        g.add(Op::Binary { op: BinaryOp::Add }, &[sq, e], None).unwrap()
+    }));
+}
+
+#[test]
+fn zero_size_inputs_get_empty_gradients() {
+    check(&case("sum of an empty tensor", &[(&[0, 3], A), (&[3], A)], |g, x| {
+        let s = g.add(Op::Reduce { op: ReduceOp::Sum, axes: vec![0], keepdim: false }, &[x[0]], None).unwrap();
+        g.add(Op::Binary { op: BinaryOp::Mul }, &[s, x[1]], None).unwrap()
+    }));
+}
+
+#[test]
+fn integer_inputs_have_no_gradient() {
+    let mut g = Graph::new();
+    let x = g.input(DType::I32, [3]);
+    let s = g.add(Op::Reduce { op: ReduceOp::Sum, axes: vec![0], keepdim: false }, &[x], None).unwrap();
+    let f = g.cast(s, DType::F32).unwrap();
+    let one = g.constant(1.0, DType::F32);
+    let err = backward(&mut g, &[(f, one)], &[x]).unwrap_err();
+    assert!(matches!(err, AutodiffError::NotFloat { .. }), "{err}");
+    assert!(err.to_string().contains("i32"), "{err}");
+}
+
+#[test]
+fn unconnected_inputs_get_none_and_steps_get_zeros() {
+    let mut g = Graph::new();
+    let x = g.input(DType::F32, [3]);
+    let unused = g.input(DType::F32, [3]);
+    let floor = g.add(Op::Unary { op: UnaryOp::Floor }, &[x], None).unwrap();
+    let s = g.add(Op::Reduce { op: ReduceOp::Sum, axes: vec![0], keepdim: false }, &[floor], None).unwrap();
+    let one = g.constant(1.0, DType::F32);
+    let grads = backward(&mut g, &[(s, one)], &[x, unused]).unwrap();
+    assert!(grads[1].is_none());
+    g.set_outputs(vec![grads[0].unwrap()]);
+    let x_values = HostTensor::from_f64(DType::F32, [3], &[0.5, -1.5, 2.0]).unwrap();
+    let out = eval_graph(&g, &[x_values.clone(), x_values]).unwrap();
+    assert_eq!(out[0].to_f64_vec(), vec![0.0; 3]);
+}
+
+#[test]
+fn a_wrong_gradient_is_caught() {
+    // The checker itself: an "op" whose gradient graph is wrong on purpose must fail.
+    let result = std::panic::catch_unwind(|| {
+        let mut g = Graph::new();
+        let x = g.input(DType::F32, [4]);
+        let y = g.add(Op::Unary { op: UnaryOp::Sin }, &[x], None).unwrap();
+        let s = g.add(Op::Reduce { op: ReduceOp::Sum, axes: vec![0], keepdim: false }, &[y], None).unwrap();
+        let one = g.constant(1.0, DType::F32);
+        let grad = backward(&mut g, &[(s, one)], &[x]).unwrap()[0].unwrap();
+        // Claim the gradient is sin(x) instead of cos(x).
+        let wrong = g.add(Op::Unary { op: UnaryOp::Sin }, &[x], None).unwrap();
+        let _ = grad;
+        g.set_outputs(vec![s, wrong]);
+        let x_values = HostTensor::from_f64(DType::F32, [4], &[0.3, 0.9, -1.1, 1.7]).unwrap();
+        let out = eval_graph(&g, std::slice::from_ref(&x_values)).unwrap();
+        for k in 0..4 {
+            let h = 1e-3;
+            let base = x_values.to_f64_vec();
+            let at = |d: f64| {
+                let mut v = base.clone();
+                v[k] += d;
+                eval_graph(&g, &[HostTensor::from_f64(DType::F32, [4], &v).unwrap()]).unwrap()[0].get_f64(0)
+            };
+            let numeric = (at(h) - at(-h)) / (2.0 * h);
+            assert!((out[1].get_f64(k) - numeric).abs() < 1e-2);
+        }
+    });
+    assert!(result.is_err());
+}
