@@ -701,7 +701,7 @@ fn run_graph_on(graph: &Graph, inputs: &[HostTensor], nvrtc: bool) -> Result<Pro
     })?;
     let plan = stage(Stage::Fuse, || {
         let plan = compile_to_plan(graph, &FusionOptions::default()).map_err(|e| e.to_string())?;
-        plan.check().map_err(|e| e.to_string())?;
+        plan.validate().map_err(|e| e.to_string())?;
         Ok(plan)
     })?;
     let mut produced = Produced::default();

@@ -13,7 +13,8 @@ use braze_codegen::{default_config, generate, KernelCode};
 use braze_cpu::{eval_graph, eval_plan};
 use braze_cuda::nvrtc::nvrtc_available;
 use braze_ir::{BinaryOp, DType, Graph, NodeId, Op, ReduceOp, UnaryOp};
-use braze_passes::{compile_to_plan, optimize, FusionOptions, PassManager, Plan};
+use braze_passes::{compile_to_plan, optimize, FusionOptions, PassManager};
+use braze_plan::Plan;
 use common::{compare_outputs, compile_for_sm90, narrowest_float, random_inputs, Builder};
 use std::collections::BTreeSet;
 use std::fmt::Write;
@@ -564,7 +565,7 @@ fn seed_of(name: &str) -> u64 {
 fn fuse(what: &str, graph: &Graph) -> Plan {
     graph.verify().unwrap_or_else(|e| panic!("{what}: {e}"));
     let plan = compile_to_plan(graph, &FusionOptions::default()).unwrap_or_else(|e| panic!("{what}: {e}"));
-    plan.check().unwrap_or_else(|e| panic!("{what}: {e}\n{plan}"));
+    plan.validate().unwrap_or_else(|e| panic!("{what}: {e}\n{plan}"));
     plan
 }
 

@@ -10,7 +10,7 @@ use crate::error::{invalid_config, malformed, unsupported, Result};
 use crate::index::IndexWidth;
 use crate::writer::CodeWriter;
 use crate::{grid_for, Emitted, Launch, Param, TableSpec, Unit};
-use braze_passes::Concat;
+use braze_plan::Concat;
 
 pub(crate) const MAX_DIRECT_INPUTS: usize = 8;
 /// Blocks per input (grid x) at most, in the table form.

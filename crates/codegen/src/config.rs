@@ -4,7 +4,7 @@ use crate::cuda::Helpers;
 use crate::index::merge_view;
 use crate::row::{vector_width, RowAnalysis, MAX_CACHED_PER_THREAD};
 use crate::Unit;
-use braze_passes::{Expr, KernelKind, Plan, RowKernel};
+use braze_plan::{Expr, KernelKind, Plan, RowKernel};
 use std::fmt;
 
 /// Streaming multiprocessors of the target GPU (H200).
@@ -47,7 +47,7 @@ pub enum KernelConfig {
 }
 
 impl KernelConfig {
-    /// The kernel family this config is for, as [`braze_passes::KernelKind::family`] names it.
+    /// The kernel family this config is for, as [`braze_plan::KernelKind::family`] names it.
     pub fn family(&self) -> &'static str {
         match self {
             KernelConfig::Pointwise { .. } => "pointwise",

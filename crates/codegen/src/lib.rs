@@ -40,7 +40,7 @@ pub use config::{candidate_configs, default_config, KernelConfig, SM_COUNT};
 pub use error::{CodegenError, Result};
 
 use braze_ir::DType;
-use braze_passes::{Kernel, KernelKind, MatMul, Plan};
+use braze_plan::{Kernel, KernelKind, MatMul, Plan};
 use cuda::{storage_type, Helpers};
 use index::IndexWidth;
 use writer::CodeWriter;

@@ -9,7 +9,7 @@ use braze_codegen::{
     Param, ScratchSpec, TableSpec,
 };
 use braze_ir::DType;
-use braze_passes::Plan;
+use braze_plan::Plan;
 
 fn settings() -> insta::Settings {
     let mut settings = insta::Settings::clone_current();

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::Once;
 
 use braze_codegen::{KernelCode, KernelConfig};
-use braze_passes::Plan;
+use braze_plan::Plan;
 use sha2::{Digest, Sha256};
 
 use crate::cache::KernelCache;

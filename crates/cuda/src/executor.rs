@@ -13,8 +13,8 @@ use std::time::Instant;
 
 use braze_codegen::{GeneratedKernel, KernelCode, KernelConfig, Param, TableSpec};
 use braze_ir::DType;
-use braze_passes::memory::MemoryPlan;
-use braze_passes::{Activation as PlanActivation, BufferId, BufferRole, MatMul, Plan};
+use braze_plan::MemoryPlan;
+use braze_plan::{Activation as PlanActivation, BufferId, BufferRole, MatMul, Plan};
 
 use crate::autotune::{AutotuneRecord, AutotuneStore};
 use crate::blas::{Activation, BlasLt, MatmulDtype, MatmulSpec, MatrixRef};
