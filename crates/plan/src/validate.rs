@@ -187,7 +187,7 @@ impl Plan {
                         let last = domain.iter().zip(strides).try_fold(*offset, |acc, (&d, &s)| {
                             d.saturating_sub(1).checked_mul(s).and_then(|step| acc.checked_add(step))
                         });
-                        if !last.is_some_and(|last| last < buffer.numel) {
+                        if last.is_none_or(|last| last >= buffer.numel) {
                             return Err(here(
                                 Rule::Loads,
                                 format!(
