@@ -150,7 +150,7 @@ pub(crate) fn generate(unit: &mut Unit<'_>, concat: &Concat, block: u32) -> Resu
         w.close();
         w.close();
         if numel > 0 {
-            let grid = grid_for(numel / vec, block, crate::SM_COUNT * (2048 / block));
+            let grid = grid_for(numel / vec, block, unit.target.resident_blocks(block));
             launches.push(Launch {
                 entry: name.clone(),
                 grid: [grid, 1, 1],
