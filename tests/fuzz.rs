@@ -38,7 +38,7 @@
 
 mod common;
 
-use braze_codegen::{default_config, generate, KernelCode};
+use braze_codegen::{default_config, generate, KernelCode, Target};
 use braze_cpu::{assert_close_with, eval_graph, eval_plan};
 use braze_cuda::nvrtc::nvrtc_available;
 use braze_ir::infer::{infer, Declared};
@@ -686,13 +686,16 @@ fn run_graph_on(graph: &Graph, inputs: &[HostTensor], nvrtc: bool) -> Result<Pro
     })?;
     let plan = stage(Stage::Fuse, || {
         let plan = compile_to_plan(graph, &FusionOptions::default()).map_err(|e| e.to_string())?;
-        plan.check().map_err(|e| e.to_string())?;
+        plan.validate().map_err(|e| e.to_string())?;
         Ok(plan)
     })?;
     let mut produced = Produced::default();
     let code = stage(Stage::Codegen, || {
         (0..plan.kernels.len())
-            .map(|i| generate(&plan, i, &default_config(&plan, i)).map_err(|e| e.to_string()))
+            .map(|i| {
+                generate(&plan, i, &default_config(&plan, i, &Target::h200()), &Target::h200())
+                    .map_err(|e| e.to_string())
+            })
             .collect::<Result<Vec<KernelCode>, String>>()
     })?;
     for k in &plan.kernels {
@@ -1242,7 +1245,11 @@ fn regression_integer_to_bf16_rounds_once() {
             assert_close_with(a, e, 0.0, 0.0).unwrap_or_else(|m| panic!("{dtype}: {m}"));
         }
         assert_eq!(expected[0].get_f64(0), ((1 << 24) + (1 << 17)) as f64);
-        let KernelCode::Cuda(kernel) = generate(&plan, 0, &default_config(&plan, 0)).unwrap() else { panic!() };
+        let KernelCode::Cuda(kernel) =
+            generate(&plan, 0, &default_config(&plan, 0, &Target::h200()), &Target::h200()).unwrap()
+        else {
+            panic!()
+        };
         assert!(kernel.source.contains("round_to_bf16(int_to_f32_odd("), "{}", kernel.source);
     }
 }
@@ -1260,7 +1267,11 @@ fn regression_cached_rows_in_1024_thread_blocks_do_not_spill() {
         let graph = b.finish(vec![s, r]);
         let plan = compile_to_plan(&graph, &FusionOptions::default()).unwrap();
         for i in 0..plan.kernels.len() {
-            let KernelCode::Cuda(kernel) = generate(&plan, i, &default_config(&plan, i)).unwrap() else { panic!() };
+            let KernelCode::Cuda(kernel) =
+                generate(&plan, i, &default_config(&plan, i, &Target::h200()), &Target::h200()).unwrap()
+            else {
+                panic!()
+            };
             assert!(kernel.source.contains("__launch_bounds__(1024, 1)"), "{}", kernel.source);
         }
         check_fixed(&graph, None);

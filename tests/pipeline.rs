@@ -9,11 +9,12 @@
 
 mod common;
 
-use braze_codegen::{default_config, generate, KernelCode};
+use braze_codegen::{default_config, generate, KernelCode, Target};
 use braze_cpu::{eval_graph, eval_plan};
 use braze_cuda::nvrtc::nvrtc_available;
 use braze_ir::{BinaryOp, DType, Graph, NodeId, Op, ReduceOp, UnaryOp};
-use braze_passes::{compile_to_plan, optimize, FusionOptions, PassManager, Plan};
+use braze_passes::{compile_to_plan, optimize, FusionOptions, PassManager};
+use braze_plan::Plan;
 use common::{compare_outputs, compile_for_sm90, narrowest_float, random_inputs, Builder};
 use std::collections::BTreeSet;
 use std::fmt::Write;
@@ -537,8 +538,9 @@ fn pass_history(graph: &Graph) -> String {
 fn kernel_sources(plan: &Plan, nvrtc: bool) -> String {
     let mut text = String::new();
     for (i, kernel) in plan.kernels.iter().enumerate() {
-        let config = default_config(plan, i);
-        let code = generate(plan, i, &config).unwrap_or_else(|e| panic!("codegen of {}: {e}", kernel.name));
+        let config = default_config(plan, i, &Target::h200());
+        let code =
+            generate(plan, i, &config, &Target::h200()).unwrap_or_else(|e| panic!("codegen of {}: {e}", kernel.name));
         let _ = write!(text, "\n== kernel {i}: {} ({config}) ==\n", kernel.name);
         match code {
             KernelCode::Cuda(generated) => {
@@ -564,7 +566,7 @@ fn seed_of(name: &str) -> u64 {
 fn fuse(what: &str, graph: &Graph) -> Plan {
     graph.verify().unwrap_or_else(|e| panic!("{what}: {e}"));
     let plan = compile_to_plan(graph, &FusionOptions::default()).unwrap_or_else(|e| panic!("{what}: {e}"));
-    plan.check().unwrap_or_else(|e| panic!("{what}: {e}\n{plan}"));
+    plan.validate().unwrap_or_else(|e| panic!("{what}: {e}\n{plan}"));
     plan
 }
 
@@ -655,7 +657,8 @@ fn random_shapes_match_the_reference() {
                 let graph = build(rows, hidden);
                 let plan = fuse(&what, &graph);
                 for i in 0..plan.kernels.len() {
-                    generate(&plan, i, &default_config(&plan, i)).unwrap_or_else(|e| panic!("{what}: {e}\n{plan}"));
+                    generate(&plan, i, &default_config(&plan, i, &Target::h200()), &Target::h200())
+                        .unwrap_or_else(|e| panic!("{what}: {e}\n{plan}"));
                 }
                 matches_reference(&what, &graph, &plan, seed_of(&what), |_| specials);
                 checked += 1;

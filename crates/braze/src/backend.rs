@@ -15,7 +15,8 @@ use crate::{Device, Error, Mode, Result, Tensor};
 use braze_codegen::KernelCode;
 use braze_cuda::{ExecOptions, PlanExecutable};
 use braze_ir::{Graph, HostTensor};
-use braze_passes::{FusionOptions, Plan};
+use braze_passes::FusionOptions;
+use braze_plan::Plan;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -98,20 +99,32 @@ fn fuse(graph: &Graph) -> Result<Plan> {
         .map_err(|e| Error::Compile { context: "fusion".into(), detail: e.to_string() })
 }
 
-/// CUDA C of every kernel of `plan` with codegen's default configurations, for display and dumps
-/// on machines without a GPU.
+/// The GPU that plans run on the CPU backend are generated for (kernel sources for display and
+/// dumps, launch counts for `explain`): no GPU is in use, so none can be asked, and the H200 that
+/// braze is tuned on is assumed.
+pub fn assumed_gpu_target() -> braze_codegen::Target {
+    braze_codegen::Target::h200()
+}
+
+/// CUDA C of every kernel of `plan` with codegen's default configurations for the
+/// [`assumed_gpu_target`], for display and dumps on machines without a GPU.
 fn default_sources(plan: &Plan) -> Vec<(String, String)> {
+    let target = assumed_gpu_target();
     (0..plan.kernels.len())
-        .filter_map(|k| match braze_codegen::generate(plan, k, &braze_codegen::default_config(plan, k)) {
-            Ok(KernelCode::Cuda(g)) => Some((g.name, g.source)),
-            _ => None,
+        .filter_map(|k| {
+            match braze_codegen::generate(plan, k, &braze_codegen::default_config(plan, k, &target), &target) {
+                Ok(KernelCode::Cuda(g)) => Some((g.name, g.source)),
+                _ => None,
+            }
         })
         .collect()
 }
 
+/// Launches per call of `plan` on the [`assumed_gpu_target`].
 fn launches_per_call(plan: &Plan) -> usize {
+    let target = assumed_gpu_target();
     (0..plan.kernels.len())
-        .map(|k| match braze_codegen::generate(plan, k, &braze_codegen::default_config(plan, k)) {
+        .map(|k| match braze_codegen::generate(plan, k, &braze_codegen::default_config(plan, k, &target), &target) {
             Ok(KernelCode::Cuda(g)) => g.launches.len(),
             Ok(KernelCode::CuBlasLt(_)) => 1,
             Err(_) => 0,

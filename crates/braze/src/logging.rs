@@ -141,7 +141,7 @@ pub(crate) fn breaks_traced(function: &str, signature: &str, breaks: &[GraphBrea
 
 /// Logs a fused plan and its kernels, and dumps them as `plan-<n>.txt` (also appended to
 /// `plan.txt`) and `kernels/<name>.cu`.
-pub(crate) fn plan_compiled(plan: &braze_passes::Plan, kernels: &[(String, String)]) {
+pub(crate) fn plan_compiled(plan: &braze_plan::Plan, kernels: &[(String, String)]) {
     tracing::debug!(target: targets::PLAN, "fused plan:\n{plan}");
     for (name, source) in kernels {
         tracing::debug!(target: targets::KERNELS, "kernel `{name}`:\n{source}");

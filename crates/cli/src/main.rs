@@ -156,6 +156,7 @@ fn explain(name: &str, strict: bool, args: &CommonArgs) -> Result<()> {
     let device = resolve_device(args.device)?;
     let pair = Pair::build(name, &args.sizes.sizes(), device)?;
     println!("{} on {device}", pair.dev.signature());
+    print_assumed_target(device);
     let compiled = pair.dev.compile().fullgraph(strict).mode(args.mode);
     match compiled.explain(&pair.dev.inputs) {
         Ok(explanation) => {
@@ -173,12 +174,20 @@ fn explain(name: &str, strict: bool, args: &CommonArgs) -> Result<()> {
     }
 }
 
+/// Without a GPU, kernels and launch counts are codegen's for an assumed GPU: say which.
+fn print_assumed_target(device: Device) {
+    if device == Device::Cpu {
+        println!("no GPU in use: kernels and launches are generated for {} (assumed)", backend::assumed_gpu_target());
+    }
+}
+
 fn kernels(name: &str, args: &CommonArgs) -> Result<()> {
     let device = resolve_device(args.device)?;
     let pair = Pair::build(name, &args.sizes.sizes(), device)?;
     let compiled = pair.dev.compile().mode(args.mode);
     let explanation = compiled.explain(&pair.dev.inputs)?;
     println!("{} on {device}, mode {}", pair.dev.signature(), args.mode);
+    print_assumed_target(device);
     println!("graphs: {}, breaks: {}", explanation.graphs.len(), explanation.breaks.len());
     for b in &explanation.breaks {
         println!("break: {b}");

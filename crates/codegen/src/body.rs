@@ -4,7 +4,7 @@ use crate::cuda::{cast, const_literal, value_type, Helper, Helpers};
 use crate::error::{malformed, unsupported, Result};
 use braze_ir::elementwise::{CType, CudaExpr};
 use braze_ir::{BinaryOp, DType, UnaryOp};
-use braze_passes::{Body, Expr, ValueId};
+use braze_plan::{Body, Expr, ValueId};
 
 /// What a family allows in its bodies.
 pub(crate) struct BodyRules {

@@ -10,7 +10,7 @@ use crate::error::{invalid_config, malformed, unsupported, Result};
 use crate::index::IndexWidth;
 use crate::writer::CodeWriter;
 use crate::{grid_for, Emitted, Launch, Param, TableSpec, Unit};
-use braze_passes::Concat;
+use braze_plan::Concat;
 
 pub(crate) const MAX_DIRECT_INPUTS: usize = 8;
 /// Blocks per input (grid x) at most, in the table form.
@@ -150,7 +150,7 @@ pub(crate) fn generate(unit: &mut Unit<'_>, concat: &Concat, block: u32) -> Resu
         w.close();
         w.close();
         if numel > 0 {
-            let grid = grid_for(numel / vec, block, crate::SM_COUNT * (2048 / block));
+            let grid = grid_for(numel / vec, block, unit.target.resident_blocks(block));
             launches.push(Launch {
                 entry: name.clone(),
                 grid: [grid, 1, 1],

@@ -1,16 +1,13 @@
-//! Launch configurations: what the autotuner varies, with defaults chosen for the H200.
+//! Launch configurations: what the autotuner varies, with defaults chosen for a [`Target`]
+//! (tuned on the H200).
 
 use crate::cuda::Helpers;
 use crate::index::merge_view;
 use crate::row::{vector_width, RowAnalysis, MAX_CACHED_PER_THREAD};
-use crate::Unit;
-use braze_passes::{Expr, KernelKind, Plan, RowKernel};
+use crate::{Target, Unit};
+use braze_plan::{Expr, KernelKind, Plan, RowKernel};
 use std::fmt;
 
-/// Streaming multiprocessors of the target GPU (H200).
-pub const SM_COUNT: u32 = 132;
-/// Resident threads per SM on Hopper.
-const THREADS_PER_SM: u32 = 2048;
 /// Most reduction passes for which an uncached row kernel is a candidate.
 const MAX_UNCACHED_ROUNDS: usize = 4;
 /// Registers a cached row may spend on held elements per thread before it is better re-read.
@@ -47,7 +44,7 @@ pub enum KernelConfig {
 }
 
 impl KernelConfig {
-    /// The kernel family this config is for, as [`braze_passes::KernelKind::family`] names it.
+    /// The kernel family this config is for, as [`braze_plan::KernelKind::family`] names it.
     pub fn family(&self) -> &'static str {
         match self {
             KernelConfig::Pointwise { .. } => "pointwise",
@@ -77,21 +74,21 @@ impl fmt::Display for KernelConfig {
     }
 }
 
-/// A good configuration for `plan.kernels[kernel]` on the H200.
+/// A good configuration for `plan.kernels[kernel]` on `target`.
 ///
 /// # Panics
 /// If `kernel` is not an index into `plan.kernels`.
-pub fn default_config(plan: &Plan, kernel: usize) -> KernelConfig {
-    candidate_configs(plan, kernel)[0]
+pub fn default_config(plan: &Plan, kernel: usize, target: &Target) -> KernelConfig {
+    candidate_configs(plan, kernel, target)[0]
 }
 
 /// A small set of configurations (one to eight, the default first) for the autotuner to time.
 ///
 /// # Panics
 /// If `kernel` is not an index into `plan.kernels`.
-pub fn candidate_configs(plan: &Plan, kernel: usize) -> Vec<KernelConfig> {
+pub fn candidate_configs(plan: &Plan, kernel: usize, target: &Target) -> Vec<KernelConfig> {
     let k = &plan.kernels[kernel];
-    let unit = Unit { plan, kernel: k, helpers: Helpers::default() };
+    let unit = Unit { plan, kernel: k, target, helpers: Helpers::default() };
     let candidates = match &k.kind {
         KernelKind::Pointwise(_) => pointwise_candidates(&unit),
         KernelKind::Row(row) => row_candidates(&unit, row),
@@ -130,8 +127,8 @@ fn pointwise_candidates(unit: &Unit<'_>) -> Vec<KernelConfig> {
     let vec = (16 / narrowest_element(unit) as u32).min(8);
     // Measured on the H200: a grid with one vector per thread streams a few percent faster than
     // a persistent grid, so the cap only bounds the grid for huge tensors.
-    let large = SM_COUNT * 1024;
-    let persistent = SM_COUNT * (THREADS_PER_SM / 256);
+    let large = unit.target.sm_count * 1024;
+    let persistent = unit.target.resident_blocks(256);
     vec![
         KernelConfig::Pointwise { block: 256, vec, grid_limit: large },
         KernelConfig::Pointwise { block: 128, vec, grid_limit: large },
@@ -170,26 +167,27 @@ fn per_thread(cols: usize, tpr: usize, vec: usize) -> usize {
     cols.div_ceil(tpr * vec) * vec
 }
 
-fn row_config_valid(cols: usize, vec: usize, config: &KernelConfig) -> bool {
+fn row_config_valid(cols: usize, vec: usize, config: &KernelConfig, target: &Target) -> bool {
     let KernelConfig::Row { threads_per_row: tpr, rows_per_block: rpb, cached } = *config else { return false };
     let block = tpr * rpb;
+    let most = target.max_threads_per_block.min(1024);
     tpr.is_power_of_two()
-        && tpr <= 1024
+        && tpr <= most
         && (tpr <= 32 || rpb == 1)
-        && (32..=1024).contains(&block)
+        && (32..=most).contains(&block)
         && block % 32 == 0
         && (!cached || per_thread(cols, tpr as usize, vec) <= MAX_CACHED_PER_THREAD)
 }
 
 /// Rows per block for rows of `tpr` threads (at most a warp): blocks of 32..256 threads, with
 /// at least two blocks per SM where there are rows enough.
-fn rows_per_block(rows: usize, tpr: u32) -> u32 {
+fn rows_per_block(rows: usize, tpr: u32, sm_count: u32) -> u32 {
     if tpr > 32 {
         return 1;
     }
     let most = 256 / tpr;
     let least = 32 / tpr;
-    let wanted = (rows / (2 * SM_COUNT as usize)).max(1);
+    let wanted = (rows / (2 * sm_count as usize)).max(1);
     let wanted = 1u32 << (usize::BITS - 1 - wanted.leading_zeros()).min(31);
     wanted.clamp(least, most)
 }
@@ -201,9 +199,12 @@ fn row_candidates(unit: &Unit<'_>, row: &RowKernel) -> Vec<KernelConfig> {
     let analysis = RowAnalysis::new(&row.body, row.outer.len(), true);
     let peak = analysis.peak_cached_arrays().max(1);
     let rounds = analysis.rounds;
+    let target = unit.target;
+    // Row kernels are written for at most 1024 threads (32 warps reduce through one warp).
+    let most = target.max_threads_per_block.min(1024);
     let config = |tpr: u32, cached: bool| KernelConfig::Row {
         threads_per_row: tpr,
-        rows_per_block: rows_per_block(rows, tpr),
+        rows_per_block: rows_per_block(rows, tpr, target.sm_count),
         cached,
     };
     let fits = |tpr: u32| {
@@ -217,9 +218,9 @@ fn row_candidates(unit: &Unit<'_>, row: &RowKernel) -> Vec<KernelConfig> {
         candidates.push(config(32, fits(32)));
     }
     // About 32 bytes of the narrowest element per thread and value: 8 f32 or 16 bf16.
-    let target = (32 / narrowest_element(unit)).min(16);
-    let mut tpr = cols.div_ceil(target).next_power_of_two().clamp(1, 1024) as u32;
-    while tpr < 1024 && !fits(tpr) {
+    let per_thread_target = (32 / narrowest_element(unit)).min(16);
+    let mut tpr = cols.div_ceil(per_thread_target).next_power_of_two().clamp(1, most as usize) as u32;
+    while tpr < most && !fits(tpr) {
         tpr *= 2;
     }
     let cached = fits(tpr);
@@ -232,17 +233,17 @@ fn row_candidates(unit: &Unit<'_>, row: &RowKernel) -> Vec<KernelConfig> {
     if tpr > 1 {
         candidates.push(config(tpr / 2, fits(tpr / 2)));
     }
-    if tpr < 1024 {
+    if tpr < most {
         candidates.push(config(tpr * 2, fits(tpr * 2)));
     }
     if tpr != 32 {
         candidates.push(config(32, fits(32)));
     }
-    candidates.push(config(1024, fits(1024)));
+    candidates.push(config(most, fits(most)));
     // No more threads than the row has vectors (rounded up to a warp).
     let most_threads = cols.div_ceil(vec).next_power_of_two().max(32);
     candidates.retain(|c| {
-        row_config_valid(cols, vec, c)
+        row_config_valid(cols, vec, c, target)
             && matches!(c, KernelConfig::Row { threads_per_row, .. } if *threads_per_row as usize <= most_threads)
     });
     if candidates.is_empty() {
@@ -257,9 +258,12 @@ mod tests {
 
     #[test]
     fn rows_per_block_fills_blocks_and_sms() {
-        assert_eq!(rows_per_block(64, 32), 1);
-        assert_eq!(rows_per_block(16_384, 32), 8);
-        assert_eq!(rows_per_block(16_384, 512), 1);
-        assert_eq!(rows_per_block(10, 4), 8);
+        let sms = Target::h200().sm_count;
+        assert_eq!(rows_per_block(64, 32, sms), 1);
+        assert_eq!(rows_per_block(16_384, 32, sms), 8);
+        assert_eq!(rows_per_block(16_384, 512, sms), 1);
+        assert_eq!(rows_per_block(10, 4, sms), 8);
+        // Half the SMs: blocks fill up with rows sooner.
+        assert_eq!(rows_per_block(16_384, 4, sms / 2), 64);
     }
 }

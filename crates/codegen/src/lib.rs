@@ -19,6 +19,10 @@
 //! - [`TableSpec::InputPointers`] holds one `u64` device pointer per kernel input slot, refreshed
 //!   whenever input buffers change; [`TableSpec::Static`] is uploaded once.
 //!
+//! Launch configurations and the grids they leave open are chosen for a [`Target`], the GPU as
+//! data (SM count, compute capability, thread and shared-memory limits): `braze-cuda` builds it
+//! from the device, and everything without a GPU assumes [`Target::h200`] and says so.
+//!
 //! Index math is 32-bit when every extent and offset a kernel touches is below 2^31, else 64-bit.
 //! Float math is f32 whatever the storage dtype (f16/bf16 widen on load, narrow on store, and
 //! round where a cast says so); the op semantics are those of the CPU reference.
@@ -33,14 +37,16 @@ mod multi_reduce;
 mod pointwise;
 mod reduce;
 mod row;
+mod target;
 mod vector;
 mod writer;
 
-pub use config::{candidate_configs, default_config, KernelConfig, SM_COUNT};
+pub use config::{candidate_configs, default_config, KernelConfig};
 pub use error::{CodegenError, Result};
+pub use target::Target;
 
 use braze_ir::DType;
-use braze_passes::{Kernel, KernelKind, MatMul, Plan};
+use braze_plan::{Kernel, KernelKind, MatMul, Plan};
 use cuda::{storage_type, Helpers};
 use index::IndexWidth;
 use writer::CodeWriter;
@@ -107,14 +113,15 @@ pub enum TableSpec {
     Static(Vec<u8>),
 }
 
-/// Generates the code of `plan.kernels[kernel]` for `config`.
-pub fn generate(plan: &Plan, kernel: usize, config: &KernelConfig) -> Result<KernelCode> {
+/// Generates the code of `plan.kernels[kernel]` for `config` on `target` (which sizes the
+/// grids that are not part of the config).
+pub fn generate(plan: &Plan, kernel: usize, config: &KernelConfig, target: &Target) -> Result<KernelCode> {
     let count = plan.kernels.len();
     let k = plan.kernels.get(kernel).ok_or(CodegenError::NoSuchKernel { index: kernel, count })?;
     check_kernel(plan, k)?;
     let mismatch =
         || CodegenError::ConfigMismatch { kernel: k.name.clone(), family: k.kind.family(), config: config.family() };
-    let mut unit = Unit { plan, kernel: k, helpers: Helpers::default() };
+    let mut unit = Unit { plan, kernel: k, target, helpers: Helpers::default() };
     let emitted = match (&k.kind, *config) {
         (KernelKind::MatMul(matmul), KernelConfig::Library) => return Ok(KernelCode::CuBlasLt(matmul.clone())),
         (KernelKind::Pointwise(pointwise), KernelConfig::Pointwise { block, vec, grid_limit }) => {
@@ -132,12 +139,12 @@ pub fn generate(plan: &Plan, kernel: usize, config: &KernelConfig) -> Result<Ker
     Ok(KernelCode::Cuda(assemble(unit, config, emitted)))
 }
 
-/// Generates every kernel of a plan, `configs[i]` for kernel `i`.
-pub fn plan_sources(plan: &Plan, configs: &[KernelConfig]) -> Result<Vec<KernelCode>> {
+/// Generates every kernel of a plan for `target`, `configs[i]` for kernel `i`.
+pub fn plan_sources(plan: &Plan, configs: &[KernelConfig], target: &Target) -> Result<Vec<KernelCode>> {
     if configs.len() != plan.kernels.len() {
         return Err(CodegenError::ConfigCount { configs: configs.len(), kernels: plan.kernels.len() });
     }
-    configs.iter().enumerate().map(|(i, config)| generate(plan, i, config)).collect()
+    configs.iter().enumerate().map(|(i, config)| generate(plan, i, config, target)).collect()
 }
 
 /// Checks what every family relies on: a usable entry name and existing buffers.
@@ -162,6 +169,7 @@ fn check_kernel(plan: &Plan, kernel: &Kernel) -> Result<()> {
 pub(crate) struct Unit<'a> {
     pub(crate) plan: &'a Plan,
     pub(crate) kernel: &'a Kernel,
+    pub(crate) target: &'a Target,
     pub(crate) helpers: Helpers,
 }
 

@@ -17,7 +17,7 @@ use crate::vector::emit_vector_load;
 use crate::writer::CodeWriter;
 use crate::{Emitted, Launch, Param, ScratchSpec, TableSpec, Unit};
 use braze_ir::DType;
-use braze_passes::{Body, Expr, MultiReduce};
+use braze_plan::{Body, Expr, MultiReduce};
 
 /// Bytes of one `Segment` record in the static table (see the struct in the source).
 const SEGMENT_BYTES: usize = 32;
@@ -198,7 +198,7 @@ fn emit_range(
 ) -> Result<()> {
     let body: &Body = &multi.prologue;
     let reduced = body.values.len() - 1;
-    let live = live_values(body, [braze_passes::ValueId(reduced)]);
+    let live = live_values(body, [braze_plan::ValueId(reduced)]);
     let ids: Vec<usize> = (0..body.values.len()).filter(|&id| live[id]).collect();
     let dtype = multi.dtype;
     let reduced_dtype = body.values[reduced].dtype;

@@ -10,7 +10,7 @@ use crate::writer::CodeWriter;
 use crate::{grid_for, Emitted, Launch, Unit};
 
 use braze_ir::DType;
-use braze_passes::{Expr, Pointwise};
+use braze_plan::{Expr, Pointwise};
 
 /// How a load is read inside the vector loop.
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -17,7 +17,7 @@ use crate::vector::{emit_vector_load, emit_vector_store, load_rhs};
 use crate::writer::CodeWriter;
 use crate::{grid_for, Emitted, Launch, Unit};
 use braze_ir::{DType, ReduceOp};
-use braze_passes::{Body, Expr, RowKernel};
+use braze_plan::{Body, Expr, RowKernel};
 
 /// A compiler-only barrier: keeps a pass's loads from being hoisted out of the row loop into
 /// registers held across every pass (which spills chained layers).
@@ -697,7 +697,7 @@ mod tests {
         let dd = body.push(Expr::Binary { op: BinaryOp::Mul, a: d, b: d }, DType::F32);
         let v = body.push(Expr::Reduce { op: ReduceOp::Sum, x: dd }, DType::F32);
         let y = body.push(Expr::Binary { op: BinaryOp::Mul, a: d, b: v }, DType::F32);
-        body.stores.push(braze_passes::Store { value: y, output: 0 });
+        body.stores.push(braze_plan::Store { value: y, output: 0 });
         let a = RowAnalysis::new(&body, 1, true);
         assert_eq!(a.rounds, 2);
         assert_eq!(a.needed[x.0], vec![1, 2]);

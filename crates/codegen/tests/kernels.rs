@@ -1,15 +1,16 @@
 //! Snapshots of the CUDA source of hand-built plans of every family (in the top-level
 //! `snapshots/kernels/`, which braze-cuda's NVRTC test compiles), plus the properties the
-//! runtime relies on: determinism, index width, launches, scratch and tables.
+//! runtime relies on: determinism, index width, launches, scratch and tables. Every kernel is
+//! generated for the H200 ([`Target::h200`]), the target the snapshots assume.
 
 mod plans;
 
 use braze_codegen::{
     candidate_configs, default_config, generate, plan_sources, CodegenError, GeneratedKernel, KernelCode, KernelConfig,
-    Param, ScratchSpec, TableSpec,
+    Param, ScratchSpec, TableSpec, Target,
 };
 use braze_ir::DType;
-use braze_passes::Plan;
+use braze_plan::Plan;
 
 fn settings() -> insta::Settings {
     let mut settings = insta::Settings::clone_current();
@@ -19,7 +20,7 @@ fn settings() -> insta::Settings {
 }
 
 fn cuda(plan: &Plan, config: &KernelConfig) -> GeneratedKernel {
-    match generate(plan, 0, config).unwrap() {
+    match generate(plan, 0, config, &Target::h200()).unwrap() {
         KernelCode::Cuda(kernel) => kernel,
         KernelCode::CuBlasLt(_) => panic!("expected CUDA source"),
     }
@@ -32,7 +33,7 @@ fn snapshot_with(name: &str, plan: &Plan, config: &KernelConfig) -> GeneratedKer
 }
 
 fn snapshot(name: &str, plan: &Plan) -> GeneratedKernel {
-    snapshot_with(name, plan, &default_config(plan, 0))
+    snapshot_with(name, plan, &default_config(plan, 0, &Target::h200()))
 }
 
 /// Every hand-built plan, named as its snapshot.
@@ -82,7 +83,7 @@ fn snapshot_of_an_uncached_row_kernel() {
 #[test]
 fn snapshot_of_a_sub_warp_row_kernel() {
     let plan = plans::softmax(4096, 64);
-    let config = default_config(&plan, 0);
+    let config = default_config(&plan, 0, &Target::h200());
     assert_eq!(config, KernelConfig::Row { threads_per_row: 8, rows_per_block: 8, cached: true });
     snapshot_with("row_softmax_sub_warp", &plan, &config);
 }
@@ -90,9 +91,9 @@ fn snapshot_of_a_sub_warp_row_kernel() {
 #[test]
 fn generation_is_deterministic() {
     for (name, plan) in all_plans() {
-        for config in candidate_configs(&plan, 0) {
-            let first = generate(&plan, 0, &config).unwrap();
-            let second = generate(&plan.clone(), 0, &config).unwrap();
+        for config in candidate_configs(&plan, 0, &Target::h200()) {
+            let first = generate(&plan, 0, &config, &Target::h200()).unwrap();
+            let second = generate(&plan.clone(), 0, &config, &Target::h200()).unwrap();
             assert_eq!(first, second, "{name} with {config}");
         }
     }
@@ -101,9 +102,9 @@ fn generation_is_deterministic() {
 #[test]
 fn every_candidate_config_generates() {
     for (name, plan) in all_plans() {
-        let candidates = candidate_configs(&plan, 0);
+        let candidates = candidate_configs(&plan, 0, &Target::h200());
         assert!((1..=8).contains(&candidates.len()), "{name}: {} candidates", candidates.len());
-        assert_eq!(candidates[0], default_config(&plan, 0));
+        assert_eq!(candidates[0], default_config(&plan, 0, &Target::h200()));
         for config in candidates {
             let kernel = cuda(&plan, &config);
             for launch in &kernel.launches {
@@ -121,7 +122,7 @@ fn every_candidate_config_generates() {
 #[test]
 fn index_math_is_64_bit_exactly_when_needed() {
     for (name, plan) in all_plans() {
-        let kernel = cuda(&plan, &default_config(&plan, 0));
+        let kernel = cuda(&plan, &default_config(&plan, 0, &Target::h200()));
         let largest = plan.buffers.iter().map(|b| b.numel).max().unwrap();
         let wide = kernel.source.contains("typedef unsigned long long idx_t;");
         let narrow = kernel.source.contains("typedef unsigned idx_t;");
@@ -132,22 +133,25 @@ fn index_math_is_64_bit_exactly_when_needed() {
         assert_eq!(wide, largest >= 1 << 31, "{name}");
         assert_eq!(narrow, largest < 1 << 31, "{name}");
     }
-    let huge = cuda(&plans::pointwise_huge(), &default_config(&plans::pointwise_huge(), 0));
+    let huge = cuda(&plans::pointwise_huge(), &default_config(&plans::pointwise_huge(), 0, &Target::h200()));
     assert!(huge.source.contains("constexpr idx_t NUMEL = 3221225472ull;"));
 }
 
 #[test]
 fn pointwise_kernels_use_16_byte_accesses() {
-    let f32_chain =
-        cuda(&plans::ew_chain(DType::F32, 1 << 26), &default_config(&plans::ew_chain(DType::F32, 1 << 26), 0));
+    let f32_chain = cuda(
+        &plans::ew_chain(DType::F32, 1 << 26),
+        &default_config(&plans::ew_chain(DType::F32, 1 << 26), 0, &Target::h200()),
+    );
     assert_eq!(f32_chain.source.matches("load_f32x4(in").count(), 4);
     assert!(f32_chain.source.contains("store_f32x4(out0 + i0, st0);"));
     assert!(!f32_chain.source.contains("the last"), "2^26 needs no scalar tail");
     let plan = plans::ew_chain(DType::BF16, 1_000_003);
-    let bf16 = cuda(&plan, &default_config(&plan, 0));
+    let bf16 = cuda(&plan, &default_config(&plan, 0, &Target::h200()));
     assert!(bf16.source.contains("load_bf16x8(in0 + i0, ld0);"));
     assert!(bf16.source.contains("// the last 3 elements"));
-    let broadcast = cuda(&plans::pointwise_broadcast_f32(), &default_config(&plans::pointwise_broadcast_f32(), 0));
+    let broadcast =
+        cuda(&plans::pointwise_broadcast_f32(), &default_config(&plans::pointwise_broadcast_f32(), 0, &Target::h200()));
     // w [256] is contiguous per vector, r [64, 1] once per vector, s once per thread.
     assert!(broadcast.source.contains("load_f32x4(in1 + (i0 % 256u), ld1);"));
     assert!(broadcast.source.contains("const float ld2 = in2[i0 / 256u];"));
@@ -166,18 +170,18 @@ fn launches_cover_the_work() {
         vec![Param::Input(0), Param::Input(1), Param::Input(2), Param::Input(3), Param::Output(0)]
     );
 
-    let empty = cuda(&plans::pointwise_empty(), &default_config(&plans::pointwise_empty(), 0));
+    let empty = cuda(&plans::pointwise_empty(), &default_config(&plans::pointwise_empty(), 0, &Target::h200()));
     assert!(empty.launches.is_empty());
     assert!(empty.source.contains("__global__"));
 
     let ln = plans::ln_relu_res(DType::F32, 16_384, 4096);
-    let kernel = cuda(&ln, &default_config(&ln, 0));
+    let kernel = cuda(&ln, &default_config(&ln, 0, &Target::h200()));
     assert_eq!((kernel.launches[0].grid, kernel.launches[0].block), ([16_384, 1, 1], [512, 1, 1]));
 }
 
 #[test]
 fn default_row_configs_follow_the_row_length() {
-    let row = |plan: &Plan| match default_config(plan, 0) {
+    let row = |plan: &Plan| match default_config(plan, 0, &Target::h200()) {
         KernelConfig::Row { threads_per_row, rows_per_block, cached } => (threads_per_row, rows_per_block, cached),
         other => panic!("{other}"),
     };
@@ -194,7 +198,7 @@ fn default_row_configs_follow_the_row_length() {
 #[test]
 fn cached_rows_read_each_input_once() {
     let plan = plans::chained_layers(16, 64, 256);
-    let kernel = cuda(&plan, &default_config(&plan, 0));
+    let kernel = cuda(&plan, &default_config(&plan, 0, &Target::h200()));
     // x is loaded once; each layer's weight and bias once.
     assert_eq!(kernel.source.matches("load_f32x4(in0 +").count(), 1);
     for slot in 1..=32 {
@@ -207,7 +211,7 @@ fn cached_rows_read_each_input_once() {
 fn multi_reduce_has_one_launch_tables_and_self_cleaning_scratch() {
     let items = [100_000, 0, 37, 5000, 16_385];
     let plan = plans::multi_sum(&items, DType::F32);
-    let kernel = cuda(&plan, &default_config(&plan, 0));
+    let kernel = cuda(&plan, &default_config(&plan, 0, &Target::h200()));
     assert_eq!(kernel.launches.len(), 1);
     assert_eq!(kernel.tables[0], TableSpec::InputPointers);
     let TableSpec::Static(segments) = &kernel.tables[1] else { panic!("segments") };
@@ -225,7 +229,7 @@ fn multi_reduce_has_one_launch_tables_and_self_cleaning_scratch() {
     assert!(!kernel.source.contains("atomicAdd(&out"), "no float atomics");
 
     let small = plans::multi_mean_square(&[10, 300, 0]);
-    let kernel = cuda(&small, &default_config(&small, 0));
+    let kernel = cuda(&small, &default_config(&small, 0, &Target::h200()));
     assert!(kernel.scratch.is_empty(), "single-segment items need no combine");
     assert_eq!(kernel.launches[0].grid[0], 1);
 }
@@ -233,10 +237,10 @@ fn multi_reduce_has_one_launch_tables_and_self_cleaning_scratch() {
 #[test]
 fn concat_copies_16_bytes_at_a_time_where_runs_allow() {
     let plan = plans::concat(&[10, 6, 16], DType::F32);
-    let kernel = cuda(&plan, &default_config(&plan, 0));
+    let kernel = cuda(&plan, &default_config(&plan, 0, &Target::h200()));
     assert!(kernel.source.contains("*reinterpret_cast<uint4*>(&out0[i])"));
     let many = plans::concat(&[3; 20], DType::BF16);
-    let kernel = cuda(&many, &default_config(&many, 0));
+    let kernel = cuda(&many, &default_config(&many, 0, &Target::h200()));
     assert_eq!(kernel.launches[0].grid[1], 20);
     assert_eq!(kernel.tables[0], TableSpec::InputPointers);
     assert_eq!(kernel.launches[0].params, vec![Param::Output(0), Param::Table(0), Param::Table(1)]);
@@ -245,38 +249,69 @@ fn concat_copies_16_bytes_at_a_time_where_runs_allow() {
 #[test]
 fn matmul_goes_to_cublaslt() {
     let plan = plans::matmul();
-    assert_eq!(default_config(&plan, 0), KernelConfig::Library);
-    assert!(matches!(generate(&plan, 0, &KernelConfig::Library).unwrap(), KernelCode::CuBlasLt(m) if m.k == 128));
+    assert_eq!(default_config(&plan, 0, &Target::h200()), KernelConfig::Library);
+    assert!(
+        matches!(generate(&plan, 0, &KernelConfig::Library, &Target::h200()).unwrap(), KernelCode::CuBlasLt(m) if m.k == 128)
+    );
 }
 
 #[test]
 fn errors_name_the_kernel_and_the_problem() {
     let plan = plans::pointwise_broadcast_f32();
-    let err = generate(&plan, 0, &KernelConfig::Concat { block: 256 }).unwrap_err();
+    let err = generate(&plan, 0, &KernelConfig::Concat { block: 256 }, &Target::h200()).unwrap_err();
     assert_eq!(
         err.to_string(),
         "kernel `pw_mul_add_relu_mul_add_f32_k0` is a pointwise kernel but was given a concat config"
     );
-    let err = generate(&plan, 0, &KernelConfig::Pointwise { block: 100, vec: 4, grid_limit: 8 }).unwrap_err();
+    let err = generate(&plan, 0, &KernelConfig::Pointwise { block: 100, vec: 4, grid_limit: 8 }, &Target::h200())
+        .unwrap_err();
     assert!(matches!(err, CodegenError::InvalidConfig { .. }));
     assert!(matches!(
-        generate(&plan, 3, &KernelConfig::Library),
+        generate(&plan, 3, &KernelConfig::Library, &Target::h200()),
         Err(CodegenError::NoSuchKernel { index: 3, count: 1 })
     ));
     let too_wide = KernelConfig::Row { threads_per_row: 32, rows_per_block: 1, cached: true };
-    let err = generate(&plans::ln_relu_res(DType::F32, 8, 4096), 0, &too_wide).unwrap_err();
+    let err = generate(&plans::ln_relu_res(DType::F32, 8, 4096), 0, &too_wide, &Target::h200()).unwrap_err();
     assert!(err.to_string().contains("would spill"), "{err}");
-    assert!(matches!(plan_sources(&plan, &[]), Err(CodegenError::ConfigCount { configs: 0, kernels: 1 })));
+    assert!(matches!(
+        plan_sources(&plan, &[], &Target::h200()),
+        Err(CodegenError::ConfigCount { configs: 0, kernels: 1 })
+    ));
 }
 
 #[test]
 fn sources_list_ops_with_locations() {
     let plan = plans::ln_relu_res(DType::BF16, 128, 4096);
-    let kernel = cuda(&plan, &default_config(&plan, 0));
+    let kernel = cuda(&plan, &default_config(&plan, 0, &Target::h200()));
     assert!(kernel.source.starts_with("// braze kernel `row_layer_norm_relu_add_bf16_k0`"));
     assert!(kernel.source.contains("//   layer_norm     examples/model.rs:10:17"));
     assert!(kernel
         .source
         .contains("extern \"C\" __global__ void __launch_bounds__(256) row_layer_norm_relu_add_bf16_k0("));
     assert!(!kernel.source.contains("#include"));
+}
+
+#[test]
+fn grids_follow_the_target() {
+    // A GPU with half the SMs: pointwise grid limits and persistent concat grids halve.
+    let half = Target { name: "half".into(), sm_count: 66, ..Target::h200() };
+    let plan = plans::ew_chain(DType::F32, 1 << 26);
+    let limits = |target: &Target| -> Vec<u32> {
+        candidate_configs(&plan, 0, target)
+            .iter()
+            .map(|c| match c {
+                KernelConfig::Pointwise { grid_limit, .. } => *grid_limit,
+                other => panic!("{other}"),
+            })
+            .collect()
+    };
+    assert!(limits(&Target::h200()).contains(&(132 * 1024)));
+    assert_eq!(limits(&half), limits(&Target::h200()).iter().map(|l| l / 2).collect::<Vec<_>>());
+    let big = plans::concat(&[16_384, 16_384], DType::F32);
+    let grid = |target: &Target| match generate(&big, 0, &KernelConfig::Concat { block: 256 }, target).unwrap() {
+        KernelCode::Cuda(kernel) => kernel.launches[0].grid[0],
+        KernelCode::CuBlasLt(_) => panic!("expected CUDA source"),
+    };
+    assert_eq!(grid(&Target::h200()), 132 * 8);
+    assert_eq!(grid(&half), 66 * 8);
 }

@@ -1,4 +1,5 @@
 use braze_ir::IrError;
+use braze_plan::PlanError;
 use thiserror::Error;
 
 /// Everything the CPU reference can reject: inputs that do not match the graph's signature, and
@@ -11,10 +12,10 @@ pub enum CpuError {
     InputMismatch { index: usize, expected: String, actual: String },
     #[error(transparent)]
     Ir(#[from] IrError),
-    /// A plan that refers to something it does not define (a missing buffer, an operand out of
-    /// range, a value of the wrong kind); the message names the kernel and the field.
-    #[error("invalid plan: {0}")]
-    InvalidPlan(String),
+    /// A plan that breaks a rule of [`braze_plan::Plan::validate`]; the message names the
+    /// kernel and the rule.
+    #[error(transparent)]
+    InvalidPlan(#[from] PlanError),
 }
 
 pub type Result<T> = std::result::Result<T, CpuError>;

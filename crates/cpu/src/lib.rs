@@ -53,7 +53,7 @@
 //! **constant** is a scalar of the node's dtype (converted from its f64 value with cast
 //! semantics); **input** is the bound input.
 //!
-//! [`eval_plan`] runs a fused [`braze_passes::Plan`] kernel by kernel the way a GPU would (f32
+//! [`eval_plan`] runs a fused [`braze_plan::Plan`] kernel by kernel the way a GPU would (f32
 //! math, each kernel family's own loop structure), so fusion's indexing is testable without a
 //! GPU. [`mod@compare`] and [`random`] hold the checks and reproducible test data the other crates'
 //! tests use.

@@ -6,7 +6,7 @@ mod common;
 
 use braze_cpu::{assert_close, eval_graph, eval_plan, inject_specials, random_tensor};
 use braze_ir::{BinaryOp, DType, Graph, HostTensor, NodeId, Op, ReduceOp, Shape, UnaryOp};
-use braze_passes::{
+use braze_plan::{
     Activation, Body, Buffer, BufferId, BufferRole, Concat, Expr, Kernel, KernelKind, MatMul, MultiReduce, Plan,
     PlanOutput, Pointwise, RowKernel, Store, ValueId,
 };
@@ -429,10 +429,10 @@ fn invalid_plans_and_inputs_are_reported() {
     let err = eval_plan(&pointwise(&[3, 1], 1), std::slice::from_ref(&x)).unwrap_err().to_string();
     assert_eq!(
         err,
-        "invalid plan: pointwise_copy: v0: load at offset 1 with strides [3, 1] over [2, 3] leaves the 6 elements of slot 0"
+        "invalid plan: kernel 0 (pointwise_copy): v0: load at offset 1 with strides [3, 1] over [2, 3] leaves the 6 elements of b0 [Loads]"
     );
     let err = eval_plan(&pointwise(&[3], 0), std::slice::from_ref(&x)).unwrap_err().to_string();
-    assert_eq!(err, "invalid plan: pointwise_copy: v0: has 1 strides for a rank-2 domain");
+    assert_eq!(err, "invalid plan: kernel 0 (pointwise_copy): v0: has 1 strides for a rank-2 domain [Loads]");
     let err = eval_plan(&pointwise(&[3, 1], 0), &[]).unwrap_err().to_string();
     assert_eq!(err, "expected 1 inputs, got 0");
     let err = eval_plan(&pointwise(&[3, 1], 0), &[random_tensor(DType::F16, [2, 3], 1)]).unwrap_err().to_string();
@@ -442,7 +442,7 @@ fn invalid_plans_and_inputs_are_reported() {
     reads_unwritten.buffers.push(buffer(f, 6, BufferRole::Intermediate));
     reads_unwritten.kernels[0].inputs = vec![BufferId(2)];
     let err = eval_plan(&reads_unwritten, std::slice::from_ref(&x)).unwrap_err().to_string();
-    assert_eq!(err, "invalid plan: pointwise_copy: reads b2 before any kernel writes it");
+    assert_eq!(err, "invalid plan: kernel 0 (pointwise_copy): reads b2 before any kernel writes it [ReadBeforeWrite]");
 
     let mut mistyped = pointwise(&[3, 1], 0);
     if let KernelKind::Pointwise(p) = &mut mistyped.kernels[0].kind {
@@ -450,5 +450,5 @@ fn invalid_plans_and_inputs_are_reported() {
         p.body.stores.push(Store { value: bad, output: 0 });
     }
     let err = eval_plan(&mistyped, std::slice::from_ref(&x)).unwrap_err().to_string();
-    assert_eq!(err, "invalid plan: pointwise_copy: v1: add gives f32, but the value is bool");
+    assert_eq!(err, "invalid plan: kernel 0 (pointwise_copy): v1: add gives f32, but the value is bool [ValueTypes]");
 }

@@ -1,6 +1,6 @@
 //! Remembered autotuning winners: which candidate configuration of a kernel ran fastest on a
-//! device, keyed by the device name and the kernel's default source (so any change to the kernel
-//! or to codegen forgets the old winner). Stored as one small JSON file beside the kernel cache;
+//! device, keyed by the device's codegen [`Target`] and the kernel's default source (so any change
+//! to the kernel, to codegen or to the GPU forgets the old winner). Stored as one small JSON file beside the kernel cache;
 //! an unreadable file is warned about once and replaced on the next write.
 
 use std::collections::BTreeMap;
@@ -8,8 +8,8 @@ use std::fs;
 use std::path::PathBuf;
 use std::sync::Once;
 
-use braze_codegen::{KernelCode, KernelConfig};
-use braze_passes::Plan;
+use braze_codegen::{KernelCode, KernelConfig, Target};
+use braze_plan::Plan;
 use sha2::{Digest, Sha256};
 
 use crate::cache::KernelCache;
@@ -43,14 +43,14 @@ impl AutotuneStore {
         AutotuneStore { path: path.into() }
     }
 
-    fn key(device: &str, plan: &Plan, kernel: usize) -> Option<String> {
-        let default = braze_codegen::default_config(plan, kernel);
-        let source = match braze_codegen::generate(plan, kernel, &default).ok()? {
+    fn key(target: &Target, plan: &Plan, kernel: usize) -> Option<String> {
+        let default = braze_codegen::default_config(plan, kernel, target);
+        let source = match braze_codegen::generate(plan, kernel, &default, target).ok()? {
             KernelCode::Cuda(g) => g.source,
             KernelCode::CuBlasLt(_) => return None,
         };
         let mut hash = Sha256::new();
-        hash.update(device.as_bytes());
+        hash.update(format!("{target:?}").as_bytes());
         hash.update([0]);
         hash.update(source.as_bytes());
         Some(hash.finalize().iter().map(|b| format!("{b:02x}")).collect())
@@ -70,16 +70,16 @@ impl AutotuneStore {
         }
     }
 
-    /// The remembered winner for kernel `kernel` of `plan` on `device`.
-    pub fn lookup(&self, device: &str, plan: &Plan, kernel: usize) -> Option<KernelConfig> {
-        let key = Self::key(device, plan, kernel)?;
+    /// The remembered winner for kernel `kernel` of `plan` on `target`.
+    pub fn lookup(&self, target: &Target, plan: &Plan, kernel: usize) -> Option<KernelConfig> {
+        let key = Self::key(target, plan, kernel)?;
         let index = *self.read().get(&key)?;
-        braze_codegen::candidate_configs(plan, kernel).get(index).copied()
+        braze_codegen::candidate_configs(plan, kernel, target).get(index).copied()
     }
 
     /// Records a winner; failures to write are warned about, never fatal.
-    pub fn remember(&self, device: &str, plan: &Plan, kernel: usize, index: usize) {
-        let Some(key) = Self::key(device, plan, kernel) else { return };
+    pub fn remember(&self, target: &Target, plan: &Plan, kernel: usize, index: usize) {
+        let Some(key) = Self::key(target, plan, kernel) else { return };
         let mut map = self.read();
         map.insert(key, index);
         let text = render(&map);

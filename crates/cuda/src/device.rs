@@ -11,6 +11,8 @@ use cudarc::driver::result as driver_result;
 use cudarc::driver::sys::{self as driver_sys, CUdevice_attribute};
 use cudarc::driver::{CudaContext, CudaEvent, CudaStream, PinnedHostSlice};
 
+use braze_codegen::Target;
+
 use crate::buffer::{bytes_of, values_from_bytes, DeviceBuffer, PodScalar};
 use crate::error::{CudaError, Result};
 use crate::graph::{outside_capture, CaptureRecord, DropOutsideCapture};
@@ -48,16 +50,33 @@ pub fn cuda_available() -> bool {
     *AVAILABLE.get_or_init(|| device_count().is_ok_and(|count| count > 0))
 }
 
+/// The device as codegen's [`Target`]: name, compute capability (which is also the NVRTC
+/// architecture), SM count and the thread and shared-memory limits, from its attributes.
+fn read_target(ctx: &CudaContext) -> Result<Target> {
+    let attribute = |attr| -> Result<u32> { Ok(u32::try_from(ctx.attribute(attr)?).unwrap_or(0)) };
+    use CUdevice_attribute::*;
+    Ok(Target {
+        name: ctx.name()?,
+        compute_capability: (
+            attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+            attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+        ),
+        sm_count: attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
+        max_threads_per_block: attribute(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?,
+        max_threads_per_sm: attribute(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR)?,
+        shared_memory_per_block: attribute(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK)?,
+        shared_memory_per_block_optin: attribute(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?,
+    })
+}
+
 /// A GPU with one stream that all of this crate's work on it is ordered on.
 #[derive(Debug)]
 pub struct CudaDevice {
     pub(crate) ctx: Arc<CudaContext>,
     pub(crate) stream: Arc<CudaStream>,
     ordinal: usize,
-    name: String,
-    compute_capability: (i32, i32),
-    /// Largest shared memory a block may opt in to (static plus dynamic), in bytes.
-    max_shared_per_block_optin: u32,
+    /// The device as codegen sees it: name, compute capability, SM count and limits.
+    target: Target,
     allocations: AtomicU64,
     /// Set while a CUDA graph is being captured on `stream`.
     pub(crate) capture: Mutex<Option<CaptureRecord>>,
@@ -99,21 +118,12 @@ impl CudaDevice {
         // captures, which is why cudarc's own graph test does the same.
         unsafe { ctx.disable_event_tracking() };
         let stream = ctx.new_stream()?;
-        let attribute = |attr| ctx.attribute(attr);
-        let compute_capability = (
-            attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
-            attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
-        );
-        let max_shared_per_block_optin =
-            attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?;
-        let name = ctx.name()?;
+        let target = read_target(&ctx)?;
         Ok(Arc::new(CudaDevice {
             ctx,
             stream,
             ordinal,
-            name,
-            compute_capability,
-            max_shared_per_block_optin: u32::try_from(max_shared_per_block_optin).unwrap_or(0),
+            target,
             allocations: AtomicU64::new(0),
             capture: Mutex::new(None),
             upload_staging: Mutex::new(UploadStaging::default()),
@@ -128,22 +138,28 @@ impl CudaDevice {
 
     /// Marketing name, e.g. "NVIDIA H200".
     pub fn name(&self) -> &str {
-        &self.name
+        &self.target.name
+    }
+
+    /// What codegen chooses launch configurations for, read from this device's attributes.
+    pub fn target(&self) -> &Target {
+        &self.target
     }
 
     /// `(major, minor)`, e.g. `(9, 0)` on Hopper; decides which `sm_XX` to compile for.
-    pub fn compute_capability(&self) -> (i32, i32) {
-        self.compute_capability
+    pub fn compute_capability(&self) -> (u32, u32) {
+        self.target.compute_capability
     }
 
-    /// The `sm_XX` architecture string matching this device, for [`crate::CompileOptions`].
+    /// The `sm_XX` architecture string matching this device, for [`crate::CompileOptions`]: the
+    /// same one codegen's [`Target::arch`] names.
     pub fn arch(&self) -> String {
-        format!("sm_{}{}", self.compute_capability.0, self.compute_capability.1)
+        self.target.arch()
     }
 
     /// Largest shared memory per block a kernel can opt in to, in bytes.
     pub fn max_shared_per_block_optin(&self) -> u32 {
-        self.max_shared_per_block_optin
+        self.target.shared_memory_per_block_optin
     }
 
     /// The underlying cudarc context, for interop with other cudarc-based code.

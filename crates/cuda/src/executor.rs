@@ -13,8 +13,8 @@ use std::time::Instant;
 
 use braze_codegen::{GeneratedKernel, KernelCode, KernelConfig, Param, TableSpec};
 use braze_ir::DType;
-use braze_passes::memory::MemoryPlan;
-use braze_passes::{Activation as PlanActivation, BufferId, BufferRole, MatMul, Plan};
+use braze_plan::MemoryPlan;
+use braze_plan::{Activation as PlanActivation, BufferId, BufferRole, MatMul, Plan};
 
 use crate::autotune::{AutotuneRecord, AutotuneStore};
 use crate::blas::{Activation, BlasLt, MatmulDtype, MatmulSpec, MatrixRef};
@@ -133,19 +133,21 @@ impl PlanExecutable {
         let started = Instant::now();
         let stats_before = cache.stats();
         let store = AutotuneStore::open_default();
+        let target = device.target();
         let mut configs = Vec::with_capacity(plan.kernels.len());
         for k in 0..plan.kernels.len() {
             let config = match options.configs.get(&k) {
                 Some(c) => *c,
                 None => store
                     .as_ref()
-                    .and_then(|s| s.lookup(device.name(), &plan, k))
-                    .unwrap_or_else(|| braze_codegen::default_config(&plan, k)),
+                    .and_then(|s| s.lookup(target, &plan, k))
+                    .unwrap_or_else(|| braze_codegen::default_config(&plan, k, target)),
             };
             configs.push(config);
         }
-        let codes = braze_codegen::plan_sources(&plan, &configs).map_err(|e| CudaError::Codegen(e.to_string()))?;
-        let compile_options = CompileOptions { arch: device.arch(), ..CompileOptions::default() };
+        let codes =
+            braze_codegen::plan_sources(&plan, &configs, target).map_err(|e| CudaError::Codegen(e.to_string()))?;
+        let compile_options = CompileOptions { arch: target.arch(), ..CompileOptions::default() };
         // NVRTC compiles are independent: run them in parallel, one thread per kernel source.
         let compiled: Vec<Result<Option<Arc<crate::nvrtc::CompiledModule>>>> = std::thread::scope(|scope| {
             let handles: Vec<_> = codes
@@ -523,12 +525,13 @@ impl PlanExecutable {
             .position(|s| s.buffers.iter().flatten().zip(outputs.iter()).any(|(a, b)| a.same_allocation(b)))
             .unwrap_or(0);
         let mut records = Vec::new();
-        let compile_options = CompileOptions { arch: self.device.arch(), ..CompileOptions::default() };
+        let target = self.device.target().clone();
+        let compile_options = CompileOptions { arch: target.arch(), ..CompileOptions::default() };
         for k in 0..self.kernels.len() {
             if !matches!(self.kernels[k], ReadyKernel::Cuda(_)) {
                 continue;
             }
-            let candidates = braze_codegen::candidate_configs(&self.plan, k);
+            let candidates = braze_codegen::candidate_configs(&self.plan, k, &target);
             if candidates.len() < 2 {
                 continue;
             }
@@ -536,7 +539,7 @@ impl PlanExecutable {
             let mut best: Option<(f32, usize, CudaKernel)> = None;
             for (ci, config) in candidates.iter().enumerate() {
                 let attempt = (|| -> Result<(f32, CudaKernel)> {
-                    let code = match braze_codegen::generate(&self.plan, k, config)
+                    let code = match braze_codegen::generate(&self.plan, k, config, &target)
                         .map_err(|e| CudaError::Codegen(e.to_string()))?
                     {
                         KernelCode::Cuda(g) => g,
@@ -573,7 +576,7 @@ impl PlanExecutable {
                 });
                 self.kernels[k] = ReadyKernel::Cuda(winner);
                 if let Some(store) = AutotuneStore::open_default() {
-                    store.remember(self.device.name(), &self.plan, k, ci);
+                    store.remember(&target, &self.plan, k, ci);
                 }
             }
         }

@@ -1,6 +1,7 @@
 //! The crate's one error type.
 
 use braze_ir::IrError;
+use braze_plan::PlanError;
 use thiserror::Error;
 
 /// Everything a pass or the fusion can reject.
@@ -15,9 +16,9 @@ pub enum PassError {
     /// Fusion met a node in a form the earlier stages should have removed (a bug, not a user error).
     #[error("fusion cannot lower {node} ({op}): {detail}")]
     Lowering { node: String, op: String, detail: String },
-    /// A plan broke one of the invariants of `plan.rs`; the message names the kernel and field.
-    #[error("invalid plan: {0}")]
-    InvalidPlan(String),
+    /// Fusion wrote a plan that breaks a rule of `braze_plan::Plan::validate` (a bug in fusion).
+    #[error(transparent)]
+    InvalidPlan(#[from] PlanError),
 }
 
 pub type Result<T> = std::result::Result<T, PassError>;

@@ -4,13 +4,13 @@
 //! ([`Decompose`]) and then simplifies ([`Simplify`]), merges common subexpressions
 //! ([`CommonSubexpressions`]) and removes dead code ([`DeadCode`]) until nothing changes; [`fuse`]
 //! groups the ops into kernels of a few families (pointwise, row reduction with prologue and
-//! epilogue, multi-tensor reduction, matmul with epilogue, concat) and writes the [`Plan`] that
-//! codegen and the executors consume. [`compile_to_plan`] does both. The plan prints as reviewable
-//! text (`Display`) and serializes to JSON.
+//! epilogue, multi-tensor reduction, matmul with epilogue, concat) and writes the
+//! [`braze_plan::Plan`] that codegen and the executors consume. [`compile_to_plan`] does both.
+//! The plan types, their validator, text and JSON forms and the memory plan live in `braze-plan`.
 //!
-//! **Invariant:** passes keep the graph valid (verified after every pass in debug builds); a plan
-//! computes every graph value in exactly one kernel and reads each input buffer once per distinct
-//! view per kernel.
+//! **Invariant:** passes keep the graph valid (verified after every pass in debug builds); the
+//! plans fusion writes pass `Plan::validate` (checked in debug builds), compute every graph value
+//! in exactly one kernel and read each input buffer once per distinct view per kernel.
 //!
 //! Logging: `braze::graph` (the optimized IR, rewrites) and `braze::plan` (the plan at debug
 //! level; fusion decisions and refused merges at trace level).
@@ -20,11 +20,7 @@ mod dead_code;
 mod decompose;
 mod error;
 mod fusion;
-pub mod memory;
 mod pass;
-pub mod plan;
-mod plan_check;
-mod plan_text;
 mod simplify;
 mod topo;
 
@@ -34,5 +30,4 @@ pub use decompose::Decompose;
 pub use error::{PassError, Result};
 pub use fusion::{compile_to_plan, fuse, FusionOptions};
 pub use pass::{optimize, Pass, PassManager, PassSnapshot};
-pub use plan::*;
 pub use simplify::Simplify;

@@ -6,13 +6,14 @@
 mod support;
 
 use braze_ir::{DType, Graph, Op, ReduceOp, UnaryOp};
-use braze_passes::{compile_to_plan, optimize, Expr, FusionOptions, KernelKind, Plan};
+use braze_passes::{compile_to_plan, optimize, FusionOptions};
+use braze_plan::{Expr, KernelKind, Plan};
 use std::collections::HashSet;
 use support::*;
 
 fn check(name: &str, graph: Graph, options: FusionOptions, kernels: usize) {
     let plan = compile_to_plan(&graph, &options).unwrap_or_else(|e| panic!("{name}: {e}"));
-    plan.check().unwrap_or_else(|e| panic!("{name}: {e}\n{plan}"));
+    plan.validate().unwrap_or_else(|e| panic!("{name}: {e}\n{plan}"));
     check_invariants(name, &graph, &plan);
     let mut settings = insta::Settings::clone_current();
     settings.set_snapshot_path(concat!(env!("CARGO_MANIFEST_DIR"), "/../../snapshots/plans"));
@@ -227,6 +228,6 @@ fn no_fusion_across_a_cycle_through_a_view() {
 #[test]
 fn plans_round_trip_through_json() {
     let plan = compile_to_plan(&mlp_block(DType::BF16, 64, 32, 128), &defaults()).unwrap();
-    let back: Plan = serde_json::from_str(&plan.to_json()).unwrap();
+    let back = Plan::from_json(&plan.to_json()).unwrap();
     assert_eq!(back, plan);
 }

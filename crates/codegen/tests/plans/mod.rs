@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use braze_ir::{BinaryOp, DType, ReduceOp, Shape, SourceLoc, UnaryOp};
-use braze_passes::{
+use braze_plan::{
     Body, Buffer, BufferId, BufferRole, Concat, Expr, Kernel, KernelKind, MatMul, MultiReduce, Plan, PlanOutput,
     Pointwise, RowKernel, SourceOp, Store, ValueId,
 };
@@ -428,7 +428,7 @@ pub fn matmul() -> Plan {
         a_transposed: false,
         b_transposed: false,
         bias: true,
-        activation: Some(braze_passes::Activation::GeluTanh),
+        activation: Some(braze_plan::Activation::GeluTanh),
     });
     p.kernel("matmul_bias_gelu_bf16_k0", kind, vec![a, bm, bias], vec![out], &["matmul", "add", "gelu_tanh"])
 }

@@ -2,12 +2,12 @@
 
 use super::access::{self, Access};
 use super::{is_view, lowering_error, Fuser, GroupKind, RowGeometry, Space};
-use crate::plan::{
+use crate::Result;
+use braze_ir::{DType, NodeId, Op, Shape};
+use braze_plan::{
     Body, Buffer, BufferId, BufferRole, Concat, Expr, Kernel, KernelKind, MatMul, MultiReduce, Plan, PlanOutput,
     Pointwise, RowKernel, SourceOp, Store, ValueId,
 };
-use crate::Result;
-use braze_ir::{DType, NodeId, Op, Shape};
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap, HashMap};
 
@@ -85,7 +85,7 @@ impl BodyBuilder {
 
     fn constant(&mut self, value: f64, dtype: DType) -> ValueId {
         *self.consts.entry((value.to_bits(), dtype)).or_insert_with(|| {
-            self.body.values.push(crate::plan::Value { expr: Expr::Const { value }, dtype });
+            self.body.values.push(braze_plan::Value { expr: Expr::Const { value }, dtype });
             ValueId(self.body.values.len() - 1)
         })
     }
@@ -546,8 +546,8 @@ impl Fuser<'_> {
                 }
                 if let Some(act) = mm.activation {
                     parts.push(match act {
-                        crate::plan::Activation::Relu => "relu".into(),
-                        crate::plan::Activation::GeluTanh => "gelu_tanh".into(),
+                        braze_plan::Activation::Relu => "relu".into(),
+                        braze_plan::Activation::GeluTanh => "gelu_tanh".into(),
                     });
                 }
                 ("matmul", Vec::new())

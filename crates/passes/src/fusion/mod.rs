@@ -26,11 +26,11 @@ mod lower;
 mod multi_reduce;
 
 use crate::decompose::Origins;
-use crate::plan::{Activation, Plan};
 use crate::{PassError, Result};
 use access::Access;
 use braze_ir::infer::reduced_shape;
 use braze_ir::{BinaryOp, Graph, Node, NodeId, Op, Shape, UnaryOp};
+use braze_plan::{Activation, Plan};
 use multi_reduce::MultiReduceGroup;
 use std::collections::{HashMap, HashSet};
 
@@ -79,7 +79,7 @@ fn fuse_with_origins(graph: &Graph, options: &FusionOptions, origins: &Origins) 
     fuser.group_nodes()?;
     let plan = fuser.lower()?;
     if cfg!(debug_assertions) {
-        plan.check()?;
+        plan.validate()?;
     }
     tracing::debug!(target: "braze::plan", "\n{plan}");
     Ok(plan)
@@ -906,7 +906,7 @@ impl<'a> Fuser<'a> {
 
     /// Whether element-space value `m` changes along the row: some operand computed in the kernel
     /// does (`varies`), or some operand read from outside (`inside` is false) is read with a
-    /// nonzero stride along a reduced axis. Mirrors [`crate::plan::Body::row_values`].
+    /// nonzero stride along a reduced axis. Mirrors [`braze_plan::Body::row_values`].
     fn value_varies(
         &self,
         geo: &RowGeometry,

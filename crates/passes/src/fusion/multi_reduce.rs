@@ -5,8 +5,8 @@
 //! A `sum * (1/n)` over an item's `n` elements is folded in as a mean.
 
 use super::{is_view, Fuser, GroupKind, Space};
-use crate::plan::Expr;
 use braze_ir::{BinaryOp, NodeId, Op, ReduceOp};
+use braze_plan::Expr;
 use std::collections::HashSet;
 use std::fmt::Write;
 

@@ -1,4 +1,4 @@
-//! The plan's text form (deterministic, meant for review and snapshots) and its JSON form.
+//! The plan's text form: deterministic, meant for review and snapshots.
 //!
 //! ```text
 //! plan: 1 kernel, 5 buffers, 805339136 bytes moved
@@ -16,24 +16,12 @@
 //!
 //! Buffers print their element count: the plan keeps no shapes for them, only for its outputs.
 
-use crate::plan::{Activation, Body, BufferId, BufferRole, Expr, Kernel, KernelKind, Plan, SourceOp};
+use crate::plan::{Activation, Body, BufferId, BufferRole, Expr, Kernel, KernelKind, Plan, RowKernel, SourceOp};
 use braze_ir::format_f64;
 use std::fmt::{self, Write};
 
 /// Longest list of buffers or item sizes printed in full; longer ones are elided in the middle.
 const MAX_LISTED: usize = 16;
-
-impl Plan {
-    /// The JSON form (serde). Non-finite constants serialize as `null`.
-    pub fn to_json(&self) -> String {
-        serde_json::to_string_pretty(self).expect("plan JSON serialization cannot fail")
-    }
-
-    /// Bytes all kernels move at the least (each kernel reads its inputs and writes its outputs once).
-    pub fn bytes_moved(&self) -> usize {
-        self.kernels.iter().map(|k| self.kernel_bytes(k)).sum()
-    }
-}
 
 fn plural(n: usize, word: &str) -> String {
     if n == 1 {
@@ -190,7 +178,7 @@ impl Plan {
     }
 }
 
-impl crate::plan::RowKernel {
+impl RowKernel {
     /// Whether every load's innermost domain dim is its smallest nonzero stride (rows read as
     /// contiguous runs); false for reductions over leading axes.
     fn preserves_layout_hint(&self) -> bool {

@@ -318,4 +318,9 @@ impl Plan {
         ids.dedup();
         ids.iter().map(|&b| self.buffer(b).bytes()).sum()
     }
+
+    /// Bytes all kernels move at the least (each kernel reads its inputs and writes its outputs once).
+    pub fn bytes_moved(&self) -> usize {
+        self.kernels.iter().map(|k| self.kernel_bytes(k)).sum()
+    }
 }

@@ -1,0 +1,89 @@
+//! The crate's one error type.
+
+use std::fmt;
+use thiserror::Error;
+
+/// Everything a plan can be rejected for: a broken [`Rule`] of the validator, or JSON that does
+/// not describe a plan.
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum PlanError {
+    /// The plan breaks `rule`; `at` names where (`plan`, `kernel 3 (row_softmax_f32_k3)`,
+    /// `output 1`), `detail` what was found.
+    #[error("invalid plan: {at}: {detail} [{rule}]")]
+    Invalid { rule: Rule, at: String, detail: String },
+    /// [`crate::Plan::from_json`] was given text that is not a plan's JSON form.
+    #[error("plan JSON: {0}")]
+    Json(String),
+}
+
+impl PlanError {
+    /// The rule an invalid plan breaks (`None` for JSON errors).
+    pub fn rule(&self) -> Option<Rule> {
+        match self {
+            PlanError::Invalid { rule, .. } => Some(*rule),
+            PlanError::Json(_) => None,
+        }
+    }
+}
+
+/// The rules [`crate::Plan::validate`] enforces: the contract between fusion, which writes
+/// plans, and every backend that runs them (the CPU executor, codegen, the GPU executor). A plan
+/// that passes them can be run without an out-of-bounds access or a type confusion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Rule {
+    /// Every buffer id (plan inputs and outputs, kernel inputs and outputs) names a buffer of
+    /// the plan.
+    BufferIds,
+    /// `plan.inputs[i]` is the buffer whose role is `Input(i)`, and every `Input(i)` buffer is
+    /// `plan.inputs[i]`.
+    InputRoles,
+    /// A kernel reads only graph inputs and buffers an earlier kernel wrote.
+    ReadBeforeWrite,
+    /// No kernel writes a graph input, and every other buffer is written by at most one kernel
+    /// and at most once by it: a plan computes every value in exactly one kernel.
+    SingleWriter,
+    /// Every plan output names a buffer that is a graph input or was written, holding exactly
+    /// the elements of the output's shape.
+    Outputs,
+    /// Kernel names are C identifiers (codegen names entry points after them) and unique in the
+    /// plan.
+    KernelNames,
+    /// In a kernel body, values refer only to earlier values (SSA), and stores to existing ones.
+    ValueOrder,
+    /// Unary, binary, where and reduce values have the dtype the IR's typing rules
+    /// (`braze_ir::infer`) give their operands.
+    ValueTypes,
+    /// A load names an input slot of its kernel, has that buffer's dtype, gives one stride per
+    /// domain dim, and stays inside the buffer whenever it runs (a load of an empty domain, or
+    /// of the columns of rows with no columns, never runs).
+    Loads,
+    /// Reductions appear only in row kernels, and a float reduction reduces f32 values into an
+    /// f32 result (f16/bf16 accumulate in f32).
+    Reductions,
+    /// Each output slot is stored exactly once, from a value of the buffer's dtype that fills
+    /// the buffer exactly: the domain's elements for pointwise kernels; for row kernels one
+    /// element per row for per-row values and `rows * cols` for the others.
+    Stores,
+    /// A multi-reduce has one input per item, each holding that item's elements of the
+    /// kernel's dtype, and one output of one element per item; its prologue computes at least
+    /// one value, stores nothing, loads only the current element
+    /// (`load in0 offset=0 strides=[1]`), and its last value has the kernel's dtype, which
+    /// reducing it keeps.
+    MultiReduce,
+    /// A matmul has inputs A, B (and the bias when it has one) and one output, all of its float
+    /// dtype; every batch of A and B lies inside its buffer, the bias holds `n` elements and the
+    /// output `batch * m * n`.
+    MatMul,
+    /// A concat's axis is a dim of its shape; it has one input per extent and one output, all
+    /// of its dtype; the extents add up to the shape's extent along the axis, input `i` holds
+    /// the shape with `extents[i]` along the axis, and the output holds the shape.
+    Concat,
+}
+
+impl fmt::Display for Rule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+pub type Result<T> = std::result::Result<T, PlanError>;

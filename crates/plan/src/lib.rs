@@ -1,0 +1,26 @@
+//! braze-plan: the plan contract between fusion, which writes plans, and every backend that runs
+//! them (the CPU executor in `braze-cpu`, codegen in `braze-codegen`, the GPU executor in
+//! `braze-cuda`).
+//!
+//! - [`Plan`] and its parts: buffers, kernels of five families (pointwise, row reduction,
+//!   multi-tensor reduction, matmul, concat) and their SSA [`Body`] programs (`plan.rs`);
+//! - the one validator, [`Plan::validate`], which checks every [`Rule`] of the contract, each
+//!   documented on its variant (`validate.rs`);
+//! - the deterministic text form (`Display`, for review and snapshots) and the JSON form
+//!   ([`Plan::to_json`], [`Plan::from_json`]);
+//! - the memory plan: where each intermediate lives in one arena ([`MemoryPlan`]).
+//!
+//! **Invariant:** knows nothing of graphs' passes, devices or kernel source; a plan that
+//! [`Plan::validate`] accepts runs on every backend without an out-of-bounds access or a type
+//! confusion, and computes every value in exactly one kernel.
+
+mod error;
+mod json;
+pub mod memory;
+mod plan;
+mod text;
+mod validate;
+
+pub use error::{PlanError, Result, Rule};
+pub use memory::MemoryPlan;
+pub use plan::*;

@@ -1,0 +1,399 @@
+//! The plan validator: checks every [`Rule`] of the contract between fusion and the backends.
+//! Fusion runs it on every plan in debug builds and the CPU executor before it runs one, so a
+//! fusion bug shows up as a message naming the kernel and the rule instead of a wrong answer.
+//!
+//! Checks run in an order that lets later ones index safely: buffer ids before buffer lookups,
+//! operand order and load strides before per-row analysis, value ids before store sizes.
+
+use crate::error::{PlanError, Result, Rule};
+use crate::plan::{Body, BufferId, BufferRole, Expr, Kernel, KernelKind, Plan, ValueId};
+use braze_ir::infer::infer;
+use braze_ir::{DType, Op, Shape};
+use std::collections::HashSet;
+
+/// A rule broken inside one kernel, before the kernel is named.
+struct Broken {
+    rule: Rule,
+    detail: String,
+}
+
+type KernelResult = std::result::Result<(), Broken>;
+
+fn broken(rule: Rule, detail: impl Into<String>) -> Broken {
+    Broken { rule, detail: detail.into() }
+}
+
+fn invalid(rule: Rule, at: impl Into<String>, detail: impl Into<String>) -> PlanError {
+    PlanError::Invalid { rule, at: at.into(), detail: detail.into() }
+}
+
+impl Plan {
+    /// Checks every [`Rule`]; the error names the first rule broken and where.
+    pub fn validate(&self) -> Result<()> {
+        self.validate_inputs()?;
+        let mut written: Vec<bool> = self.buffers.iter().map(|b| matches!(b.role, BufferRole::Input(_))).collect();
+        let mut names = HashSet::new();
+        for (k, kernel) in self.kernels.iter().enumerate() {
+            let at = || format!("kernel {k} ({})", kernel.name);
+            if !is_c_identifier(&kernel.name) {
+                return Err(invalid(Rule::KernelNames, at(), "the name is not a C identifier"));
+            }
+            if !names.insert(kernel.name.as_str()) {
+                return Err(invalid(Rule::KernelNames, at(), "an earlier kernel has the same name"));
+            }
+            for (role, ids) in [("input", &kernel.inputs), ("output", &kernel.outputs)] {
+                if let Some((slot, id)) = ids.iter().enumerate().find(|(_, id)| id.0 >= self.buffers.len()) {
+                    return Err(invalid(
+                        Rule::BufferIds,
+                        at(),
+                        format!("{role} slot {slot} names {id}, which does not exist"),
+                    ));
+                }
+            }
+            if let Some(b) = kernel.inputs.iter().find(|b| !written[b.0]) {
+                return Err(invalid(Rule::ReadBeforeWrite, at(), format!("reads {b} before any kernel writes it")));
+            }
+            for &b in &kernel.outputs {
+                if matches!(self.buffer(b).role, BufferRole::Input(_)) {
+                    return Err(invalid(Rule::SingleWriter, at(), format!("writes {b}, a graph input")));
+                }
+                if std::mem::replace(&mut written[b.0], true) {
+                    return Err(invalid(Rule::SingleWriter, at(), format!("writes {b}, which is already written")));
+                }
+            }
+            self.validate_kernel(kernel).map_err(|e| invalid(e.rule, at(), e.detail))?;
+        }
+        for (j, out) in self.outputs.iter().enumerate() {
+            let at = format!("output {j}");
+            let Some(buffer) = self.buffers.get(out.buffer.0) else {
+                return Err(invalid(Rule::BufferIds, at, format!("{} does not exist", out.buffer)));
+            };
+            if !written[out.buffer.0] {
+                return Err(invalid(Rule::Outputs, at, format!("reads {}, which nothing wrote", out.buffer)));
+            }
+            if buffer.numel != out.shape.numel() {
+                return Err(invalid(
+                    Rule::Outputs,
+                    at,
+                    format!(
+                        "{} holds {} elements, not the {} of {}",
+                        out.buffer,
+                        buffer.numel,
+                        out.shape.numel(),
+                        out.shape
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn validate_inputs(&self) -> Result<()> {
+        for (i, b) in self.inputs.iter().enumerate() {
+            let Some(buffer) = self.buffers.get(b.0) else {
+                return Err(invalid(Rule::BufferIds, "plan", format!("inputs[{i}] = {b} does not exist")));
+            };
+            if buffer.role != BufferRole::Input(i) {
+                return Err(invalid(
+                    Rule::InputRoles,
+                    "plan",
+                    format!("inputs[{i}] = {b} is not the buffer of input #{i}"),
+                ));
+            }
+        }
+        for (id, buffer) in self.buffers.iter().enumerate() {
+            if let BufferRole::Input(i) = buffer.role {
+                if self.inputs.get(i) != Some(&BufferId(id)) {
+                    return Err(invalid(Rule::InputRoles, "plan", format!("b{id} is input #{i} but not inputs[{i}]")));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn input_numel(&self, kernel: &Kernel, slot: usize) -> usize {
+        self.buffer(kernel.inputs[slot]).numel
+    }
+
+    /// The checks of one kernel's family; buffer ids are known to exist.
+    fn validate_kernel(&self, kernel: &Kernel) -> KernelResult {
+        match &kernel.kind {
+            KernelKind::Pointwise(pw) => {
+                let numel = pw.shape.numel();
+                self.validate_body(&kernel.inputs, &pw.body, pw.shape.dims(), false, |_| numel > 0)?;
+                self.validate_stores(kernel, &pw.body, |_| numel)
+            }
+            KernelKind::Row(row) => {
+                let domain = row.domain();
+                let (rows, cols) = (row.rows(), row.cols());
+                validate_value_order(&row.body)?;
+                validate_load_ranks(&row.body, domain.rank())?;
+                let per_row = row.body.row_values(row.outer.len());
+                self.validate_body(&kernel.inputs, &row.body, domain.dims(), true, |i| {
+                    rows > 0 && (per_row[i] || cols > 0)
+                })?;
+                self.validate_stores(kernel, &row.body, |v| if per_row[v.0] { rows } else { rows * cols })
+            }
+            KernelKind::MultiReduce(mr) => self.validate_multi_reduce(kernel, mr),
+            KernelKind::MatMul(mm) => self.validate_matmul(kernel, mm),
+            KernelKind::Concat(cat) => self.validate_concat(kernel, cat),
+        }
+    }
+
+    /// Value order, typing, loads and reductions of a body over `domain`; `runs(i)` tells
+    /// whether value `i`'s load is executed at all for this domain.
+    fn validate_body(
+        &self,
+        inputs: &[BufferId],
+        body: &Body,
+        domain: &[usize],
+        reductions_allowed: bool,
+        runs: impl Fn(usize) -> bool,
+    ) -> KernelResult {
+        validate_value_order(body)?;
+        let scalar = Shape::scalar();
+        for (i, value) in body.values.iter().enumerate() {
+            let here = |rule: Rule, detail: String| broken(rule, format!("v{i}: {detail}"));
+            let typed = |op: Op, operands: &[ValueId]| -> KernelResult {
+                let types: Vec<(DType, &Shape)> = operands.iter().map(|v| (body.values[v.0].dtype, &scalar)).collect();
+                let (dtype, _) = infer(&op, &types, None).map_err(|e| here(Rule::ValueTypes, e.to_string()))?;
+                if dtype != value.dtype {
+                    return Err(here(
+                        Rule::ValueTypes,
+                        format!("{} gives {dtype}, but the value is {}", op.name(), value.dtype),
+                    ));
+                }
+                Ok(())
+            };
+            match &value.expr {
+                Expr::Load { input, offset, strides } => {
+                    let Some(&b) = inputs.get(*input) else {
+                        return Err(here(Rule::Loads, format!("loads input slot {input} of {}", inputs.len())));
+                    };
+                    let buffer = self.buffer(b);
+                    if buffer.dtype != value.dtype {
+                        return Err(here(
+                            Rule::Loads,
+                            format!("loads {} data of {b} as {}", buffer.dtype, value.dtype),
+                        ));
+                    }
+                    if strides.len() != domain.len() {
+                        return Err(here(
+                            Rule::Loads,
+                            format!("has {} strides for a rank-{} domain", strides.len(), domain.len()),
+                        ));
+                    }
+                    if runs(i) {
+                        let last = domain.iter().zip(strides).try_fold(*offset, |acc, (&d, &s)| {
+                            d.saturating_sub(1).checked_mul(s).and_then(|step| acc.checked_add(step))
+                        });
+                        if last.is_none_or(|last| last >= buffer.numel) {
+                            return Err(here(
+                                Rule::Loads,
+                                format!(
+                                    "load at offset {offset} with strides {strides:?} over {domain:?} leaves the {} elements of {b}",
+                                    buffer.numel
+                                ),
+                            ));
+                        }
+                    }
+                }
+                Expr::Const { .. } | Expr::Cast { .. } => {}
+                Expr::Unary { op, x } => typed(Op::Unary { op: *op }, &[*x])?,
+                Expr::Binary { op, a, b } => typed(Op::Binary { op: *op }, &[*a, *b])?,
+                Expr::Where { cond, a, b } => typed(Op::Where, &[*cond, *a, *b])?,
+                Expr::Reduce { op, x } => {
+                    if !reductions_allowed {
+                        return Err(here(Rule::Reductions, "a reduction outside a row kernel".into()));
+                    }
+                    let operand = body.values[x.0].dtype;
+                    if operand.is_float() && (operand != DType::F32 || value.dtype != DType::F32) {
+                        return Err(here(
+                            Rule::Reductions,
+                            format!("reduces {operand} into {}; float reductions are f32", value.dtype),
+                        ));
+                    }
+                    typed(Op::Reduce { op: *op, axes: vec![], keepdim: false }, &[*x])?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Every output slot stored once, with the dtype and element count (`numel(value)`) of its
+    /// buffer.
+    fn validate_stores(&self, kernel: &Kernel, body: &Body, numel: impl Fn(ValueId) -> usize) -> KernelResult {
+        let mut stored = vec![false; kernel.outputs.len()];
+        for s in &body.stores {
+            let Some(value) = body.values.get(s.value.0) else {
+                return Err(broken(Rule::ValueOrder, format!("stores {}, which is not a value", s.value)));
+            };
+            let Some(done) = stored.get_mut(s.output) else {
+                return Err(broken(
+                    Rule::Stores,
+                    format!("stores to output slot {} of {}", s.output, kernel.outputs.len()),
+                ));
+            };
+            if std::mem::replace(done, true) {
+                return Err(broken(Rule::Stores, format!("stores output slot {} twice", s.output)));
+            }
+            let b = kernel.outputs[s.output];
+            let buffer = self.buffer(b);
+            if buffer.dtype != value.dtype {
+                return Err(broken(
+                    Rule::Stores,
+                    format!("stores {} {} into {b} of {}", value.dtype, s.value, buffer.dtype),
+                ));
+            }
+            let len = numel(s.value);
+            if buffer.numel != len {
+                return Err(broken(
+                    Rule::Stores,
+                    format!("store of {} fills {len} elements but {b} holds {}", s.value, buffer.numel),
+                ));
+            }
+        }
+        match stored.iter().position(|&s| !s) {
+            Some(slot) => Err(broken(Rule::Stores, format!("output slot {slot} is never stored"))),
+            None => Ok(()),
+        }
+    }
+
+    fn validate_multi_reduce(&self, kernel: &Kernel, mr: &crate::plan::MultiReduce) -> KernelResult {
+        let fail = |detail: String| Err(broken(Rule::MultiReduce, detail));
+        if mr.items.len() != kernel.inputs.len() {
+            return fail(format!("{} items but {} inputs", mr.items.len(), kernel.inputs.len()));
+        }
+        for (i, &n) in mr.items.iter().enumerate() {
+            let buffer = self.buffer(kernel.inputs[i]);
+            if buffer.numel != n || buffer.dtype != mr.dtype {
+                return fail(format!(
+                    "item {i}: {n} {} elements, but its buffer holds {} {}",
+                    mr.dtype, buffer.numel, buffer.dtype
+                ));
+            }
+        }
+        match kernel.outputs.as_slice() {
+            [out] if self.buffer(*out).numel == mr.items.len() && self.buffer(*out).dtype == mr.dtype => {}
+            _ => return fail(format!("needs one output of {} {} elements", mr.items.len(), mr.dtype)),
+        }
+        let prologue = &mr.prologue;
+        let Some(reduced) = prologue.values.last() else { return fail("the prologue has no values".into()) };
+        if !prologue.stores.is_empty() {
+            return fail("the prologue stores".into());
+        }
+        let element = Expr::Load { input: 0, offset: 0, strides: vec![1] };
+        if let Some(i) = prologue.values.iter().position(|v| matches!(v.expr, Expr::Load { .. }) && v.expr != element) {
+            return fail(format!("v{i}: the prologue reads more than the current element"));
+        }
+        // Every item shares the prologue: its loads read the item's buffer, a [n] domain.
+        for (i, &n) in mr.items.iter().enumerate() {
+            self.validate_body(&kernel.inputs[i..=i], prologue, &[n], false, |_| n > 0)?;
+        }
+        let result =
+            infer(&Op::Reduce { op: mr.op, axes: vec![], keepdim: false }, &[(reduced.dtype, &Shape::scalar())], None)
+                .map_err(|e| broken(Rule::MultiReduce, e.to_string()))?;
+        if reduced.dtype != mr.dtype || result.0 != mr.dtype {
+            return fail(format!("reduces a {} value into a {} result", reduced.dtype, mr.dtype));
+        }
+        Ok(())
+    }
+
+    fn validate_matmul(&self, kernel: &Kernel, mm: &crate::plan::MatMul) -> KernelResult {
+        let fail = |detail: String| Err(broken(Rule::MatMul, detail));
+        let wanted_inputs = if mm.bias { 3 } else { 2 };
+        if kernel.inputs.len() != wanted_inputs || kernel.outputs.len() != 1 {
+            return fail(format!("needs {wanted_inputs} inputs and 1 output"));
+        }
+        let all_of_dtype = kernel.inputs.iter().chain(&kernel.outputs).all(|&b| self.buffer(b).dtype == mm.dtype);
+        if !mm.dtype.is_float() || !all_of_dtype {
+            return fail(format!("reads and writes {} floats only", mm.dtype));
+        }
+        let batches: usize = mm.batch.iter().product();
+        // The last element each operand's batches reach must lie inside it.
+        let reach = |stride: usize, matrix: usize| {
+            if batches == 0 || matrix == 0 {
+                Some(0)
+            } else {
+                (batches - 1).checked_mul(stride).and_then(|last| last.checked_add(matrix))
+            }
+        };
+        let fits = |slot: usize, stride: usize, rows: usize, cols: usize| {
+            rows.checked_mul(cols)
+                .and_then(|matrix| reach(stride, matrix))
+                .is_some_and(|needed| needed <= self.input_numel(kernel, slot))
+        };
+        if !fits(0, mm.a_batch_stride, mm.m, mm.k) || !fits(1, mm.b_batch_stride, mm.k, mm.n) {
+            return fail(format!("A or B is too small for {batches} batches"));
+        }
+        if mm.bias && self.input_numel(kernel, 2) != mm.n {
+            return fail(format!("the bias must hold n = {} elements", mm.n));
+        }
+        if self.buffer(kernel.outputs[0]).numel != batches * mm.m * mm.n {
+            return fail(format!("the output must hold {batches} x {} x {} elements", mm.m, mm.n));
+        }
+        Ok(())
+    }
+
+    fn validate_concat(&self, kernel: &Kernel, cat: &crate::plan::Concat) -> KernelResult {
+        let fail = |detail: String| Err(broken(Rule::Concat, detail));
+        let dims = cat.shape.dims();
+        if cat.axis >= dims.len() {
+            return fail(format!("axis {} of {}", cat.axis, cat.shape));
+        }
+        if cat.extents.len() != kernel.inputs.len() || kernel.outputs.len() != 1 {
+            return fail(format!(
+                "{} extents for {} inputs and {} outputs",
+                cat.extents.len(),
+                kernel.inputs.len(),
+                kernel.outputs.len()
+            ));
+        }
+        if cat.extents.iter().sum::<usize>() != dims[cat.axis] {
+            return fail(format!("extents {:?} do not add up to {}", cat.extents, cat.shape));
+        }
+        for (i, &extent) in cat.extents.iter().enumerate() {
+            let mut part = dims.to_vec();
+            part[cat.axis] = extent;
+            let buffer = self.buffer(kernel.inputs[i]);
+            if buffer.dtype != cat.dtype || buffer.numel != part.iter().product::<usize>() {
+                return fail(format!("input {i} must be {}{}", cat.dtype, Shape(part)));
+            }
+        }
+        let out = self.buffer(kernel.outputs[0]);
+        if out.dtype != cat.dtype || out.numel != cat.shape.numel() {
+            return fail(format!("the output must be {}{}", cat.dtype, cat.shape));
+        }
+        Ok(())
+    }
+}
+
+/// Values use only earlier values.
+fn validate_value_order(body: &Body) -> KernelResult {
+    for (i, v) in body.values.iter().enumerate() {
+        if let Some(o) = v.expr.operands().into_iter().find(|o| o.0 >= i) {
+            return Err(broken(Rule::ValueOrder, format!("v{i}: uses {o}, which is not defined before it")));
+        }
+    }
+    Ok(())
+}
+
+/// One stride per domain dim on every load (what per-row analysis indexes).
+fn validate_load_ranks(body: &Body, rank: usize) -> KernelResult {
+    for (i, v) in body.values.iter().enumerate() {
+        if let Expr::Load { strides, .. } = &v.expr {
+            if strides.len() != rank {
+                return Err(broken(
+                    Rule::Loads,
+                    format!("v{i}: has {} strides for a rank-{rank} domain", strides.len()),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn is_c_identifier(name: &str) -> bool {
+    name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}

@@ -1,0 +1,560 @@
+//! The validator, rule by rule: a small valid plan of each kernel family passes, and each
+//! mutation that breaks one rule is rejected with that rule (a test cannot pass because some
+//! other rule fired first).
+
+use braze_ir::{BinaryOp, DType, ReduceOp, Shape, UnaryOp};
+use braze_plan::{
+    Body, Buffer, BufferId, BufferRole, Concat, Expr, Kernel, KernelKind, MatMul, MultiReduce, Plan, PlanError,
+    PlanOutput, Pointwise, RowKernel, Rule, Store, ValueId,
+};
+
+const F: DType = DType::F32;
+
+/// Validates `plan`: `None` expects it valid, `Some(rule)` expects exactly that rule broken.
+fn check(plan: &Plan, expect: Option<Rule>) {
+    let got = plan.validate().err();
+    assert_eq!(got.as_ref().and_then(PlanError::rule), expect, "{got:?}");
+    if let Some(err) = got {
+        // The message names where and which rule.
+        let text = err.to_string();
+        assert!(text.starts_with("invalid plan: ") && text.ends_with(&format!("[{}]", expect.unwrap())), "{text}");
+    }
+}
+
+fn buffer(dtype: DType, numel: usize, role: BufferRole) -> Buffer {
+    Buffer { dtype, numel, role }
+}
+
+fn ids(b: &[usize]) -> Vec<BufferId> {
+    b.iter().map(|&b| BufferId(b)).collect()
+}
+
+fn kernel(name: &str, kind: KernelKind, inputs: &[usize], outputs: &[usize]) -> Kernel {
+    Kernel { name: name.into(), kind, inputs: ids(inputs), outputs: ids(outputs), sources: vec![] }
+}
+
+fn output(buffer: usize, dims: &[usize]) -> PlanOutput {
+    PlanOutput { buffer: BufferId(buffer), shape: Shape::new(dims.to_vec()) }
+}
+
+fn load(body: &mut Body, input: usize, offset: usize, strides: &[usize], dtype: DType) -> ValueId {
+    body.push(Expr::Load { input, offset, strides: strides.to_vec() }, dtype)
+}
+
+/// `b1 = exp(b0)` over `[2, 3]`.
+fn pointwise() -> Plan {
+    let mut body = Body::default();
+    let x = load(&mut body, 0, 0, &[3, 1], F);
+    let y = body.push(Expr::Unary { op: UnaryOp::Exp, x }, F);
+    body.stores.push(Store { value: y, output: 0 });
+    Plan {
+        buffers: vec![buffer(F, 6, BufferRole::Input(0)), buffer(F, 6, BufferRole::Output)],
+        inputs: ids(&[0]),
+        outputs: vec![output(1, &[2, 3])],
+        kernels: vec![kernel(
+            "pointwise_exp",
+            KernelKind::Pointwise(Pointwise { shape: Shape::new(vec![2, 3]), body }),
+            &[0],
+            &[1],
+        )],
+    }
+}
+
+fn pointwise_body(plan: &mut Plan) -> &mut Body {
+    match &mut plan.kernels[0].kind {
+        KernelKind::Pointwise(pw) => &mut pw.body,
+        _ => unreachable!(),
+    }
+}
+
+/// `b1 = b0.sum(1)` and `b2 = b0 - b1[:, None]` over rows of `[2, 3]`.
+fn row() -> Plan {
+    let mut body = Body::default();
+    let x = load(&mut body, 0, 0, &[3, 1], F);
+    let s = body.push(Expr::Reduce { op: ReduceOp::Sum, x }, F);
+    let d = body.push(Expr::Binary { op: BinaryOp::Sub, a: x, b: s }, F);
+    body.stores.push(Store { value: s, output: 0 });
+    body.stores.push(Store { value: d, output: 1 });
+    Plan {
+        buffers: vec![
+            buffer(F, 6, BufferRole::Input(0)),
+            buffer(F, 2, BufferRole::Output),
+            buffer(F, 6, BufferRole::Output),
+        ],
+        inputs: ids(&[0]),
+        outputs: vec![output(1, &[2]), output(2, &[2, 3])],
+        kernels: vec![kernel(
+            "row_sum",
+            KernelKind::Row(RowKernel { outer: vec![2], inner: vec![3], body }),
+            &[0],
+            &[1, 2],
+        )],
+    }
+}
+
+fn row_kernel(plan: &mut Plan) -> &mut RowKernel {
+    match &mut plan.kernels[0].kind {
+        KernelKind::Row(row) => row,
+        _ => unreachable!(),
+    }
+}
+
+/// `b2 = [sum(b0 * b0), sum(b1 * b1)]`.
+fn multi_reduce() -> Plan {
+    let mut prologue = Body::default();
+    let x = load(&mut prologue, 0, 0, &[1], F);
+    prologue.push(Expr::Binary { op: BinaryOp::Mul, a: x, b: x }, F);
+    Plan {
+        buffers: vec![
+            buffer(F, 3, BufferRole::Input(0)),
+            buffer(F, 5, BufferRole::Input(1)),
+            buffer(F, 2, BufferRole::Output),
+        ],
+        inputs: ids(&[0, 1]),
+        outputs: vec![output(2, &[2])],
+        kernels: vec![kernel(
+            "multi_reduce_sum",
+            KernelKind::MultiReduce(MultiReduce { op: ReduceOp::Sum, items: vec![3, 5], prologue, dtype: F }),
+            &[0, 1],
+            &[2],
+        )],
+    }
+}
+
+fn multi(plan: &mut Plan) -> &mut MultiReduce {
+    match &mut plan.kernels[0].kind {
+        KernelKind::MultiReduce(mr) => mr,
+        _ => unreachable!(),
+    }
+}
+
+/// `b3 = b0 [2,3] @ b1 [3,4] + b2 [4]`, two batches of A over one B.
+fn matmul() -> Plan {
+    Plan {
+        buffers: vec![
+            buffer(F, 12, BufferRole::Input(0)),
+            buffer(F, 12, BufferRole::Input(1)),
+            buffer(F, 4, BufferRole::Input(2)),
+            buffer(F, 16, BufferRole::Output),
+        ],
+        inputs: ids(&[0, 1, 2]),
+        outputs: vec![output(3, &[2, 2, 4])],
+        kernels: vec![kernel(
+            "matmul",
+            KernelKind::MatMul(MatMul {
+                batch: vec![2],
+                m: 2,
+                n: 4,
+                k: 3,
+                dtype: F,
+                a_batch_stride: 6,
+                b_batch_stride: 0,
+                a_transposed: false,
+                b_transposed: false,
+                bias: true,
+                activation: None,
+            }),
+            &[0, 1, 2],
+            &[3],
+        )],
+    }
+}
+
+fn mm(plan: &mut Plan) -> &mut MatMul {
+    match &mut plan.kernels[0].kind {
+        KernelKind::MatMul(mm) => mm,
+        _ => unreachable!(),
+    }
+}
+
+/// `b2 = concat([b0 [2,2], b1 [2,3]], axis 1)`.
+fn concat() -> Plan {
+    Plan {
+        buffers: vec![
+            buffer(F, 4, BufferRole::Input(0)),
+            buffer(F, 6, BufferRole::Input(1)),
+            buffer(F, 10, BufferRole::Output),
+        ],
+        inputs: ids(&[0, 1]),
+        outputs: vec![output(2, &[2, 5])],
+        kernels: vec![kernel(
+            "concat",
+            KernelKind::Concat(Concat { shape: Shape::new(vec![2, 5]), axis: 1, extents: vec![2, 3], dtype: F }),
+            &[0, 1],
+            &[2],
+        )],
+    }
+}
+
+fn cat(plan: &mut Plan) -> &mut Concat {
+    match &mut plan.kernels[0].kind {
+        KernelKind::Concat(cat) => cat,
+        _ => unreachable!(),
+    }
+}
+
+/// `plan` changed by `f`.
+fn with(mut plan: Plan, f: impl FnOnce(&mut Plan)) -> Plan {
+    f(&mut plan);
+    plan
+}
+
+#[test]
+fn valid_plans_of_every_family_pass() {
+    for plan in [pointwise(), row(), multi_reduce(), matmul(), concat()] {
+        check(&plan, None);
+    }
+    // A plan with no kernels whose output is an input, reshaped.
+    let passthrough = with(pointwise(), |p| {
+        p.kernels.clear();
+        p.buffers.truncate(1);
+        p.outputs = vec![output(0, &[6])];
+    });
+    check(&passthrough, None);
+}
+
+#[test]
+fn buffer_ids() {
+    check(&with(pointwise(), |p| p.kernels[0].inputs[0] = BufferId(9)), Some(Rule::BufferIds));
+    check(&with(pointwise(), |p| p.kernels[0].outputs[0] = BufferId(9)), Some(Rule::BufferIds));
+    check(&with(pointwise(), |p| p.outputs[0].buffer = BufferId(9)), Some(Rule::BufferIds));
+    check(&with(pointwise(), |p| p.inputs[0] = BufferId(9)), Some(Rule::BufferIds));
+}
+
+#[test]
+fn input_roles() {
+    check(&with(pointwise(), |p| p.inputs[0] = BufferId(1)), Some(Rule::InputRoles));
+    // An input buffer the plan's input list leaves out.
+    check(&with(pointwise(), |p| p.buffers.push(buffer(F, 1, BufferRole::Input(1)))), Some(Rule::InputRoles));
+}
+
+#[test]
+fn read_before_write() {
+    // b0 -> b1 -> b2, with the two kernels in the wrong order.
+    let chain = with(pointwise(), |p| {
+        p.buffers[1].role = BufferRole::Intermediate;
+        p.buffers.push(buffer(F, 6, BufferRole::Output));
+        let mut second = p.kernels[0].clone();
+        second.name = "second".into();
+        second.inputs = ids(&[1]);
+        second.outputs = ids(&[2]);
+        p.kernels.push(second);
+        p.outputs = vec![output(2, &[2, 3])];
+    });
+    check(&chain, None);
+    check(&with(chain, |p| p.kernels.reverse()), Some(Rule::ReadBeforeWrite));
+}
+
+#[test]
+fn single_writer() {
+    // Writing a graph input.
+    check(
+        &with(pointwise(), |p| {
+            p.buffers.push(buffer(F, 6, BufferRole::Input(1)));
+            p.inputs.push(BufferId(2));
+            p.kernels[0].outputs = ids(&[2]);
+            p.outputs = vec![output(0, &[6])];
+        }),
+        Some(Rule::SingleWriter),
+    );
+    // Two kernels writing one buffer.
+    check(
+        &with(pointwise(), |p| {
+            let mut again = p.kernels[0].clone();
+            again.name = "again".into();
+            p.kernels.push(again);
+        }),
+        Some(Rule::SingleWriter),
+    );
+}
+
+#[test]
+fn outputs() {
+    check(&with(pointwise(), |p| p.outputs[0].shape = Shape::new(vec![7])), Some(Rule::Outputs));
+    check(
+        &with(pointwise(), |p| {
+            p.buffers.push(buffer(F, 6, BufferRole::Output));
+            p.outputs.push(output(2, &[6]));
+        }),
+        Some(Rule::Outputs),
+    );
+}
+
+#[test]
+fn kernel_names() {
+    check(&with(pointwise(), |p| p.kernels[0].name = "1st kernel".into()), Some(Rule::KernelNames));
+    check(&with(pointwise(), |p| p.kernels[0].name = String::new()), Some(Rule::KernelNames));
+    let two = with(row(), |p| {
+        // A second kernel reading the row sums, named like the first.
+        p.buffers[1].role = BufferRole::Intermediate;
+        p.buffers.push(buffer(F, 2, BufferRole::Output));
+        let mut body = Body::default();
+        let x = load(&mut body, 0, 0, &[1], F);
+        body.stores.push(Store { value: x, output: 0 });
+        p.kernels.push(kernel(
+            "row_sum",
+            KernelKind::Pointwise(Pointwise { shape: Shape::new(vec![2]), body }),
+            &[1],
+            &[3],
+        ));
+        p.outputs[0].buffer = BufferId(3);
+    });
+    check(&two, Some(Rule::KernelNames));
+    check(&with(two, |p| p.kernels[1].name = "copy".into()), None);
+}
+
+#[test]
+fn value_order() {
+    check(
+        &with(pointwise(), |p| {
+            if let Expr::Unary { x, .. } = &mut pointwise_body(p).values[1].expr {
+                *x = ValueId(1);
+            }
+        }),
+        Some(Rule::ValueOrder),
+    );
+    check(&with(pointwise(), |p| pointwise_body(p).stores[0].value = ValueId(5)), Some(Rule::ValueOrder));
+    // In a row kernel the order is checked before per-row analysis needs it.
+    check(
+        &with(row(), |p| {
+            if let Expr::Binary { b, .. } = &mut row_kernel(p).body.values[2].expr {
+                *b = ValueId(4);
+            }
+        }),
+        Some(Rule::ValueOrder),
+    );
+}
+
+#[test]
+fn value_types() {
+    check(&with(pointwise(), |p| pointwise_body(p).values[1].dtype = DType::F16), Some(Rule::ValueTypes));
+    // where needs a bool condition.
+    check(
+        &with(pointwise(), |p| {
+            let body = pointwise_body(p);
+            let w = body.push(Expr::Where { cond: ValueId(0), a: ValueId(0), b: ValueId(1) }, F);
+            body.stores[0].value = w;
+        }),
+        Some(Rule::ValueTypes),
+    );
+    // A cast is any dtype to any dtype.
+    check(
+        &with(pointwise(), |p| {
+            let body = pointwise_body(p);
+            let c = body.push(Expr::Cast { x: ValueId(1) }, DType::I32);
+            let back = body.push(Expr::Cast { x: c }, F);
+            body.stores[0].value = back;
+        }),
+        None,
+    );
+}
+
+#[test]
+fn loads() {
+    let with_load = |input: usize, offset: usize, strides: &[usize], dtype: DType| {
+        let strides = strides.to_vec();
+        with(pointwise(), move |p| {
+            pointwise_body(p).values[0] = braze_plan::Value { expr: Expr::Load { input, offset, strides }, dtype }
+        })
+    };
+    check(&with_load(0, 0, &[3, 1], F), None);
+    check(&with_load(0, 0, &[0, 1], F), None); // broadcast rows
+    check(&with_load(1, 0, &[3, 1], F), Some(Rule::Loads)); // no slot 1
+    check(&with_load(0, 0, &[3], F), Some(Rule::Loads)); // too few strides
+    check(&with_load(0, 1, &[3, 1], F), Some(Rule::Loads)); // one past the end
+    check(&with_load(0, 0, &[usize::MAX, 1], F), Some(Rule::Loads)); // overflowing offsets
+    check(&with_load(0, 0, &[3, 1], DType::F16), Some(Rule::Loads)); // wrong dtype
+                                                                     // An empty domain runs no loads: any offset is fine.
+    let empty = with(with_load(0, 100, &[3, 1], F), |p| {
+        if let KernelKind::Pointwise(pw) = &mut p.kernels[0].kind {
+            pw.shape = Shape::new(vec![0, 3]);
+        }
+        p.buffers[1].numel = 0;
+        p.outputs[0].shape = Shape::new(vec![0, 3]);
+    });
+    check(&empty, None);
+    // Rows without columns still run their per-row loads, but not their element loads.
+    let no_columns = |row_offset: usize, element_offset: usize| {
+        with(row(), move |p| {
+            p.buffers[2].numel = 0;
+            p.outputs[1].shape = Shape::new(vec![2, 0]);
+            let row = row_kernel(p);
+            row.inner = vec![0];
+            let per_row = load(&mut row.body, 0, row_offset, &[3, 0], F);
+            let element = load(&mut row.body, 0, element_offset, &[3, 1], F);
+            let sum = row.body.push(Expr::Binary { op: BinaryOp::Add, a: per_row, b: ValueId(1) }, F);
+            let _ = element;
+            row.body.stores[0].value = sum;
+        })
+    };
+    check(&no_columns(0, 100), None);
+    check(&no_columns(100, 0), Some(Rule::Loads));
+}
+
+#[test]
+fn reductions() {
+    // Not in a pointwise kernel.
+    check(
+        &with(pointwise(), |p| {
+            let body = pointwise_body(p);
+            let r = body.push(Expr::Reduce { op: ReduceOp::Sum, x: ValueId(1) }, F);
+            body.stores[0].value = r;
+        }),
+        Some(Rule::Reductions),
+    );
+    // Floats reduce in f32: an f16 operand is refused even with an f16 result.
+    let f16_row = with(row(), |p| {
+        for b in &mut p.buffers {
+            b.dtype = DType::F16;
+        }
+        for v in &mut row_kernel(p).body.values {
+            v.dtype = DType::F16;
+        }
+    });
+    check(&f16_row, Some(Rule::Reductions));
+    // Widened to f32 first, it is fine.
+    let mut body = Body::default();
+    let x = load(&mut body, 0, 0, &[3, 1], DType::F16);
+    let wide = body.push(Expr::Cast { x }, F);
+    let s = body.push(Expr::Reduce { op: ReduceOp::Max, x: wide }, F);
+    body.stores.push(Store { value: s, output: 0 });
+    let ordered = with(row(), |p| {
+        p.buffers[0].dtype = DType::F16;
+        p.buffers.pop();
+        p.outputs.pop();
+        p.kernels[0].outputs.pop();
+        row_kernel(p).body = body;
+    });
+    check(&ordered, None);
+}
+
+#[test]
+fn stores() {
+    check(&with(pointwise(), |p| pointwise_body(p).stores[0].output = 1), Some(Rule::Stores));
+    check(
+        &with(pointwise(), |p| {
+            let body = pointwise_body(p);
+            body.stores.push(body.stores[0].clone());
+        }),
+        Some(Rule::Stores),
+    );
+    check(&with(pointwise(), |p| pointwise_body(p).stores.clear()), Some(Rule::Stores));
+    check(
+        &with(pointwise(), |p| {
+            p.buffers[1].dtype = DType::F16;
+        }),
+        Some(Rule::Stores),
+    );
+    check(
+        &with(pointwise(), |p| {
+            p.buffers[1].numel = 3;
+            p.outputs[0].shape = Shape::new(vec![3]);
+        }),
+        Some(Rule::Stores),
+    );
+    // A per-row value fills one element per row, an element value rows * cols.
+    check(
+        &with(row(), |p| {
+            let body = &mut row_kernel(p).body;
+            body.stores.swap(0, 1);
+            body.stores[0].output = 0;
+            body.stores[1].output = 1;
+        }),
+        Some(Rule::Stores),
+    );
+}
+
+#[test]
+fn multi_reduce_rule() {
+    check(&with(multi_reduce(), |p| multi(p).items = vec![3]), Some(Rule::MultiReduce));
+    check(&with(multi_reduce(), |p| multi(p).items = vec![3, 4]), Some(Rule::MultiReduce));
+    check(
+        &with(multi_reduce(), |p| {
+            p.buffers[2].numel = 3;
+            p.outputs[0].shape = Shape::new(vec![3]);
+        }),
+        Some(Rule::MultiReduce),
+    );
+    check(
+        &with(multi_reduce(), |p| {
+            multi(p).prologue.values[0].expr = Expr::Load { input: 0, offset: 1, strides: vec![1] }
+        }),
+        Some(Rule::MultiReduce),
+    );
+    check(
+        &with(multi_reduce(), |p| multi(p).prologue.stores.push(Store { value: ValueId(1), output: 0 })),
+        Some(Rule::MultiReduce),
+    );
+    check(&with(multi_reduce(), |p| multi(p).prologue = Body::default()), Some(Rule::MultiReduce));
+    // The reduced value must have the kernel's dtype.
+    check(
+        &with(multi_reduce(), |p| {
+            let prologue = &mut multi(p).prologue;
+            prologue.push(Expr::Cast { x: ValueId(1) }, DType::I32);
+        }),
+        Some(Rule::MultiReduce),
+    );
+    // A mean of integers does not type.
+    check(
+        &with(multi_reduce(), |p| {
+            for b in &mut p.buffers {
+                b.dtype = DType::I32;
+            }
+            let mr = multi(p);
+            mr.op = ReduceOp::Mean;
+            mr.dtype = DType::I32;
+            for v in &mut mr.prologue.values {
+                v.dtype = DType::I32;
+            }
+        }),
+        Some(Rule::MultiReduce),
+    );
+    // The prologue's values are typed like any body.
+    check(&with(multi_reduce(), |p| multi(p).prologue.values[1].dtype = DType::Bool), Some(Rule::ValueTypes));
+}
+
+#[test]
+fn matmul_rule() {
+    check(&with(matmul(), |p| mm(p).bias = false), Some(Rule::MatMul));
+    check(&with(matmul(), |p| mm(p).b_batch_stride = 12), Some(Rule::MatMul)); // B's second batch leaves it
+    check(&with(matmul(), |p| mm(p).a_batch_stride = usize::MAX), Some(Rule::MatMul));
+    check(&with(matmul(), |p| mm(p).n = 3), Some(Rule::MatMul)); // bias and output sizes
+    check(
+        &with(matmul(), |p| {
+            for b in &mut p.buffers {
+                b.dtype = DType::I32;
+            }
+            mm(p).dtype = DType::I32;
+        }),
+        Some(Rule::MatMul),
+    );
+    check(&with(matmul(), |p| p.buffers[1].dtype = DType::BF16), Some(Rule::MatMul));
+    // Transposed operands need the same sizes.
+    check(
+        &with(matmul(), |p| {
+            let m = mm(p);
+            m.a_transposed = true;
+            m.b_transposed = true;
+        }),
+        None,
+    );
+}
+
+#[test]
+fn concat_rule() {
+    check(&with(concat(), |p| cat(p).axis = 2), Some(Rule::Concat));
+    check(&with(concat(), |p| cat(p).extents = vec![2, 2]), Some(Rule::Concat));
+    check(&with(concat(), |p| cat(p).extents = vec![3, 2]), Some(Rule::Concat)); // input sizes
+    check(&with(concat(), |p| cat(p).extents = vec![5]), Some(Rule::Concat));
+    check(&with(concat(), |p| p.buffers[2].dtype = DType::F16), Some(Rule::Concat));
+}
+
+#[test]
+fn json_round_trips_and_validates() {
+    for plan in [pointwise(), row(), multi_reduce(), matmul(), concat()] {
+        assert_eq!(Plan::from_json(&plan.to_json()).unwrap(), plan);
+    }
+    let broken = with(pointwise(), |p| p.kernels[0].name = "no good".into());
+    assert_eq!(Plan::from_json(&broken.to_json()).unwrap_err().rule(), Some(Rule::KernelNames));
+    assert!(matches!(Plan::from_json("{\"buffers\": 3}"), Err(PlanError::Json(_))));
+}
