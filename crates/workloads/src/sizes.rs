@@ -91,6 +91,11 @@ mod tests {
         let sizes = multisum_sizes(10_000, 100, 10_000, 0);
         assert_eq!(sizes[..4], [8711, 2603, 829, 6942]);
         assert_eq!(sizes.iter().sum::<usize>(), 21_792_878);
+        // Away from the standard sizes too (`torch_baseline.py --print-sizes K LO HI SEED`).
+        let sizes = multisum_sizes(500, 100, 10_000, 7);
+        assert_eq!(sizes[..4], [362, 352, 5298, 2057]);
+        assert_eq!(sizes.iter().sum::<usize>(), 1_146_211);
+        assert_eq!(multisum_sizes(4, 2, 32, 0), [29, 14, 7, 25]);
     }
 
     #[test]
@@ -102,7 +107,7 @@ mod tests {
         // Log-uniform: about half below the geometric mean (1000).
         let below = sizes.iter().filter(|&&s| s < 1000).count();
         assert!((200..300).contains(&below), "{below}");
-        // Truncated as Python's int() truncates: exp(ln 50) is 49.999..., so 49.
+        // Truncated as Python's int() truncates: exp(ln 50) is 49.999..., so 49 (PyTorch's too).
         assert_eq!(multisum_sizes(3, 50, 50, 1), [49, 49, 49]);
         assert!(multisum_sizes(0, 1, 10, 1).is_empty());
     }
