@@ -34,7 +34,7 @@ pub trait Inputs {
 }
 
 /// A weight matrix's scale: `1/sqrt(fan_in)` keeps the activations of a product near unit scale.
-fn fan_in_scale(fan_in: usize) -> f64 {
+pub(crate) fn fan_in_scale(fan_in: usize) -> f64 {
     1.0 / (fan_in.max(1) as f64).sqrt()
 }
 

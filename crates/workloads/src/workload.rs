@@ -192,7 +192,7 @@ pub fn build(name: &str, sizes: &Sizes) -> Result<Workload> {
         }
         "sync_demo" => {
             inputs.input("x", dtype, &[rows, hidden], 1.0)?;
-            inputs.input("w", dtype, &[hidden, hidden], 1.0 / (hidden.max(1) as f64).sqrt())?;
+            inputs.input("w", dtype, &[hidden, hidden], definition::fan_in_scale(hidden))?;
             Ok(inputs.into_workload("sync_demo", Arc::new(sync_demo)))
         }
         other => Err(Error::InvalidArgument {
