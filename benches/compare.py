@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Joins braze's benchmark JSON with torch_anchors.py's JSON from the same run and prints one row
+"""Joins braze's benchmark JSON with torch_baseline.py's JSON from the same run and prints one row
 per workload: braze's time, PyTorch eager / torch.compile / best library path, the speedups, and
 the fraction of the copy bandwidth measured in the same run.
 

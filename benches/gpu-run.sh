@@ -17,7 +17,7 @@ if [ "$what" = all ] || [ "$what" = bench ]; then
   { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv; date -u; } > "$out/bench.log"
   timeout 240 .stage/bin/braze bench --json "$out/braze.json" >> "$out/bench.log" 2>&1 || status=1
   tail -n 40 "$out/bench.log"
-  timeout 240 python3 .stage/torch_anchors.py --json "$out/torch.json" 2>&1 | tail -n 30 || status=1
+  timeout 240 python3 .stage/torch_baseline.py --json "$out/torch.json" 2>&1 | tail -n 30 || status=1
   python3 .stage/compare.py "$out/braze.json" "$out/torch.json" | tee "$out/compare.txt"
 fi
 if [ "$what" = all ] || [ "$what" = tests ]; then

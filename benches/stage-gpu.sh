@@ -8,7 +8,6 @@
 # Results land in $OUT (or .stage/out when $OUT is unset).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-shared=${BRAZE_SHARED:-../shared}
 rm -rf .stage
 mkdir -p .stage/bin
 cargo build --release -p braze-cli
@@ -29,6 +28,5 @@ for line in sys.stdin:
         shutil.copy(m["executable"], os.path.join(".stage/bin", name))
         print("staged test binary", name)
 '
-cp "$shared/bench/torch_anchors.py" .stage/
-cp benches/gpu-run.sh benches/compare.py .stage/
+cp benches/torch_baseline.py benches/gpu-run.sh benches/compare.py .stage/
 du -sh .stage

@@ -9,8 +9,8 @@
 //! `BRAZE_REQUIRE_CUDA=1`. Tests named `sanitizer_*` are small and quick: compute-sanitizer
 //! (memcheck, racecheck) runs only those.
 
-use braze::workloads::{self, Sizes};
 use braze::{compile, DType, Device, HostTensor, Mode, Tensor};
+use braze_workloads::{self as workloads, Sizes};
 use std::sync::{Arc, Mutex, MutexGuard, Once};
 
 const GPU: Device = Device::Cuda(0);

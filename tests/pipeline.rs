@@ -3,8 +3,8 @@
 //! every kernel compiled by NVRTC for sm_90 without spills (when NVRTC is found), and the fused
 //! plan run by `eval_plan` compared with the f64 reference `eval_graph` on random inputs.
 //!
-//! Graphs are built directly, without source locations, so snapshots do not change when this
-//! file does. Outputs are compared with the tolerance of the narrowest float dtype the graph
+//! Graphs are built directly (the benchmark workloads by `braze_workloads::graph`), without
+//! source locations, so snapshots do not change when this file does. Outputs are compared with the tolerance of the narrowest float dtype the graph
 //! computes in: fused kernels keep bf16 intermediates in f32 where the reference rounds every op.
 
 mod common;
@@ -15,6 +15,7 @@ use braze_cuda::nvrtc::nvrtc_available;
 use braze_ir::{BinaryOp, DType, Graph, NodeId, Op, ReduceOp, UnaryOp};
 use braze_passes::{compile_to_plan, optimize, FusionOptions, PassManager};
 use braze_plan::Plan;
+use braze_workloads::graph;
 use common::{compare_outputs, compile_for_sm90, narrowest_float, random_inputs, Builder};
 use std::collections::BTreeSet;
 use std::fmt::Write;
@@ -41,31 +42,31 @@ struct Case {
 const CASES: &[Case] = &[
     Case {
         name: "ln_relu_res_f32",
-        build: || ln_relu_res(DType::F32, 64, 256),
+        build: || graph::ln_relu_res(DType::F32, 64, 256).unwrap(),
         inputs: Inputs::Random,
         kernels: &["row"],
     },
     Case {
         name: "ln_relu_res_bf16",
-        build: || ln_relu_res(DType::BF16, 64, 256),
+        build: || graph::ln_relu_res(DType::BF16, 64, 256).unwrap(),
         inputs: Inputs::Random,
         kernels: &["row"],
     },
     Case {
         name: "ew_chain_f32",
-        build: || ew_chain(DType::F32, 4099),
+        build: || graph::ew_chain(DType::F32, &[4099]).unwrap(),
         inputs: Inputs::WithSpecials,
         kernels: &["pointwise"],
     },
     Case {
         name: "ew_chain_bf16",
-        build: || ew_chain(DType::BF16, 4099),
+        build: || graph::ew_chain(DType::BF16, &[4099]).unwrap(),
         inputs: Inputs::WithSpecials,
         kernels: &["pointwise"],
     },
     Case {
         name: "multisum_k6",
-        build: || multisum(&[1000, 0, 1, 37, 5000, 20_000]),
+        build: || graph::multisum(DType::F32, &[1000, 0, 1, 37, 5000, 20_000]).unwrap(),
         inputs: Inputs::Random,
         kernels: &["multi_reduce"],
     },
@@ -75,7 +76,12 @@ const CASES: &[Case] = &[
         inputs: Inputs::Random,
         kernels: &["multi_reduce", "pointwise"],
     },
-    Case { name: "tiny_block_4_layers", build: || tiny_block(4, 16, 256), inputs: Inputs::Random, kernels: &["row"] },
+    Case {
+        name: "tiny_block_4_layers",
+        build: || graph::tiny_block(DType::F32, 4, 16, 256).unwrap(),
+        inputs: Inputs::Random,
+        kernels: &["row"],
+    },
     Case { name: "rms_norm", build: || rms_norm(32, 768), inputs: Inputs::Random, kernels: &["row"] },
     Case { name: "softmax_last_axis", build: || softmax(64, 1000, 1), inputs: Inputs::Random, kernels: &["row"] },
     Case {
@@ -155,7 +161,7 @@ const CASES: &[Case] = &[
     },
     Case {
         name: "mlp_block_bf16_small",
-        build: || mlp_block(DType::BF16, 8, 32, 64),
+        build: || graph::mlp_block(DType::BF16, 8, 32, 64).unwrap(),
         inputs: Inputs::Random,
         kernels: &["matmul", "pointwise", "matmul", "row"],
     },
@@ -176,44 +182,6 @@ const CASES: &[Case] = &[
 
 // ---- the functions ----------------------------------------------------------------------------
 
-/// `relu(layer_norm(x, w, b)) + res`.
-fn ln_relu_res(dtype: DType, rows: usize, cols: usize) -> Graph {
-    let mut b = Builder::new();
-    let x = b.input(dtype, [rows, cols]);
-    let w = b.input(dtype, [cols]);
-    let bias = b.input(dtype, [cols]);
-    let res = b.input(dtype, [rows, cols]);
-    let ln = b.op(Op::LayerNorm { eps: 1e-5 }, &[x, w, bias]);
-    let r = b.un(UnaryOp::Relu, ln);
-    let y = b.add(r, res);
-    b.finish(vec![y])
-}
-
-/// `gelu_erf(x * a + b) * c` over `n` elements.
-fn ew_chain(dtype: DType, n: usize) -> Graph {
-    let mut b = Builder::new();
-    let [x, a, c0, c] = [0; 4].map(|_| b.input(dtype, [n]));
-    let xa = b.mul(x, a);
-    let xab = b.add(xa, c0);
-    let act = b.un(UnaryOp::GeluErf, xab);
-    let y = b.mul(act, c);
-    b.finish(vec![y])
-}
-
-/// `stack([t.sum() for t in ts])`.
-fn multisum(sizes: &[usize]) -> Graph {
-    let mut b = Builder::new();
-    let sums: Vec<NodeId> = sizes
-        .iter()
-        .map(|&n| {
-            let t = b.input(DType::F32, [n]);
-            b.reduce(ReduceOp::Sum, t, &[0], false)
-        })
-        .collect();
-    let y = b.op(Op::Stack { axis: 0 }, &sums);
-    b.finish(vec![y])
-}
-
 /// `sqrt(stack([(t * t).sum() for t in ts]))`: the L2 norms of K tensors of different ranks.
 fn squared_norms(sizes: &[usize]) -> Graph {
     let mut b = Builder::new();
@@ -231,20 +199,6 @@ fn squared_norms(sizes: &[usize]) -> Graph {
     let stacked = b.op(Op::Stack { axis: 0 }, &squares);
     let norms = b.un(UnaryOp::Sqrt, stacked);
     b.finish(vec![norms])
-}
-
-/// `layers` times `x = relu(layer_norm(x, w_i, b_i)) + x`.
-fn tiny_block(layers: usize, rows: usize, hidden: usize) -> Graph {
-    let mut b = Builder::new();
-    let mut x = b.input(DType::F32, [rows, hidden]);
-    for _ in 0..layers {
-        let w = b.input(DType::F32, [hidden]);
-        let bias = b.input(DType::F32, [hidden]);
-        let ln = b.op(Op::LayerNorm { eps: 1e-5 }, &[x, w, bias]);
-        let r = b.un(UnaryOp::Relu, ln);
-        x = b.add(r, x);
-    }
-    b.finish(vec![x])
 }
 
 /// `rms_norm(x, w)`.
@@ -445,26 +399,6 @@ fn matmul_bias_relu(m: usize, k: usize, n: usize) -> Graph {
     b.finish(vec![y])
 }
 
-/// `layer_norm(x + (gelu_erf(x @ w1 + b1) @ w2 + b2))`.
-fn mlp_block(dtype: DType, rows: usize, dim: usize, hidden: usize) -> Graph {
-    let mut b = Builder::new();
-    let x = b.input(dtype, [rows, dim]);
-    let w1 = b.input(dtype, [dim, hidden]);
-    let b1 = b.input(dtype, [hidden]);
-    let w2 = b.input(dtype, [hidden, dim]);
-    let b2 = b.input(dtype, [dim]);
-    let lw = b.input(dtype, [dim]);
-    let lb = b.input(dtype, [dim]);
-    let h = b.op(Op::MatMul, &[x, w1]);
-    let h = b.add(h, b1);
-    let h = b.un(UnaryOp::GeluErf, h);
-    let o = b.op(Op::MatMul, &[h, w2]);
-    let o = b.add(o, b2);
-    let r = b.add(x, o);
-    let y = b.op(Op::LayerNorm { eps: 1e-5 }, &[r, lw, lb]);
-    b.finish(vec![y])
-}
-
 /// Outputs `reshape(x, [4, 2, 3])` (the input's own buffer, no kernel) and `tanh(x)`.
 fn output_is_reshaped_input() -> Graph {
     let mut b = Builder::new();
@@ -625,24 +559,13 @@ struct Sweep {
 }
 
 const SWEEP: &[Sweep] = &[
-    Sweep { name: "ln_relu_res", build: |r, h| ln_relu_res(DType::F32, r, h), specials: false },
+    Sweep { name: "ln_relu_res", build: |r, h| graph::ln_relu_res(DType::F32, r, h).unwrap(), specials: false },
     Sweep { name: "softmax", build: |r, h| softmax(r, h, 1), specials: false },
     Sweep { name: "rms_norm", build: rms_norm, specials: false },
-    Sweep { name: "ew_chain", build: ew_chain_2d, specials: true },
+    Sweep { name: "ew_chain", build: |r, h| graph::ew_chain(DType::F32, &[r, h]).unwrap(), specials: true },
     Sweep { name: "reduce_axis_0", build: |r, h| reduce_axes(&[r, h], ReduceOp::Sum, &[0]), specials: false },
     Sweep { name: "broadcast_chain", build: broadcast_chain, specials: true },
 ];
-
-/// ew_chain over `[rows, hidden]`.
-fn ew_chain_2d(rows: usize, hidden: usize) -> Graph {
-    let mut b = Builder::new();
-    let [x, a, c0, c] = [0; 4].map(|_| b.input(DType::F32, [rows, hidden]));
-    let xa = b.mul(x, a);
-    let xab = b.add(xa, c0);
-    let act = b.un(UnaryOp::GeluErf, xab);
-    let y = b.mul(act, c);
-    b.finish(vec![y])
-}
 
 #[test]
 fn random_shapes_match_the_reference() {

@@ -30,7 +30,6 @@
 //! - [`backend`]: the seam where graphs become runnable ([`backend::Executable`]); today the CPU
 //!   reference, later fusion, codegen and CUDA.
 //! - `explain`, [`logging`]: [`Explanation`], `BRAZE_LOG` and `BRAZE_DUMP`.
-//! - [`workloads`]: the benchmark workloads.
 //!
 //! **Invariant:** no user input makes the library panic: every op returns `Result`.
 
@@ -46,7 +45,6 @@ pub mod logging;
 mod ops;
 mod tensor;
 mod trace;
-pub mod workloads;
 
 pub use backend::{allow_tf32, set_allow_tf32};
 pub use braze_ir::{DType, Graph, HostData, HostTensor, Shape, SourceLoc};

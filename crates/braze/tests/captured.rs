@@ -1,8 +1,8 @@
 //! Tensors a compiled function captures are graph inputs bound by identity: an assigned value is
 //! seen without a retrace; a new shape retraces.
 
-use braze::workloads::{self, Sizes};
 use braze::{compile, DType, Result, Tensor};
+use braze_workloads::{self as workloads, Sizes};
 
 fn vector(values: &[f32]) -> Tensor {
     Tensor::from_slice(values, [values.len()]).unwrap()

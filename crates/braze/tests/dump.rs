@@ -3,7 +3,7 @@
 //! The dump directory is read once per process, so this file holds the only test that sets it.
 
 use braze::logging::{parse_topics, targets};
-use braze::workloads::{self, Sizes};
+use braze_workloads::{self as workloads, Sizes};
 use std::fs;
 use std::path::Path;
 
@@ -39,7 +39,7 @@ fn dump_writes_graphs_and_break_reports() {
     check(
         &dir,
         &[
-            ("graph-0.txt", &["layer_norm %0, %1, %2, eps=1e-5 : f32[2,4]  @ crates/braze/src/workloads.rs:"]),
+            ("graph-0.txt", &["layer_norm %0, %1, %2, eps=1e-5 : f32[2,4]  @ crates/workloads/src/definition.rs:"]),
             ("graph-0.json", &["\"kind\": \"layer_norm\"", "\"line\":"]),
             ("graph-1.txt", &["matmul"]),
             ("graph-3.json", &["\"op\": \"sub\""]),
@@ -50,8 +50,8 @@ fn dump_writes_graphs_and_break_reports() {
                 &[
                     "`ln_relu_res` (f32[2,4], f32[4], f32[4], f32[2,4]): 0 break(s)",
                     "`sync_demo` (f32[2,4], f32[4,4]): 2 break(s)",
-                    "break: host_read at crates/braze/src/workloads.rs:",
-                    "break: bool_coercion at crates/braze/src/workloads.rs:",
+                    "break: host_read at crates/workloads/src/workload.rs:",
+                    "break: bool_coercion at crates/workloads/src/workload.rs:",
                 ],
             ),
         ],

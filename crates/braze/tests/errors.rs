@@ -1,7 +1,8 @@
 //! User mistakes are errors, never panics, and each message names the op or argument, the
 //! expected and the actual, and the caller's `file:line:col`.
 
-use braze::{compile, workloads, DType, Device, Error, Result, Tensor};
+use braze::{compile, DType, Device, Error, Result, Tensor};
+use braze_workloads as workloads;
 use std::cell::RefCell;
 
 const FILE: &str = "crates/braze/tests/errors.rs";

@@ -2,8 +2,8 @@
 //! runs the function again, so each input takes its own branch and still matches eager
 //! execution, while the compiled pieces are reused.
 
-use braze::workloads::{self, Sizes};
 use braze::{compile, DType, Result, Tensor};
+use braze_workloads::{self as workloads, Sizes};
 
 /// Calls the lenient compiled `f` on each input set and compares with eager execution; returns
 /// (traces, graphs compiled) at the end.

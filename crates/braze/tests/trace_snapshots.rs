@@ -1,7 +1,7 @@
 //! The IR text of traced functions, snapshotted under `snapshots/trace/`.
 
-use braze::workloads::{self, Sizes};
 use braze::{compile, CustomOp, DType, Device, Result, Tensor};
+use braze_workloads::{self as workloads, Sizes};
 
 /// Traces `f` on `inputs` in fullgraph mode, checks the compiled result against eager execution,
 /// and snapshots the graph text as `name`.

@@ -1,13 +1,12 @@
-//! `braze bench`: the workloads of workloads.md at their standard sizes on the GPU, timed as
-//! `torch_anchors.py` times PyTorch (do_bench medians), checked against the CPU reference, and
+//! `braze bench`: the workloads of `benches/workloads.md` at their standard sizes on the GPU,
+//! timed as `benches/torch_baseline.py` times PyTorch (do_bench medians), checked against the CPU reference, and
 //! written as rows with the same workload, shape and dtype keys so `compare.py` can join them.
 
 use crate::common::{check_host, slice_rows, Check, Pair};
 use crate::timing::{fmt_us, GpuTimer, Timing};
-use crate::torch_rng;
 use anyhow::{bail, Context, Result};
-use braze::workloads::{self, Sizes, Workload};
 use braze::{compile, DType, Device, HostTensor, Mode, Tensor};
+use braze_workloads::{self as workloads, Sizes, Workload};
 use serde_json::{json, Map, Value};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -284,11 +283,11 @@ impl Bench {
 
     fn multisum(&mut self, k: usize, lo: usize, hi: usize, seed: u64) -> Result<()> {
         let dtype = DType::F32;
-        let sizes = torch_rng::multisum_sizes(k, lo, hi, seed);
+        let sizes = workloads::multisum_sizes(k, lo, hi, seed);
         let total: usize = sizes.iter().sum();
         let shape = format!("K={k} {lo}-{hi} s{seed}");
         println!(
-            "# multisum {shape}: {total} elements, {:.1} MB (torch_anchors.py's multisum_sizes, reproduced: first sizes {:?})",
+            "# multisum {shape}: {total} elements, {:.1} MB (the sizes of torch_baseline.py's multisum_sizes: first {:?})",
             (total * 4) as f64 / 1e6,
             &sizes[..sizes.len().min(4)]
         );
@@ -325,7 +324,7 @@ impl Bench {
             host_clock: false,
         })?;
         let note = format!(
-            "{total} elements in {k} tensors (torch_anchors.py prints its count as `# multisum {shape}: N elements`)"
+            "{total} elements in {k} tensors (torch_baseline.py prints its count as `# multisum {shape}: N elements`)"
         );
         self.info("multisum", &shape, "f32", "info elements", None, &note);
         Ok(())

@@ -2,8 +2,8 @@
 //! workload on the CPU (the reference), comparisons and printing.
 
 use anyhow::{bail, Context, Result};
-use braze::workloads::{self, Sizes, Workload};
 use braze::{DType, Device, HostTensor, Mode, Tensor};
+use braze_workloads::{self as workloads, Sizes, Workload};
 use std::sync::Arc;
 
 /// `--device cpu|cuda|cuda:N`.
@@ -73,16 +73,11 @@ impl Pair {
         if name != "tiny_block" {
             return Pair::from_host(workloads::build(name, sizes)?, device);
         }
-        let (rows, hidden, dtype, seed) = (sizes.rows, sizes.hidden, sizes.dtype, sizes.seed);
-        let mut host_weights = Vec::with_capacity(sizes.layers);
-        let mut dev_weights = Vec::with_capacity(sizes.layers);
-        for layer in 0..sizes.layers as u64 {
-            let w = Tensor::randn([hidden], dtype, seed + 100 + 2 * layer)?;
-            let b = Tensor::randn([hidden], dtype, seed + 101 + 2 * layer)?;
-            dev_weights.push((w.to_device(device)?, b.to_device(device)?));
-            host_weights.push((w, b));
-        }
-        let x = Tensor::randn([rows, hidden], dtype, seed)?;
+        let (x, host_weights) = workloads::tiny_block_inputs(sizes)?;
+        let dev_weights = host_weights
+            .iter()
+            .map(|(w, b)| Ok((w.to_device(device)?, b.to_device(device)?)))
+            .collect::<braze::Result<Vec<_>>>()?;
         let host = Workload {
             name: "tiny_block",
             input_names: vec!["x".into()],

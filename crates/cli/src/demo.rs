@@ -5,8 +5,8 @@ use crate::common::{check_outputs, print_graph, resolve_device, Pair};
 use crate::timing::{fmt_us, host_median, GpuTimer};
 use anyhow::{bail, Result};
 use braze::backend::{self, Target};
-use braze::workloads::Sizes;
 use braze::{DType, Device, Explanation, Mode, Tensor};
+use braze_workloads::Sizes;
 use std::time::Instant;
 
 /// Sizes per workload: seconds in all on either device.

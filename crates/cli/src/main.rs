@@ -4,12 +4,11 @@ mod bench;
 mod common;
 mod demo;
 mod timing;
-mod torch_rng;
 
 use anyhow::{bail, Result};
 use braze::backend::{self, Target};
-use braze::workloads::Sizes;
 use braze::{DType, Device, Error, GraphBreak, Mode};
+use braze_workloads::Sizes;
 use clap::{Args, Parser, Subcommand};
 use common::{parse_device, parse_dtype, parse_mode, resolve_device, Pair};
 use std::process::ExitCode;
@@ -50,8 +49,8 @@ enum Command {
         #[arg(long, value_parser = parse_device)]
         device: Option<Device>,
     },
-    /// The GPU benchmark at the standard sizes of workloads.md, in the row format of
-    /// torch_anchors.py (needs a CUDA GPU).
+    /// The GPU benchmark at the standard sizes of benches/workloads.md, in the row format of
+    /// benches/torch_baseline.py (needs a CUDA GPU).
     Bench {
         /// Write the rows as JSON here (`{"env": {...}, "rows": [...]}`).
         #[arg(long)]

@@ -1,5 +1,5 @@
-//! Timing: `triton.testing.do_bench` on braze's CUDA stream (the method `torch_anchors.py` uses),
-//! and host-clock medians for the CPU.
+//! Timing: `triton.testing.do_bench` on braze's CUDA stream (the method of
+//! `benches/torch_baseline.py`), and host-clock medians for the CPU.
 
 use anyhow::{Context, Result};
 use braze_cuda::{CudaDevice, DeviceBuffer};

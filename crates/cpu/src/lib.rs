@@ -70,4 +70,4 @@ pub use compare::{assert_close, assert_close_with, compare, tolerance, CompareRe
 pub use error::{CpuError, Result};
 pub use eval::eval_graph;
 pub use plan_eval::eval_plan;
-pub use random::{inject_specials, random_tensor};
+pub use random::{inject_specials, random_tensor, SplitMix64};

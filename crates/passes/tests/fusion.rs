@@ -8,6 +8,7 @@ mod support;
 use braze_ir::{DType, Graph, Op, ReduceOp, UnaryOp};
 use braze_passes::{compile_to_plan, optimize, FusionOptions};
 use braze_plan::{Expr, KernelKind, Plan};
+use braze_workloads::{graph, multisum_sizes};
 use std::collections::HashSet;
 use support::*;
 
@@ -65,31 +66,36 @@ fn defaults() -> FusionOptions {
 
 #[test]
 fn ln_relu_res_is_one_kernel() {
-    check("ln_relu_res_f32_16384x4096", ln_relu_res(DType::F32, 16384, 4096), defaults(), 1);
-    check("ln_relu_res_bf16_16384x4096", ln_relu_res(DType::BF16, 16384, 4096), defaults(), 1);
-    check("ln_relu_res_f32_65536x1024", ln_relu_res(DType::F32, 65536, 1024), defaults(), 1);
+    check("ln_relu_res_f32_16384x4096", graph::ln_relu_res(DType::F32, 16384, 4096).unwrap(), defaults(), 1);
+    check("ln_relu_res_bf16_16384x4096", graph::ln_relu_res(DType::BF16, 16384, 4096).unwrap(), defaults(), 1);
+    check("ln_relu_res_f32_65536x1024", graph::ln_relu_res(DType::F32, 65536, 1024).unwrap(), defaults(), 1);
 }
 
 #[test]
 fn ew_chain_is_one_kernel() {
-    check("ew_chain", ew_chain(1 << 26), defaults(), 1);
+    check("ew_chain", graph::ew_chain(DType::F32, &[1 << 26]).unwrap(), defaults(), 1);
 }
 
 #[test]
 fn multisum_is_one_kernel() {
-    check("multisum_k2000", multisum(&log_uniform_sizes(2000, 1e3, 3e5, 0)), defaults(), 1);
-    check("multisum_k5", multisum(&[1000, 2000, 300000, 45, 7]), defaults(), 1);
+    check(
+        "multisum_k2000",
+        graph::multisum(DType::F32, &multisum_sizes(2000, 1000, 300_000, 0)).unwrap(),
+        defaults(),
+        1,
+    );
+    check("multisum_k5", graph::multisum(DType::F32, &[1000, 2000, 300000, 45, 7]).unwrap(), defaults(), 1);
 }
 
 #[test]
 fn tiny_block_is_one_kernel_while_rows_fit() {
-    check("tiny_block_16x64x256", tiny_block(16, 64, 256), defaults(), 1);
-    check("tiny_block_16x64x65536", tiny_block(16, 64, 65536), defaults(), 16);
+    check("tiny_block_16x64x256", graph::tiny_block(DType::F32, 16, 64, 256).unwrap(), defaults(), 1);
+    check("tiny_block_16x64x65536", graph::tiny_block(DType::F32, 16, 64, 65536).unwrap(), defaults(), 16);
 }
 
 #[test]
 fn mlp_block_is_matmul_pointwise_matmul_row() {
-    check("mlp_block_bf16", mlp_block(DType::BF16, 8192, 1024, 4096), defaults(), 4);
+    check("mlp_block_bf16", graph::mlp_block(DType::BF16, 8192, 1024, 4096).unwrap(), defaults(), 4);
 }
 
 #[test]
@@ -170,7 +176,7 @@ fn reshaped_input_as_output_needs_no_kernel() {
 #[test]
 fn unfused_plans_have_one_kernel_per_op() {
     let options = FusionOptions { fuse: false, ..defaults() };
-    check("ln_relu_res_unfused", ln_relu_res(DType::F32, 64, 256), options, 13);
+    check("ln_relu_res_unfused", graph::ln_relu_res(DType::F32, 64, 256).unwrap(), options, 13);
 }
 
 #[test]
@@ -227,7 +233,7 @@ fn no_fusion_across_a_cycle_through_a_view() {
 
 #[test]
 fn plans_round_trip_through_json() {
-    let plan = compile_to_plan(&mlp_block(DType::BF16, 64, 32, 128), &defaults()).unwrap();
+    let plan = compile_to_plan(&graph::mlp_block(DType::BF16, 64, 32, 128).unwrap(), &defaults()).unwrap();
     let back = Plan::from_json(&plan.to_json()).unwrap();
     assert_eq!(back, plan);
 }

@@ -9,6 +9,7 @@ mod support;
 use braze_cpu::{assert_close, eval_graph, eval_plan, random_tensor};
 use braze_ir::{BinaryOp, DType, Graph, HostTensor, Op, ReduceOp, UnaryOp};
 use braze_passes::{compile_to_plan, FusionOptions};
+use braze_workloads::graph;
 use support::*;
 
 fn check(name: &str, g: Graph) {
@@ -47,13 +48,13 @@ fn graph(build: impl FnOnce(&mut Graph) -> Vec<braze_ir::NodeId>) -> Graph {
 
 #[test]
 fn workloads() {
-    check("ln_relu_res f32", ln_relu_res(DType::F32, 8, 16));
-    check("ln_relu_res bf16", ln_relu_res(DType::BF16, 4, 32));
-    check("ew_chain", ew_chain(1000));
-    check("multisum", multisum(&[5, 17, 3, 40]));
-    check("tiny_block", tiny_block(4, 4, 16));
-    check("mlp_block f32", mlp_block(DType::F32, 4, 8, 16));
-    check("mlp_block bf16", mlp_block(DType::BF16, 4, 8, 16));
+    check("ln_relu_res f32", graph::ln_relu_res(DType::F32, 8, 16).unwrap());
+    check("ln_relu_res bf16", graph::ln_relu_res(DType::BF16, 4, 32).unwrap());
+    check("ew_chain", graph::ew_chain(DType::F32, &[1000]).unwrap());
+    check("multisum", graph::multisum(DType::F32, &[5, 17, 3, 40]).unwrap());
+    check("tiny_block", graph::tiny_block(DType::F32, 4, 4, 16).unwrap());
+    check("mlp_block f32", graph::mlp_block(DType::F32, 4, 8, 16).unwrap());
+    check("mlp_block bf16", graph::mlp_block(DType::BF16, 4, 8, 16).unwrap());
     check("softmax last", softmax(6, 10, 1));
     check("softmax first", softmax(6, 10, 0));
 }

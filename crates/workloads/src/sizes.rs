@@ -1,6 +1,8 @@
-//! `multisum_sizes` of `torch_anchors.py`, reproduced exactly: PyTorch's CPU generator is a
-//! standard MT19937 seeded with `manual_seed`, and `torch.rand(k, dtype=float64)` draws each value
-//! from two 32-bit outputs (`hi << 32 | lo`), keeps the low 53 bits and scales by 2^-53.
+//! The `multisum` tensor sizes, drawn exactly as the PyTorch baseline (`benches/torch_baseline.py`)
+//! draws them: after `torch.manual_seed(seed)`, `u = torch.rand(k, dtype=torch.float64)` and
+//! `size = int(exp(log(lo) + (log(hi) - log(lo)) * u))`. PyTorch's CPU generator is a standard
+//! MT19937 seeded with the seed's low 32 bits, and each float64 takes two 32-bit outputs
+//! (`hi << 32 | lo`), keeps the low 53 bits and scales them by 2^-53.
 
 /// The 32-bit Mersenne Twister, as `std::mt19937` and PyTorch's `at::mt19937`.
 pub struct Mt19937 {
@@ -52,7 +54,9 @@ impl Mt19937 {
     }
 }
 
-/// `torch_anchors.multisum_sizes(k, lo, hi, seed)`.
+/// `k` sizes log-uniform in `[lo, hi]` (`1 <= lo <= hi`), truncated toward zero (so `exp(ln lo)`
+/// rounding below `lo` gives `lo - 1`): `multisum_sizes(k, lo, hi, seed)` of
+/// `benches/torch_baseline.py`. Both use the platform's `log`/`exp` (glibc's on Linux).
 pub fn multisum_sizes(k: usize, lo: usize, hi: usize, seed: u64) -> Vec<usize> {
     let mut rng = Mt19937::new(seed);
     let (log_lo, log_hi) = ((lo as f64).ln(), (hi as f64).ln());
@@ -78,8 +82,8 @@ mod tests {
     }
 
     #[test]
-    fn sizes_equal_torch_anchors() {
-        // torch_anchors.multisum_sizes with PyTorch 2.11 on the H200 machine printed these.
+    fn sizes_equal_pytorchs() {
+        // PyTorch 2.11 draws these at the two standard multisum sizes (`benches/workloads.md`).
         let sizes = multisum_sizes(2000, 1000, 300_000, 0);
         assert_eq!(sizes[..4], [252_894, 56_670, 13_738, 190_899]);
         assert_eq!(sizes.iter().sum::<usize>(), 103_888_580);
@@ -87,5 +91,24 @@ mod tests {
         let sizes = multisum_sizes(10_000, 100, 10_000, 0);
         assert_eq!(sizes[..4], [8711, 2603, 829, 6942]);
         assert_eq!(sizes.iter().sum::<usize>(), 21_792_878);
+        // Away from the standard sizes too (`torch_baseline.py --print-sizes K LO HI SEED`).
+        let sizes = multisum_sizes(500, 100, 10_000, 7);
+        assert_eq!(sizes[..4], [362, 352, 5298, 2057]);
+        assert_eq!(sizes.iter().sum::<usize>(), 1_146_211);
+        assert_eq!(multisum_sizes(4, 2, 32, 0), [29, 14, 7, 25]);
+    }
+
+    #[test]
+    fn a_seed_gives_one_sequence() {
+        let sizes = multisum_sizes(500, 100, 10_000, 7);
+        assert_eq!(sizes, multisum_sizes(500, 100, 10_000, 7));
+        assert_ne!(sizes, multisum_sizes(500, 100, 10_000, 8));
+        assert!(sizes.iter().all(|&s| (100..=10_000).contains(&s)));
+        // Log-uniform: about half below the geometric mean (1000).
+        let below = sizes.iter().filter(|&&s| s < 1000).count();
+        assert!((200..300).contains(&below), "{below}");
+        // Truncated as Python's int() truncates: exp(ln 50) is 49.999..., so 49 (PyTorch's too).
+        assert_eq!(multisum_sizes(3, 50, 50, 1), [49, 49, 49]);
+        assert!(multisum_sizes(0, 1, 10, 1).is_empty());
     }
 }

@@ -1,0 +1,25 @@
+//! The benchmark workloads (`benches/workloads.md`), each defined once.
+//!
+//! A workload is two generic functions in [`definition`]: the inputs it takes and what it
+//! computes. The same definition gives two forms:
+//! - [`Workload`] (from [`build`]): the `Tensor`-API function with seeded inputs, run eagerly or
+//!   compiled by the CLI and the tests;
+//! - [`graph`]: the IR `Graph` of the workload at any shape, for the compiler's tests, built
+//!   without allocating tensor data.
+//!
+//! [`multisum_sizes`] draws the `multisum` tensor sizes exactly as the PyTorch baseline
+//! (`benches/torch_baseline.py`) does, so both time the same tensors.
+//!
+//! **Invariant:** a workload's inputs and formula are written once, in [`definition`]; every
+//! other form is derived from them.
+
+pub mod definition;
+pub mod graph;
+mod sizes;
+mod workload;
+
+pub use sizes::{multisum_sizes, Mt19937};
+pub use workload::{
+    build, ew_chain, ln_relu_res, mlp_block, multisum, sync_demo, tiny_block, tiny_block_inputs, Sizes, Workload,
+    WorkloadFn, NAMES,
+};

@@ -1,0 +1,105 @@
+//! Each workload compiled against eager execution, on several random inputs and dtypes, and its
+//! graph form against the graph `compile` traces from its `Tensor` form.
+
+use braze::{DType, Graph};
+use braze_workloads::{self as workloads, graph, Sizes};
+
+/// Builds workload `name` at `sizes` with each seed and checks the compiled outputs against eager
+/// ones within the dtype's tolerance; `graphs` is how many graphs one call runs.
+fn check(name: &str, sizes: Sizes, seeds: &[u64], graphs: usize) {
+    for &seed in seeds {
+        let workload = workloads::build(name, &Sizes { seed, ..sizes.clone() }).unwrap();
+        let compiled = workload.compile().fullgraph(graphs == 1);
+        let explanation = compiled.explain(&workload.inputs).unwrap();
+        assert_eq!(explanation.graphs.len(), graphs, "{name}");
+        let got = compiled.call(&workload.inputs).unwrap();
+        let want = workload.eager().unwrap();
+        assert_eq!(got.len(), want.len());
+        for (g, w) in got.iter().zip(&want) {
+            braze_cpu::assert_close(&g.to_host().unwrap(), &w.to_host().unwrap())
+                .unwrap_or_else(|e| panic!("{name} seed {seed}: {e}"));
+        }
+    }
+}
+
+fn small() -> Sizes {
+    Sizes { rows: 8, hidden: 32, n: 1000, k: 20, lo: 1, hi: 500, layers: 4, ..Sizes::default() }
+}
+
+#[test]
+fn ln_relu_res() {
+    check("ln_relu_res", small(), &[0, 1, 2], 1);
+    check("ln_relu_res", Sizes { dtype: DType::BF16, ..small() }, &[3], 1);
+}
+
+#[test]
+fn ew_chain() {
+    check("ew_chain", small(), &[0, 1], 1);
+    check("ew_chain", Sizes { dtype: DType::F16, ..small() }, &[2], 1);
+}
+
+#[test]
+fn multisum() {
+    check("multisum", small(), &[0, 1], 1);
+}
+
+#[test]
+fn tiny_block() {
+    check("tiny_block", Sizes { layers: 16, ..small() }, &[0, 1], 1);
+}
+
+#[test]
+fn mlp_block() {
+    check("mlp_block", Sizes { rows: 4, hidden: 16, ..small() }, &[0, 1], 1);
+}
+
+#[test]
+fn sync_demo() {
+    // Split at its item() and to_bool(): three graphs.
+    check("sync_demo", small(), &[0, 1], 3);
+}
+
+/// `graph`'s text with the source locations the trace recorded removed.
+fn without_locations(graph: &Graph) -> String {
+    let mut graph = graph.clone();
+    for id in graph.node_ids() {
+        graph.set_loc(id, None);
+    }
+    graph.to_string()
+}
+
+/// The graph `compile` traces from workload `name` at `sizes`.
+fn traced(name: &str, sizes: &Sizes) -> String {
+    let workload = workloads::build(name, sizes).unwrap();
+    let explanation = workload.compile().fullgraph(true).explain(&workload.inputs).unwrap();
+    assert_eq!(explanation.graphs.len(), 1, "{name}");
+    without_locations(&explanation.graphs[0])
+}
+
+#[test]
+fn graph_forms_are_the_traced_graphs() {
+    for dtype in [DType::F32, DType::BF16] {
+        let sizes = Sizes { dtype, ..small() };
+        let Sizes { rows, hidden, n, layers, .. } = sizes;
+        let lengths = workloads::multisum_sizes(sizes.k, sizes.lo, sizes.hi, sizes.seed);
+        let cases = [
+            ("ln_relu_res", graph::ln_relu_res(dtype, rows, hidden)),
+            ("ew_chain", graph::ew_chain(dtype, &[n])),
+            ("multisum", graph::multisum(dtype, &lengths)),
+            ("tiny_block", graph::tiny_block(dtype, layers, rows, hidden)),
+            ("mlp_block", graph::mlp_block(dtype, rows, hidden, 4 * hidden)),
+        ];
+        for (name, built) in cases {
+            let built = built.unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(without_locations(&built), traced(name, &sizes), "{name} {dtype}");
+        }
+    }
+}
+
+#[test]
+fn graph_forms_reject_what_the_ops_reject() {
+    // An empty multisum has nothing to stack, as `Tensor::stack` of nothing is an error.
+    assert!(graph::multisum(DType::F32, &[]).is_err());
+    // Integer layer norm is not defined.
+    assert!(graph::ln_relu_res(DType::I32, 2, 4).is_err());
+}
