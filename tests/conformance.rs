@@ -182,11 +182,7 @@ fn wide_outputs(f: &Func, host: &[HostTensor], want: &[HostTensor]) -> Option<Ve
         .collect::<braze::Result<_>>()
         .ok()?;
     let outputs = f(&wide).ok()?;
-    outputs
-        .iter()
-        .zip(want)
-        .map(|(t, w)| t.cast(w.dtype()).ok()?.to_host().ok())
-        .collect()
+    outputs.iter().zip(want).map(|(t, w)| t.cast(w.dtype()).ok()?.to_host().ok()).collect()
 }
 
 fn assert_outputs(what: &str, got: &[Tensor], want: &[HostTensor], rounding: &[DType]) {
@@ -791,7 +787,11 @@ fn replay_against_direct(name: &str, f: Func, specs: &[In], steps: u64) {
             assert_outputs(&format!("{name} step {step}: graph replay vs CPU reference"), &got, &reference, &rounding);
         }
         if let Some((old, old_values)) = previous.take() {
-            assert_identical(&format!("{name} step {step}: outputs of step {} after this call", step - 1), &old, &old_values);
+            assert_identical(
+                &format!("{name} step {step}: outputs of step {} after this call", step - 1),
+                &old,
+                &old_values,
+            );
         }
         previous = Some((got, want));
     }

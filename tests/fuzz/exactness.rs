@@ -36,4 +36,3 @@ pub fn exact_result(op: &Op, dtype: DType) -> bool {
         _ => true,
     }
 }
-

@@ -481,7 +481,6 @@ pub fn random_graph(seed: u64, counts: &mut Counts) -> Graph {
     gen.g
 }
 
-
 #[test]
 fn the_generator_is_deterministic_and_covers_the_op_set() {
     let mut counts = Counts::default();
@@ -520,4 +519,3 @@ fn the_generator_is_deterministic_and_covers_the_op_set() {
         assert!(ops.contains(op), "no `{op}` in 200 graphs");
     }
 }
-

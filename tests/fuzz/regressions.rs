@@ -177,10 +177,8 @@ fn regression_bf16_intermediates_kept_in_f32_before_a_cancelling_matmul() {
     let graph = b.finish(vec![y]);
     // The fuzzer's inputs 0 and 2 of that seed.
     let input_seed = |i: u64| 7_002_429u64.wrapping_mul(1_000_003).wrapping_add(i);
-    let inputs = vec![
-        random_tensor(DType::BF16, [16, 16], input_seed(0)),
-        random_tensor(DType::BF16, [7, 16], input_seed(2)),
-    ];
+    let inputs =
+        vec![random_tensor(DType::BF16, [16, 16], input_seed(0)), random_tensor(DType::BF16, [7, 16], input_seed(2))];
     check_fixed(&graph, Some(inputs.clone()));
     // The element is outside the bf16 tolerance of the reference and inside that of the wide one.
     let plan = compile_to_plan(&graph, &FusionOptions::default()).unwrap();

@@ -130,4 +130,3 @@ pub fn run_graph_on(graph: &Graph, inputs: &[HostTensor], nvrtc: bool) -> Result
     produced.verdict = stage(Stage::Compare, || judge(&actual, &refs).map_err(|e| format!("{e}\nplan:\n{plan}")))?;
     Ok(produced)
 }
-

@@ -167,7 +167,6 @@ pub fn shrink(mut repro: Repro, mut failure: Failure, run: impl Fn(&Repro) -> Op
     }
 }
 
-
 #[test]
 fn shrinking_finds_the_one_op_that_fails() {
     // A stand-in failure: any graph holding an `exp` fails to compare. Shrinking must drop the
@@ -193,4 +192,3 @@ fn shrinking_finds_the_one_op_that_fails() {
     let xy: Vec<f64> = (0..12).map(|i| repro.inputs[0].get_f64(i) + repro.inputs[1].get_f64(i % 3)).collect();
     assert_eq!(small.inputs[0].to_f64_vec(), xy.iter().map(|&v| v as f32 as f64).collect::<Vec<_>>());
 }
-

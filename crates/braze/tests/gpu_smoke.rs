@@ -30,8 +30,12 @@ fn check(name: &str, f: F, inputs: &[Tensor], narrowest: DType) {
     let want: Vec<_> = f(inputs).unwrap().iter().map(|t| t.to_host().unwrap()).collect();
     let wide_inputs: Vec<Tensor> =
         inputs.iter().map(|t| if t.dtype().is_float() { t.cast(DType::F32).unwrap() } else { t.clone() }).collect();
-    let wide: Vec<_> =
-        f(&wide_inputs).unwrap().iter().zip(&want).map(|(t, w)| t.cast(w.dtype()).unwrap().to_host().unwrap()).collect();
+    let wide: Vec<_> = f(&wide_inputs)
+        .unwrap()
+        .iter()
+        .zip(&want)
+        .map(|(t, w)| t.cast(w.dtype()).unwrap().to_host().unwrap())
+        .collect();
     let on_gpu: Vec<Tensor> = inputs.iter().map(|t| t.to_device(gpu).unwrap()).collect();
     let compare = |label: &str, got: Vec<Tensor>| {
         assert_eq!(got.len(), want.len(), "{name} {label}");

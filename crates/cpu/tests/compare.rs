@@ -2,9 +2,7 @@
 
 mod common;
 
-use braze_cpu::{
-    assert_close, assert_close_bounded, compare, inject_specials, random_tensor, tolerance, ulp, Bounds,
-};
+use braze_cpu::{assert_close, assert_close_bounded, compare, inject_specials, random_tensor, tolerance, ulp, Bounds};
 use braze_ir::{DType, HostTensor};
 use common::*;
 
