@@ -1,6 +1,7 @@
 //! Helpers shared by the pipeline and fuzz tests: building graphs without source locations,
-//! reproducible inputs, compiling generated kernels with NVRTC, and comparing a plan's outputs with the reference within the tolerance of
-//! the narrowest float dtype the graph computes in.
+//! reproducible inputs, whether NVRTC is there, compiling generated kernels with it, and
+//! comparing a plan's outputs with the reference within the tolerance of the narrowest float
+//! dtype the graph computes in.
 
 #![allow(dead_code)]
 
@@ -118,6 +119,20 @@ pub fn compare_outputs(actual: &[HostTensor], expected: &[HostTensor], dtype: DT
         assert_close_with(a, e, rtol, atol).map_err(|msg| format!("output {j} ({}{}): {msg}", e.dtype(), e.shape()))?;
     }
     Ok(())
+}
+
+/// Whether kernels can be compiled here: NVRTC found, or a skip printed; a missing NVRTC fails
+/// under `BRAZE_REQUIRE_NVRTC=1`.
+pub fn nvrtc_enabled() -> bool {
+    if braze_cuda::nvrtc::nvrtc_available() {
+        return true;
+    }
+    assert!(
+        std::env::var("BRAZE_REQUIRE_NVRTC").as_deref() != Ok("1"),
+        "NVRTC not found, and BRAZE_REQUIRE_NVRTC=1 requires it (set LD_LIBRARY_PATH to its lib folder)"
+    );
+    println!("skipped: NVRTC not found (kernels are generated but not compiled)");
+    false
 }
 
 /// Compiles one generated kernel for sm_90: every launched entry must exist and no entry may spill.

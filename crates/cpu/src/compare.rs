@@ -10,6 +10,12 @@
 //! | f16   | 1e-3   | 1e-3  | about two ulp of f16's 11-bit significand, for a different rounding of the f32 value |
 //! | bf16  | 1.6e-2 | 1e-2  | about two ulp of bf16's 8-bit significand |
 //! | ints, bool | 0 | 0    | exact |
+//!
+//! [`assert_close_bounded`] judges outputs of computations that round to bf16/f16 on the way,
+//! where a compiled graph (narrow intermediates kept in f32) and the op-by-op reference (every
+//! op rounded) legitimately differ: the tolerance of the narrowest dtype the computation rounds
+//! to, against the reference or a wide reference, and at most [`Bounds::outliers`] elements a few
+//! units in the last place beyond it. A wrong row or a wrong vector tail cannot hide in it.
 
 use crate::scalar::{Scalar, ScalarExt};
 use braze_ir::{DType, HostTensor};
@@ -159,6 +165,149 @@ pub fn assert_close_with(
     } else {
         Err(report.to_string())
     }
+}
+
+/// An elementwise tolerance and a bounded allowance beyond it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Bounds {
+    pub rtol: f64,
+    pub atol: f64,
+    /// How many elements of a tensor may exceed `rtol` and `atol` ...
+    pub outliers: usize,
+    /// ... each by at most this many units in the last place of `rounding` at the expected value.
+    pub outlier_ulps: f64,
+    /// The narrowest float dtype the computation rounds to.
+    pub rounding: DType,
+}
+
+/// Elements allowed beyond the tolerance: one in this many ([`Bounds::for_rounding`]) ...
+const OUTLIER_EVERY: usize = 1000;
+/// ... and at least this many ...
+const MIN_OUTLIERS: usize = 4;
+/// ... each at most this many units in the last place beyond it.
+const OUTLIER_ULPS: f64 = 4.0;
+
+impl Bounds {
+    /// The bounds for a tensor of `numel` elements computed by rounding to `dtypes` on the way
+    /// (its inputs', its outputs' and its intermediates' float dtypes): the [`tolerance`] of the
+    /// narrowest, and at most one element in 1,000 (at least 4) up to 4 of its ulps beyond that.
+    /// Integer and bool tensors compare exactly.
+    pub fn for_rounding(expected: DType, dtypes: impl IntoIterator<Item = DType>, numel: usize) -> Bounds {
+        if !expected.is_float() {
+            return Bounds { rtol: 0.0, atol: 0.0, outliers: 0, outlier_ulps: 0.0, rounding: expected };
+        }
+        let rounding = dtypes
+            .into_iter()
+            .chain([expected])
+            .filter(|d| d.is_float())
+            .min_by_key(|d| significand_bits(*d))
+            .unwrap_or(expected);
+        let (rtol, atol) = tolerance(rounding);
+        Bounds { rtol, atol, outliers: (numel / OUTLIER_EVERY).max(MIN_OUTLIERS), outlier_ulps: OUTLIER_ULPS, rounding }
+    }
+}
+
+/// Stored significand bits (without the implicit one).
+fn significand_bits(dtype: DType) -> i32 {
+    match dtype {
+        DType::BF16 => 7,
+        DType::F16 => 10,
+        _ => 23,
+    }
+}
+
+/// One unit in the last place of `dtype` at `x` (subnormal spacing below the normal range).
+pub fn ulp(dtype: DType, x: f64) -> f64 {
+    let min_exponent = match dtype {
+        DType::F16 => -14,
+        DType::BF16 | DType::F32 => -126,
+        _ => return 0.0,
+    };
+    let exponent =
+        if x == 0.0 || !x.is_finite() { min_exponent } else { (x.abs().log2().floor() as i32).max(min_exponent) };
+    2f64.powi(exponent - significand_bits(dtype))
+}
+
+/// `Ok` when every element of `actual` is within `bounds.rtol`/`atol` of `expected` or of `wide`
+/// (the computation with narrow intermediates kept in f32, if given), except at most
+/// `bounds.outliers` elements that may be up to `bounds.outlier_ulps` ulps of `bounds.rounding`
+/// further off. NaN and Inf must sit where the reference has them; integers and bools must be
+/// equal. `Err` says how many elements failed, the worst, and the first.
+pub fn assert_close_bounded(
+    actual: &HostTensor,
+    expected: &HostTensor,
+    wide: Option<&HostTensor>,
+    bounds: &Bounds,
+) -> std::result::Result<(), String> {
+    if !expected.dtype().is_float() {
+        return assert_close_with(actual, expected, 0.0, 0.0);
+    }
+    if actual.dtype() != expected.dtype() || actual.shape() != expected.shape() {
+        return Err(format!(
+            "expected {}{}, got {}{}",
+            expected.dtype(),
+            expected.shape(),
+            actual.dtype(),
+            actual.shape()
+        ));
+    }
+    if let Some(w) = wide.filter(|w| w.shape() != expected.shape()) {
+        return Err(format!("the wide reference is {}{}, the reference {}", w.dtype(), w.shape(), expected.shape()));
+    }
+    let Bounds { rtol, atol, outliers, outlier_ulps, rounding } = *bounds;
+    // How far beyond the tolerance `a` is from `r`, in ulps of `rounding` at `r`; infinite for a
+    // NaN or an infinity that does not match.
+    let beyond = |a: f64, r: f64| -> f64 {
+        if !a.is_finite() || !r.is_finite() {
+            return if a == r || (a.is_nan() && r.is_nan()) { 0.0 } else { f64::INFINITY };
+        }
+        let excess = (a - r).abs() - (atol + rtol * r.abs());
+        if excess <= 0.0 {
+            0.0
+        } else {
+            excess / ulp(rounding, r)
+        }
+    };
+    let (mut over, mut failed) = (0usize, 0usize);
+    let mut worst: Option<(usize, f64)> = None;
+    let mut first: Option<usize> = None;
+    for i in 0..expected.numel() {
+        let (a, r) = (actual.get_f64(i), expected.get_f64(i));
+        let mut ulps = beyond(a, r);
+        // NaN and Inf are judged against the reference alone.
+        if ulps > 0.0 && a.is_finite() && r.is_finite() {
+            if let Some(w) = wide {
+                ulps = ulps.min(beyond(a, w.get_f64(i)));
+            }
+        }
+        if ulps == 0.0 {
+            continue;
+        }
+        over += 1;
+        if ulps > outlier_ulps {
+            failed += 1;
+        }
+        if worst.is_none_or(|(_, u)| ulps > u) {
+            worst = Some((i, ulps));
+        }
+        first.get_or_insert(i);
+    }
+    if over <= outliers && failed == 0 {
+        return Ok(());
+    }
+    let at = |i: usize| {
+        let coord: Vec<String> = unravel(i, expected.shape().dims()).iter().map(|c| c.to_string()).collect();
+        let wide = wide.map_or(String::new(), |w| format!(", wide reference {}", w.get_f64(i)));
+        format!("index {i} [{}]: actual {}, expected {}{wide}", coord.join(","), actual.get_f64(i), expected.get_f64(i))
+    };
+    let (worst, worst_ulps) = worst.expect("an element was over");
+    Err(format!(
+        "{over} of {} elements beyond rtol {rtol:e}, atol {atol:e} (at most {outliers} may be, by at most \
+         {outlier_ulps} {rounding} ulps), {failed} by more; worst {worst_ulps:.1} ulps at {}; first at {}",
+        expected.numel(),
+        at(worst),
+        at(first.expect("an element was over"))
+    ))
 }
 
 fn unravel(mut index: usize, dims: &[usize]) -> Vec<usize> {

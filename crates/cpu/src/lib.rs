@@ -66,7 +66,9 @@ pub mod random;
 mod scalar;
 mod walk;
 
-pub use compare::{assert_close, assert_close_with, compare, tolerance, CompareReport, Mismatch};
+pub use compare::{
+    assert_close, assert_close_bounded, assert_close_with, compare, tolerance, ulp, Bounds, CompareReport, Mismatch,
+};
 pub use error::{CpuError, Result};
 pub use eval::eval_graph;
 pub use plan_eval::eval_plan;

@@ -2,7 +2,7 @@
 
 mod common;
 
-use braze_cpu::{assert_close, compare, inject_specials, random_tensor, tolerance};
+use braze_cpu::{assert_close, assert_close_bounded, compare, inject_specials, random_tensor, tolerance, ulp, Bounds};
 use braze_ir::{DType, HostTensor};
 use common::*;
 
@@ -118,4 +118,112 @@ fn specials_are_injected_at_about_the_stated_rates() {
     let before = ints.clone();
     inject_specials(&mut ints, 2);
     assert_eq!(ints, before);
+}
+
+// ---- the bounded comparator of the GPU suites -----------------------------------------------------
+
+/// A bf16 result of 64 rows of 256 (a matmul's shape), its reference, and the bounds of a
+/// computation that rounds to bf16.
+fn bf16_rows() -> (HostTensor, Bounds) {
+    let expected = random_tensor(DType::BF16, [64, 256], 11);
+    let bounds = Bounds::for_rounding(DType::BF16, [DType::BF16, DType::F32], expected.numel());
+    (expected, bounds)
+}
+
+/// `expected` with `change` applied to its values.
+fn changed(expected: &HostTensor, change: impl FnOnce(&mut Vec<f64>)) -> HostTensor {
+    let mut values = expected.to_f64_vec();
+    change(&mut values);
+    HostTensor::from_f64(expected.dtype(), expected.shape().clone(), &values).unwrap()
+}
+
+/// `x` moved `ulps` bf16 ulps beyond the bf16 tolerance, away from zero.
+fn beyond(x: f64, ulps: f64) -> f64 {
+    let (rtol, atol) = tolerance(DType::BF16);
+    x + x.signum() * (atol + rtol * x.abs() + ulps * ulp(DType::BF16, x))
+}
+
+#[test]
+fn bounds_follow_the_narrowest_rounding_dtype() {
+    let b = Bounds::for_rounding(DType::F32, [DType::F32, DType::BF16, DType::I32], 10_000);
+    assert_eq!((b.rtol, b.atol, b.rounding, b.outliers, b.outlier_ulps), (1.6e-2, 1e-2, DType::BF16, 10, 4.0));
+    let b = Bounds::for_rounding(DType::F32, [DType::F32], 100);
+    assert_eq!((b.rtol, b.atol, b.outliers), (1e-5, 1e-5, 4));
+    let b = Bounds::for_rounding(DType::I32, [DType::BF16], 100);
+    assert_eq!((b.rtol, b.atol, b.outliers), (0.0, 0.0, 0));
+    assert_eq!(ulp(DType::BF16, 1.5), 2f64.powi(-7));
+    assert_eq!(ulp(DType::F16, -3.0), 2f64.powi(-9));
+    assert_eq!(ulp(DType::F16, 0.0), 2f64.powi(-24));
+}
+
+#[test]
+fn a_few_elements_a_few_ulps_beyond_the_tolerance_pass() {
+    let (expected, bounds) = bf16_rows();
+    assert_eq!(bounds.outliers, 16);
+    let actual = changed(&expected, |v| (0..16).for_each(|i| v[i * 1000] = beyond(v[i * 1000], 2.0)));
+    assert_close_bounded(&actual, &expected, None, &bounds).unwrap();
+    // One more is too many.
+    let actual = changed(&expected, |v| (0..17).for_each(|i| v[i * 900] = beyond(v[i * 900], 2.0)));
+    let err = assert_close_bounded(&actual, &expected, None, &bounds).unwrap_err();
+    assert!(err.starts_with("17 of 16384 elements beyond rtol"), "{err}");
+    // One element too far is enough.
+    let actual = changed(&expected, |v| v[5] = beyond(v[5], 8.0));
+    let err = assert_close_bounded(&actual, &expected, None, &bounds).unwrap_err();
+    assert!(err.contains("1 by more; worst") && err.contains("at index 5 [0,5]"), "{err}");
+}
+
+#[test]
+fn the_bounded_comparator_catches_a_wrong_row() {
+    let (expected, bounds) = bf16_rows();
+    // Row 9 a little off: each element only 3 ulps beyond, but 256 of them.
+    let actual = changed(&expected, |v| v[9 * 256..10 * 256].iter_mut().for_each(|x| *x = beyond(*x, 3.0)));
+    let err = assert_close_bounded(&actual, &expected, None, &bounds).unwrap_err();
+    assert!(err.starts_with("256 of 16384 elements beyond"), "{err}");
+    // Row 9 another row's values.
+    let actual = changed(&expected, |v| {
+        let row: Vec<f64> = v[256..512].to_vec();
+        v[9 * 256..10 * 256].copy_from_slice(&row);
+    });
+    assert!(assert_close_bounded(&actual, &expected, None, &bounds).is_err());
+}
+
+#[test]
+fn the_bounded_comparator_catches_a_wrong_vector_tail() {
+    let (expected, bounds) = bf16_rows();
+    // The last 3 elements (past the last full vector of 4 or 8) left at zero, or garbage.
+    for tail in [0.0, 1e3] {
+        let actual = changed(&expected, |v| {
+            let n = v.len();
+            v[n - 3..].iter_mut().for_each(|x| *x = tail);
+        });
+        let err = assert_close_bounded(&actual, &expected, None, &bounds).unwrap_err();
+        assert!(err.contains("first at index 16381 [63,253]"), "{err}");
+    }
+}
+
+#[test]
+fn the_bounded_comparator_catches_a_nan_where_the_reference_is_finite() {
+    let (expected, bounds) = bf16_rows();
+    for bad in [NAN, INF] {
+        let actual = changed(&expected, |v| v[100] = bad);
+        let wide = changed(&expected, |v| v[100] = bad);
+        // Not even when the wide reference has it: NaN and Inf sit where the reference has them.
+        for wide in [None, Some(&wide)] {
+            let err = assert_close_bounded(&actual, &expected, wide, &bounds).unwrap_err();
+            assert!(err.contains("worst inf ulps at index 100"), "{err}");
+        }
+    }
+    let nan_reference = changed(&expected, |v| v[100] = NAN);
+    assert!(assert_close_bounded(&expected, &nan_reference, None, &bounds).is_err());
+    assert!(assert_close_bounded(&nan_reference, &nan_reference, None, &bounds).is_ok());
+}
+
+#[test]
+fn elements_near_the_wide_reference_pass() {
+    let (expected, bounds) = bf16_rows();
+    // Every element 10 ulps off the reference, on the wide reference: a compiled graph that kept
+    // bf16 intermediates in f32.
+    let actual = changed(&expected, |v| v.iter_mut().for_each(|x| *x = beyond(*x, 10.0)));
+    assert!(assert_close_bounded(&actual, &expected, None, &bounds).is_err());
+    assert_close_bounded(&actual, &expected, Some(&actual), &bounds).unwrap();
 }

@@ -1,0 +1,515 @@
+//! The seeded generator of well-typed random graphs.
+
+use crate::exactness::{exact_result, is_discontinuous};
+use crate::rng::Rng;
+use braze_ir::infer::{infer, Declared};
+use braze_ir::{BinaryOp, DType, Graph, NodeId, Op, ReduceOp, Shape, UnaryOp};
+use std::collections::{BTreeMap, HashSet};
+
+const DIMS: [usize; 9] = [0, 1, 2, 3, 5, 7, 8, 16, 33];
+const MAX_RANK: usize = 4;
+/// Largest tensor a graph holds, so a debug build runs a thousand graphs in a few minutes.
+const MAX_NUMEL: usize = 4096;
+pub const MAX_OPS: usize = 32;
+
+/// An operand of a draw before the draw is added.
+#[derive(Clone, Debug)]
+enum Arg {
+    Value(NodeId),
+    /// A new graph input.
+    Input(DType, Shape),
+    /// A scalar constant.
+    Const(f64, DType),
+}
+
+/// Why a draw was not added.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Skip {
+    IllTyped,
+    TooLarge,
+    /// A comparison, mask or float-to-integer cast of a value whose last bits may differ.
+    InexactOperand,
+}
+
+#[derive(Default)]
+pub struct Counts {
+    pub ops: usize,
+    pub skipped: BTreeMap<Skip, usize>,
+}
+
+struct Generator {
+    rng: Rng,
+    g: Graph,
+    /// Every value, in creation order.
+    values: Vec<NodeId>,
+    /// Values whose bits agree between fused kernels and the reference.
+    exact: HashSet<NodeId>,
+    /// Largest result a draw may have.
+    cap: usize,
+}
+
+impl Generator {
+    fn new(seed: u64) -> Generator {
+        Generator { rng: Rng(seed), g: Graph::new(), values: Vec::new(), exact: HashSet::new(), cap: MAX_NUMEL }
+    }
+
+    fn random_dtype(&mut self) -> DType {
+        match self.rng.below(20) {
+            0..=9 => DType::F32,
+            10..=13 => DType::BF16,
+            14..=16 => DType::I32,
+            _ => DType::Bool,
+        }
+    }
+
+    fn random_shape(&mut self) -> Shape {
+        loop {
+            let rank = self.rng.below(MAX_RANK + 1);
+            let dims: Vec<usize> = (0..rank).map(|_| self.rng.pick(&DIMS)).collect();
+            if dims.iter().product::<usize>() <= MAX_NUMEL {
+                return Shape(dims);
+            }
+        }
+    }
+
+    fn new_input(&mut self, dtype: DType, shape: Shape) -> NodeId {
+        let id = self.g.input(dtype, shape);
+        self.values.push(id);
+        self.exact.insert(id);
+        id
+    }
+
+    fn type_of(&self, arg: &Arg) -> (DType, Shape) {
+        match arg {
+            Arg::Value(id) => (self.g.node(*id).dtype, self.g.node(*id).shape.clone()),
+            Arg::Input(dtype, shape) => (*dtype, shape.clone()),
+            Arg::Const(_, dtype) => (*dtype, Shape::scalar()),
+        }
+    }
+
+    fn is_exact(&self, arg: &Arg) -> bool {
+        match arg {
+            Arg::Value(id) => self.exact.contains(id),
+            Arg::Input(..) | Arg::Const(..) => true,
+        }
+    }
+
+    /// Type-checks `op` on `args` (with `declared` for cast, reshape and broadcast_to), then adds
+    /// the new inputs and constants and the op.
+    fn commit(&mut self, op: Op, args: &[Arg], declared: Option<(DType, Shape)>) -> Result<NodeId, Skip> {
+        let types: Vec<(DType, Shape)> = args.iter().map(|a| self.type_of(a)).collect();
+        let refs: Vec<(DType, &Shape)> = types.iter().map(|(d, s)| (*d, s)).collect();
+        let decl = declared.as_ref().map(|(dtype, shape)| Declared { dtype: *dtype, shape });
+        let (dtype, shape) = infer(&op, &refs, decl).map_err(|_| Skip::IllTyped)?;
+        if shape.numel() > self.cap {
+            return Err(Skip::TooLarge);
+        }
+        if let Some((operand, _)) = types.first() {
+            let all_exact = args.iter().all(|a| self.is_exact(a));
+            if is_discontinuous(&op, *operand, dtype) && !all_exact {
+                return Err(Skip::InexactOperand);
+            }
+        }
+        let exact = args.iter().all(|a| self.is_exact(a)) && exact_result(&op, types.first().map_or(dtype, |t| t.0));
+        let ids: Vec<NodeId> = args
+            .iter()
+            .map(|a| match a {
+                Arg::Value(id) => *id,
+                Arg::Input(dtype, shape) => self.new_input(*dtype, shape.clone()),
+                Arg::Const(value, dtype) => self.g.constant(*value, *dtype),
+            })
+            .collect();
+        let id = self
+            .g
+            .add_declared(op, &ids, dtype, shape, None)
+            .unwrap_or_else(|e| panic!("infer accepted what Graph::add_declared rejects: {e}"));
+        self.values.push(id);
+        if exact {
+            self.exact.insert(id);
+        }
+        Ok(id)
+    }
+
+    /// A value to build on: the newest half the time, else any.
+    fn operand(&mut self) -> NodeId {
+        let n = self.values.len();
+        if self.rng.chance(0.5) {
+            self.values[n - 1]
+        } else {
+            self.values[self.rng.below(n)]
+        }
+    }
+
+    /// A shape that broadcasts with `shape`: some dims 1, leading dims dropped, or one added.
+    fn broadcast_partner(&mut self, shape: &Shape) -> Shape {
+        let mut dims: Vec<usize> = shape.dims().iter().map(|&d| if self.rng.chance(0.3) { 1 } else { d }).collect();
+        let drop = self.rng.below(dims.len() + 1);
+        if self.rng.chance(0.4) {
+            dims.drain(..drop);
+        }
+        if dims.len() < MAX_RANK && self.rng.chance(0.15) {
+            dims.insert(0, self.rng.pick(&DIMS));
+        }
+        Shape(dims)
+    }
+
+    /// A second operand for a binary op or where: a constant, a value or a new input.
+    fn partner(&mut self, x: NodeId) -> Arg {
+        let (dtype, shape) = (self.g.node(x).dtype, self.g.node(x).shape.clone());
+        if self.rng.chance(0.2) {
+            let value = match dtype {
+                DType::Bool => self.rng.pick(&[0.0, 1.0]),
+                d if d.is_float() => self.rng.pick(&[0.0, -0.0, 1.0, -1.0, 2.0, 0.5, 3.0]),
+                _ => self.rng.pick(&[0.0, 1.0, -1.0, 2.0, 3.0]),
+            };
+            return Arg::Const(value, dtype);
+        }
+        if self.rng.chance(0.4) {
+            let fits: Vec<NodeId> = self
+                .values
+                .iter()
+                .copied()
+                .filter(|&v| {
+                    let n = self.g.node(v);
+                    n.dtype == dtype && Shape::broadcast(&n.shape, &shape).is_some()
+                })
+                .collect();
+            if !fits.is_empty() {
+                return Arg::Value(self.rng.pick(&fits));
+            }
+        }
+        Arg::Input(dtype, self.broadcast_partner(&shape))
+    }
+
+    /// Adds one random op, or a few for the multi-op patterns when `budget` ops are left; `Err`
+    /// says why nothing was added.
+    fn draw(&mut self, budget: usize) -> Result<NodeId, Skip> {
+        let x = self.operand();
+        let (dtype, shape) = (self.g.node(x).dtype, self.g.node(x).shape.clone());
+        let rank = shape.rank();
+        let float = dtype.is_float();
+        let need = |ok: bool| if ok { Ok(()) } else { Err(Skip::IllTyped) };
+        match self.rng.below(104) {
+            0..=14 => {
+                let ops: Vec<UnaryOp> =
+                    UnaryOp::ALL.iter().copied().filter(|op| op.def().accepts.allows(dtype)).collect();
+                let op = self.rng.pick(&ops);
+                self.commit(Op::Unary { op }, &[Arg::Value(x)], None)
+            }
+            15..=31 => {
+                let op = self.rng.pick(BinaryOp::ALL);
+                let other = self.partner(x);
+                let args = if self.rng.chance(0.5) { [Arg::Value(x), other] } else { [other, Arg::Value(x)] };
+                self.commit(Op::Binary { op }, &args, None)
+            }
+            32..=36 => {
+                let bools: Vec<NodeId> = self
+                    .values
+                    .iter()
+                    .copied()
+                    .filter(|&v| {
+                        let n = self.g.node(v);
+                        n.dtype == DType::Bool && Shape::broadcast(&n.shape, &shape).is_some()
+                    })
+                    .collect();
+                let cond = if !bools.is_empty() && self.rng.chance(0.7) {
+                    Arg::Value(self.rng.pick(&bools))
+                } else {
+                    Arg::Input(DType::Bool, self.broadcast_partner(&shape))
+                };
+                let other = self.partner(x);
+                let args =
+                    if self.rng.chance(0.5) { [cond, Arg::Value(x), other] } else { [cond, other, Arg::Value(x)] };
+                self.commit(Op::Where, &args, None)
+            }
+            37..=42 => {
+                let to = if self.rng.chance(0.1) {
+                    self.rng.pick(&[DType::F16, DType::I64])
+                } else {
+                    self.rng.pick(&[DType::F32, DType::BF16, DType::I32, DType::Bool])
+                };
+                need(to != dtype)?;
+                self.commit(Op::Cast, &[Arg::Value(x)], Some((to, shape)))
+            }
+            43..=54 => {
+                let ops: &[ReduceOp] = match dtype {
+                    DType::Bool => &[ReduceOp::Max, ReduceOp::Min],
+                    d if d.is_float() => &[ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min],
+                    _ => &[ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min],
+                };
+                let op = self.rng.pick(ops);
+                let axes: Vec<usize> = (0..rank).filter(|_| self.rng.chance(0.5)).collect();
+                let keepdim = self.rng.chance(0.4);
+                self.commit(Op::Reduce { op, axes, keepdim }, &[Arg::Value(x)], None)
+            }
+            55..=59 => {
+                let to = self.factorization(shape.numel());
+                self.commit(Op::Reshape, &[Arg::Value(x)], Some((dtype, to)))
+            }
+            60..=64 => {
+                let mut perm: Vec<usize> = (0..rank).collect();
+                for i in (1..rank).rev() {
+                    let j = self.rng.below(i + 1);
+                    perm.swap(i, j);
+                }
+                self.commit(Op::Permute { perm }, &[Arg::Value(x)], None)
+            }
+            65..=69 => {
+                need(rank > 0)?;
+                let axis = self.rng.below(rank);
+                let dim = shape.dims()[axis];
+                let start = self.rng.below(dim + 1);
+                let end = start + self.rng.below(dim - start + 1);
+                let step = 1 + self.rng.below(3);
+                self.commit(Op::Slice { axis, start, end, step }, &[Arg::Value(x)], None)
+            }
+            70..=73 => {
+                let mut dims: Vec<usize> = shape
+                    .dims()
+                    .iter()
+                    .map(|&d| if d == 1 && self.rng.chance(0.6) { self.rng.pick(&DIMS) } else { d })
+                    .collect();
+                if rank < MAX_RANK && self.rng.chance(0.4) {
+                    dims.insert(0, self.rng.pick(&DIMS));
+                }
+                self.commit(Op::BroadcastTo, &[Arg::Value(x)], Some((dtype, Shape(dims))))
+            }
+            74..=78 => {
+                need(rank > 0)?;
+                let axis = self.rng.below(rank);
+                let parts = 1 + self.rng.below(3);
+                let mut args = vec![Arg::Value(x)];
+                for _ in 1..parts {
+                    let arg = if self.rng.chance(0.3) {
+                        Arg::Value(x)
+                    } else {
+                        let mut dims = shape.dims().to_vec();
+                        dims[axis] = self.rng.pick(&DIMS);
+                        Arg::Input(dtype, Shape(dims))
+                    };
+                    let at = self.rng.below(args.len() + 1);
+                    args.insert(at, arg);
+                }
+                self.commit(Op::Concat { axis }, &args, None)
+            }
+            79..=82 => {
+                need(rank < MAX_RANK)?;
+                let axis = self.rng.below(rank + 1);
+                let parts = 1 + self.rng.below(3);
+                let args: Vec<Arg> = (0..parts)
+                    .map(|_| if self.rng.chance(0.5) { Arg::Value(x) } else { Arg::Input(dtype, shape.clone()) })
+                    .collect();
+                self.commit(Op::Stack { axis }, &args, None)
+            }
+            83..=87 => {
+                need(float && rank > 0)?;
+                let axis = self.rng.below(rank);
+                self.commit(Op::Softmax { axis }, &[Arg::Value(x)], None)
+            }
+            88..=92 => {
+                need(float && rank > 0)?;
+                let affine = Shape(vec![shape.last()]);
+                let args = [Arg::Value(x), Arg::Input(dtype, affine.clone()), Arg::Input(dtype, affine)];
+                self.commit(Op::LayerNorm { eps: 1e-5 }, &args, None)
+            }
+            93..=96 => {
+                need(float && rank > 0)?;
+                let args = [Arg::Value(x), Arg::Input(dtype, Shape(vec![shape.last()]))];
+                self.commit(Op::RmsNorm { eps: 1e-6 }, &args, None)
+            }
+            97..=99 => {
+                need(float && rank >= 2)?;
+                let dims = shape.dims();
+                let batch = &dims[..rank - 2];
+                let (rows, cols) = (dims[rank - 2], dims[rank - 1]);
+                let own_batch = self.rng.chance(0.4);
+                let mut other: Vec<usize> = if own_batch { batch.to_vec() } else { Vec::new() };
+                let n = self.rng.pick(&DIMS[..8]);
+                if self.rng.chance(0.7) {
+                    other.extend([cols, n]);
+                    self.commit(Op::MatMul, &[Arg::Value(x), Arg::Input(dtype, Shape(other))], None)
+                } else {
+                    other.extend([n, rows]);
+                    self.commit(Op::MatMul, &[Arg::Input(dtype, Shape(other)), Arg::Value(x)], None)
+                }
+            }
+            100..=102 => {
+                need(budget >= 3)?;
+                self.reduction_stack(x, budget)
+            }
+            _ => self.long_row(),
+        }
+    }
+
+    /// `stack([reduce(f(t)) for t in [x, ...]])`: full reductions of up to four tensors with one
+    /// op after one per-element prologue `f` (none, or a unary op, or `t * t`), the pattern fusion
+    /// turns into one multi-reduce kernel; now and then an item longer than the row cache.
+    fn reduction_stack(&mut self, x: NodeId, budget: usize) -> Result<NodeId, Skip> {
+        let dtype = self.g.node(x).dtype;
+        let ops: &[ReduceOp] = match dtype {
+            DType::Bool => &[ReduceOp::Max, ReduceOp::Min],
+            d if d.is_float() => &[ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min],
+            _ => &[ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min],
+        };
+        let op = self.rng.pick(ops);
+        let prologue = match self.rng.below(3) {
+            0 => None,
+            1 if dtype.is_float() => Some(Op::Unary { op: self.rng.pick(&[UnaryOp::Abs, UnaryOp::Exp, UnaryOp::Neg]) }),
+            1 if dtype.is_int() => Some(Op::Unary { op: UnaryOp::Abs }),
+            _ if dtype != DType::Bool => Some(Op::Binary { op: BinaryOp::Mul }),
+            _ => None,
+        };
+        let per_item = 1 + usize::from(prologue.is_some());
+        let items = (1 + self.rng.below(4)).min((budget - 1) / per_item).max(1);
+        self.with_cap(MAX_NUMEL * 8, |gen| {
+            let mut reduced = Vec::new();
+            for i in 0..items {
+                let t = if i == 0 {
+                    Arg::Value(x)
+                } else if gen.rng.chance(0.1) {
+                    Arg::Input(dtype, Shape(vec![16_385 + gen.rng.below(4000)]))
+                } else {
+                    Arg::Input(dtype, gen.random_shape())
+                };
+                let t = match &prologue {
+                    None => t,
+                    Some(p @ Op::Unary { .. }) => Arg::Value(gen.commit(p.clone(), &[t], None)?),
+                    Some(p) => {
+                        // `t * t`: one tensor on both sides.
+                        let t = match t {
+                            Arg::Input(d, s) => Arg::Value(gen.new_input(d, s)),
+                            t => t,
+                        };
+                        Arg::Value(gen.commit(p.clone(), &[t.clone(), t], None)?)
+                    }
+                };
+                let axes = (0..gen.type_of(&t).1.rank()).collect();
+                reduced.push(Arg::Value(gen.commit(Op::Reduce { op, axes, keepdim: false }, &[t], None)?));
+            }
+            gen.commit(Op::Stack { axis: 0 }, &reduced, None)
+        })
+    }
+
+    /// Runs `f` with results of up to `cap` elements allowed.
+    fn with_cap<T>(&mut self, cap: usize, f: impl FnOnce(&mut Generator) -> T) -> T {
+        self.cap = cap;
+        let result = f(self);
+        self.cap = MAX_NUMEL;
+        result
+    }
+
+    /// A norm, softmax or sum over rows longer than the row cache (16384 elements).
+    fn long_row(&mut self) -> Result<NodeId, Skip> {
+        let dtype = self.rng.pick(&[DType::F32, DType::BF16]);
+        let shape = Shape(vec![1 + self.rng.below(2), 16_385 + self.rng.below(3000)]);
+        let cols = shape.last();
+        let x = Arg::Input(dtype, shape);
+        let affine = Arg::Input(dtype, Shape(vec![cols]));
+        let (op, args) = match self.rng.below(4) {
+            0 => (Op::Softmax { axis: 1 }, vec![x]),
+            1 => (Op::LayerNorm { eps: 1e-5 }, vec![x, affine.clone(), affine]),
+            2 => (Op::RmsNorm { eps: 1e-6 }, vec![x, affine]),
+            _ => (Op::Reduce { op: ReduceOp::Sum, axes: vec![1], keepdim: true }, vec![x]),
+        };
+        self.with_cap(MAX_NUMEL * 12, |gen| gen.commit(op, &args, None))
+    }
+
+    /// A random shape of `numel` elements (rank 0-4).
+    fn factorization(&mut self, numel: usize) -> Shape {
+        let rank = if numel == 1 { self.rng.below(MAX_RANK + 1) } else { 1 + self.rng.below(MAX_RANK) };
+        let mut dims = vec![1; rank];
+        if numel == 0 {
+            for d in dims.iter_mut() {
+                *d = self.rng.pick(&DIMS[..5]);
+            }
+            let zero = self.rng.below(rank);
+            dims[zero] = 0;
+            return Shape(dims);
+        }
+        let mut rest = numel;
+        let mut p = 2;
+        while rest > 1 {
+            while rest.is_multiple_of(p) {
+                let slot = self.rng.below(rank);
+                dims[slot] *= p;
+                rest /= p;
+            }
+            p += 1;
+        }
+        Shape(dims)
+    }
+
+    /// Outputs: the newest value and up to two others (inputs included).
+    fn outputs(&mut self) -> Vec<NodeId> {
+        let mut outputs = vec![*self.values.last().expect("a graph has values")];
+        for _ in 0..self.rng.below(3) {
+            let v = self.rng.pick(&self.values);
+            if !outputs.contains(&v) || self.rng.chance(0.2) {
+                outputs.push(v);
+            }
+        }
+        outputs
+    }
+}
+
+/// The graph of `seed`: 1-32 ops over one or two starting inputs.
+pub fn random_graph(seed: u64, counts: &mut Counts) -> Graph {
+    let mut gen = Generator::new(seed);
+    for _ in 0..1 + gen.rng.below(2) {
+        let (dtype, shape) = (gen.random_dtype(), gen.random_shape());
+        gen.new_input(dtype, shape);
+    }
+    let wanted = 1 + gen.rng.below(MAX_OPS);
+    for _ in 0..wanted * 10 {
+        let added = gen.g.op_count();
+        if added >= wanted {
+            break;
+        }
+        if let Err(skip) = gen.draw(wanted - added) {
+            *counts.skipped.entry(skip).or_default() += 1;
+        }
+    }
+    counts.ops += gen.g.op_count();
+    let outputs = gen.outputs();
+    gen.g.set_outputs(outputs);
+    gen.g
+}
+
+#[test]
+fn the_generator_is_deterministic_and_covers_the_op_set() {
+    let mut counts = Counts::default();
+    let mut ops: HashSet<&'static str> = HashSet::new();
+    for seed in 0..200 {
+        let graph = random_graph(seed, &mut counts);
+        assert_eq!(graph.to_text(), random_graph(seed, &mut Counts::default()).to_text(), "seed {seed}");
+        assert!((1..=MAX_OPS).contains(&graph.op_count()), "seed {seed}: {} ops", graph.op_count());
+        graph.verify().unwrap();
+        for id in graph.node_ids() {
+            ops.insert(graph.node(id).op.name());
+        }
+    }
+    for op in [
+        "cast",
+        "where",
+        "reshape",
+        "broadcast_to",
+        "permute",
+        "slice",
+        "concat",
+        "stack",
+        "softmax",
+        "layer_norm",
+        "rms_norm",
+        "matmul",
+        "sum",
+        "mean",
+        "max",
+        "min",
+        "add",
+        "exp",
+        "isnan",
+        "const",
+    ] {
+        assert!(ops.contains(op), "no `{op}` in 200 graphs");
+    }
+}
