@@ -68,7 +68,7 @@ pub fn fuse(graph: &Graph, options: &FusionOptions) -> Result<Plan> {
 
 /// [`crate::optimize`], then [`fuse`].
 pub fn compile_to_plan(graph: &Graph, options: &FusionOptions) -> Result<Plan> {
-    let (optimized, origins) = crate::pass::optimize_with_origins(graph)?;
+    let (optimized, origins) = crate::pipeline::optimize_with_origins(graph)?;
     fuse_with_origins(&optimized, options, &origins)
 }
 
