@@ -23,7 +23,8 @@ use crate::cache::KernelCache;
 use crate::device::CudaDevice;
 use crate::error::{CudaError, Result};
 use crate::graph::CapturedGraph;
-use crate::launch::{Kernel, KernelArg};
+use crate::kernel::Kernel;
+use crate::launch::KernelArg;
 use crate::nvrtc::{CompileOptions, KernelResources};
 
 mod tuning;
