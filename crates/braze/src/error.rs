@@ -2,7 +2,7 @@
 //! what came, and the caller's `file:line:col` where it is known, e.g.
 //! `add at src/main.rs:12:17: cannot broadcast [3] with [4]`.
 
-use crate::{BreakKind, Device};
+use crate::{BreakKind, Device, GraphBreak};
 use braze_cpu::CpuError;
 use braze_ir::{DType, IrError, SourceLoc};
 use std::fmt;
@@ -133,4 +133,11 @@ fn arity_detail(expected: usize, actual: usize, names: &[String]) -> String {
         text.push_str(&format!("; missing {}", names[actual..].join(", ")));
     }
     text
+}
+
+impl GraphBreak {
+    /// The error a fullgraph trace stops with at this break.
+    pub(crate) fn to_error(&self) -> Error {
+        Error::GraphBreak { kind: self.kind, op: self.op.clone(), loc: self.loc.clone(), hint: self.hint }
+    }
 }
