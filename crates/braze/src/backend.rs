@@ -95,7 +95,7 @@ pub fn compile_fused(graph: &Graph, target: Target) -> Result<Arc<dyn Executable
 
 fn fuse(graph: &Graph) -> Result<Plan> {
     braze_passes::compile_to_plan(graph, &FusionOptions::default())
-        .map_err(|e| Error::Compile { context: "fusion".into(), detail: e.to_string() })
+        .map_err(|e| Error::Compile { context: "fusion".into(), passes: Box::new(e) })
 }
 
 /// CUDA C of every kernel of `plan` with codegen's default configurations, for display and dumps

@@ -147,7 +147,7 @@ impl PlanExecutable {
             };
             configs.push(config);
         }
-        let codes = braze_codegen::plan_sources(&plan, &configs).map_err(|e| CudaError::Codegen(e.to_string()))?;
+        let codes = braze_codegen::plan_sources(&plan, &configs)?;
         let compile_options = CompileOptions { arch: device.arch(), ..CompileOptions::default() };
         // NVRTC compiles are independent: run them in parallel, one thread per kernel source.
         let compiled: Vec<Result<Option<Arc<crate::nvrtc::CompiledModule>>>> = std::thread::scope(|scope| {

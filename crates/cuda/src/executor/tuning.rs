@@ -38,9 +38,7 @@ impl PlanExecutable {
             let mut best: Option<(f32, usize, CudaKernel)> = None;
             for (ci, config) in candidates.iter().enumerate() {
                 let attempt = (|| -> Result<(f32, CudaKernel)> {
-                    let code = match braze_codegen::generate(&self.plan, k, config)
-                        .map_err(|e| CudaError::Codegen(e.to_string()))?
-                    {
+                    let code = match braze_codegen::generate(&self.plan, k, config)? {
                         KernelCode::Cuda(g) => g,
                         KernelCode::CuBlasLt(_) => return Err(CudaError::InvalidArgument("not a CUDA kernel".into())),
                     };
