@@ -77,7 +77,11 @@ fn regression_integer_to_bf16_rounds_once() {
             assert_close_with(a, e, 0.0, 0.0).unwrap_or_else(|m| panic!("{dtype}: {m}"));
         }
         assert_eq!(expected[0].get_f64(0), ((1 << 24) + (1 << 17)) as f64);
-        let KernelCode::Cuda(kernel) = generate(&plan, 0, &default_config(&plan, 0, &Target::h200()), &Target::h200()).unwrap() else { panic!() };
+        let KernelCode::Cuda(kernel) =
+            generate(&plan, 0, &default_config(&plan, 0, &Target::h200()), &Target::h200()).unwrap()
+        else {
+            panic!()
+        };
         assert!(kernel.source.contains("round_to_bf16(int_to_f32_odd("), "{}", kernel.source);
     }
 }
@@ -95,7 +99,11 @@ fn regression_cached_rows_in_1024_thread_blocks_do_not_spill() {
         let graph = b.finish(vec![s, r]);
         let plan = compile_to_plan(&graph, &FusionOptions::default()).unwrap();
         for i in 0..plan.kernels.len() {
-            let KernelCode::Cuda(kernel) = generate(&plan, i, &default_config(&plan, i, &Target::h200()), &Target::h200()).unwrap() else { panic!() };
+            let KernelCode::Cuda(kernel) =
+                generate(&plan, i, &default_config(&plan, i, &Target::h200()), &Target::h200()).unwrap()
+            else {
+                panic!()
+            };
             assert!(kernel.source.contains("__launch_bounds__(1024, 1)"), "{}", kernel.source);
         }
         check_fixed(&graph, None);

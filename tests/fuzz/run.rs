@@ -109,7 +109,10 @@ pub fn run_graph_on(graph: &Graph, inputs: &[HostTensor], nvrtc: bool) -> Result
     let mut produced = Produced::default();
     let code = stage(Stage::Codegen, || {
         (0..plan.kernels.len())
-            .map(|i| generate(&plan, i, &default_config(&plan, i, &Target::h200()), &Target::h200()).map_err(|e| e.to_string()))
+            .map(|i| {
+                generate(&plan, i, &default_config(&plan, i, &Target::h200()), &Target::h200())
+                    .map_err(|e| e.to_string())
+            })
             .collect::<Result<Vec<KernelCode>, String>>()
     })?;
     for k in &plan.kernels {

@@ -96,7 +96,7 @@ pub fn compile_fused(graph: &Graph, target: Target) -> Result<Arc<dyn Executable
 
 fn fuse(graph: &Graph) -> Result<Plan> {
     braze_passes::compile_to_plan(graph, &FusionOptions::default())
-        .map_err(|e| Error::Compile { context: "fusion".into(), detail: e.to_string() })
+        .map_err(|e| Error::Compile { context: "fusion".into(), passes: Box::new(e) })
 }
 
 /// The GPU that plans run on the CPU backend are generated for (kernel sources for display and

@@ -1,35 +1,14 @@
 //! `compile`: a function traced once per input signature and replayed from a cache.
 
 use crate::backend::{self, GraphCache, Target};
-use crate::explain::Explanation;
+use crate::explain::{Explanation, RunReport};
 use crate::logging::{self, targets};
+use crate::mode::Mode;
+use crate::signature::{format_signature, TensorSig};
 use crate::tensor::caller;
 use crate::trace::{self, Binding, GraphRun, SplitRun, TraceConfig, TraceOutcome};
 use crate::{Device, Error, GraphBreak, Result, Tensor};
-use braze_ir::{DType, Shape};
-use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
-
-/// How hard the backend works for speed. The CPU reference runs every mode the same way.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum Mode {
-    #[default]
-    Default,
-    /// Fewer launches per call (CUDA graph replay) at the cost of pinned buffers.
-    ReduceOverhead,
-    /// Autotune kernel configurations on first compile.
-    MaxAutotune,
-}
-
-impl fmt::Display for Mode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Mode::Default => "default",
-            Mode::ReduceOverhead => "reduce-overhead",
-            Mode::MaxAutotune => "max-autotune",
-        })
-    }
-}
 
 /// Compiles `f`: the first call with a given input signature (dtype, shape and device of every
 /// input) traces `f` by running it on traced tensors that record ops instead of computing, and
@@ -126,61 +105,6 @@ enum EntryKind {
     Replay,
 }
 
-/// What a compiled graph assumes about one tensor.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct TensorSig {
-    dtype: DType,
-    shape: Shape,
-    device: Device,
-}
-
-impl TensorSig {
-    pub(crate) fn of(t: &Tensor) -> TensorSig {
-        TensorSig { dtype: t.dtype(), shape: t.shape(), device: t.device() }
-    }
-
-    /// Allocation-free check of `t` against the signature.
-    fn matches(&self, t: &Tensor) -> bool {
-        match &*t.storage() {
-            crate::tensor::Storage::Host(h) => {
-                self.device == Device::Cpu && h.dtype() == self.dtype && h.shape() == &self.shape
-            }
-            crate::tensor::Storage::Cuda(c) => {
-                self.device == Device::Cuda(c.ordinal) && c.dtype == self.dtype && c.shape == self.shape
-            }
-            crate::tensor::Storage::Traced(_) => false,
-        }
-    }
-
-    /// How `now` differs from this signature, e.g. `shape changed from [64,256] to [32,256]`.
-    fn change_to(&self, now: &TensorSig) -> String {
-        if self.dtype != now.dtype {
-            format!("dtype changed from {} to {}", self.dtype, now.dtype)
-        } else if self.shape != now.shape {
-            format!("shape changed from {} to {}", self.shape, now.shape)
-        } else if self.device != now.device {
-            format!("device changed from {} to {}", self.device, now.device)
-        } else {
-            "did not change".into()
-        }
-    }
-}
-
-impl fmt::Display for TensorSig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}{}", self.dtype, self.shape)?;
-        if self.device != Device::Cpu {
-            write!(f, "@{}", self.device)?;
-        }
-        Ok(())
-    }
-}
-
-fn format_signature(sigs: &[TensorSig]) -> String {
-    let parts: Vec<String> = sigs.iter().map(|s| s.to_string()).collect();
-    format!("({})", parts.join(", "))
-}
-
 impl Entry {
     fn matches_inputs(&self, args: &[Tensor]) -> bool {
         self.inputs.len() == args.len() && self.inputs.iter().zip(args).all(|(sig, arg)| sig.matches(arg))
@@ -197,14 +121,6 @@ impl Entry {
             _ => None,
         })
     }
-}
-
-/// What one call did, for `explain`.
-#[derive(Default)]
-pub(crate) struct RunReport {
-    pub runs: Vec<GraphRun>,
-    pub breaks: Vec<GraphBreak>,
-    pub eager_fallback: bool,
 }
 
 impl<F> Compiled<F>

@@ -76,3 +76,26 @@ impl CudaTensor {
         })
     }
 }
+
+/// Opening devices: `Device::Cuda` names a GPU that these open through the shared [`CudaDevice`]s.
+impl Device {
+    /// The CUDA device `ordinal`, opened now; [`Error::DeviceUnavailable`] when there is no
+    /// driver or no such GPU.
+    pub fn cuda(ordinal: usize) -> Result<Device> {
+        device(ordinal, "Device::cuda")?;
+        Ok(Device::Cuda(ordinal))
+    }
+
+    /// The first GPU when there is one, else the CPU.
+    pub fn best_available() -> Device {
+        Device::cuda(0).unwrap_or(Device::Cpu)
+    }
+
+    /// Errors unless tensors can be created on this device.
+    pub(crate) fn check_available(self, op: &str) -> Result<()> {
+        match self {
+            Device::Cpu => Ok(()),
+            Device::Cuda(ordinal) => device(ordinal, op).map(|_| ()),
+        }
+    }
+}

@@ -1,10 +1,14 @@
 //! The crate's one error type. Every message names the op or argument, what was expected and
 //! what came, and the caller's `file:line:col` where it is known, e.g.
 //! `add at src/main.rs:12:17: cannot broadcast [3] with [4]`.
+//!
+//! Errors of the crates below (IR, passes, CPU, CUDA) are kept as their own types inside the
+//! variants that wrap them, so callers can match on them; their text is part of the message.
 
-use crate::{BreakKind, Device};
+use crate::{BreakKind, Device, GraphBreak};
 use braze_cpu::CpuError;
 use braze_ir::{DType, IrError, SourceLoc};
+use braze_passes::PassError;
 use std::fmt;
 
 #[derive(Debug, thiserror::Error)]
@@ -63,8 +67,8 @@ pub enum Error {
     Cuda { op: String, cuda: Box<braze_cuda::CudaError> },
 
     /// Fusion rejected a graph (an internal invariant; the message names the pass).
-    #[error("{context}: {detail}")]
-    Compile { context: String, detail: String },
+    #[error("{context}: {passes}")]
+    Compile { context: String, passes: Box<PassError> },
 
     /// An error raised by user code inside a custom op.
     #[error("{op}: {message}")]
@@ -133,4 +137,28 @@ fn arity_detail(expected: usize, actual: usize, names: &[String]) -> String {
         text.push_str(&format!("; missing {}", names[actual..].join(", ")));
     }
     text
+}
+
+impl GraphBreak {
+    /// The error a fullgraph trace stops with at this break.
+    pub(crate) fn to_error(&self) -> Error {
+        Error::GraphBreak { kind: self.kind, op: self.op.clone(), loc: self.loc.clone(), hint: self.hint }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fusion_errors_stay_typed_and_keep_their_message() {
+        let invalid = braze_plan::PlanError::Invalid {
+            rule: braze_plan::Rule::BufferIds,
+            at: "kernel 0 (k0)".into(),
+            detail: "reads b9".into(),
+        };
+        let err = Error::Compile { context: "fusion".into(), passes: Box::new(PassError::InvalidPlan(invalid)) };
+        assert_eq!(err.to_string(), "fusion: invalid plan: kernel 0 (k0): reads b9 [BufferIds]");
+        assert!(matches!(&err, Error::Compile { passes, .. } if matches!(**passes, PassError::InvalidPlan(_))));
+    }
 }

@@ -1,10 +1,19 @@
 //! What a compiled call did: its graphs, breaks, host synchronizations and recompiles.
 
-use crate::compile::RunReport;
-use crate::{GraphBreak, Mode};
+use crate::mode::Mode;
+use crate::trace::GraphRun;
+use crate::GraphBreak;
 use braze_ir::Graph;
 use std::fmt;
 use std::sync::Arc;
+
+/// What one call did, for `explain`.
+#[derive(Default)]
+pub(crate) struct RunReport {
+    pub runs: Vec<GraphRun>,
+    pub breaks: Vec<GraphBreak>,
+    pub eager_fallback: bool,
+}
 
 #[derive(Clone, Debug)]
 pub struct Explanation {

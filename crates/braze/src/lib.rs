@@ -33,6 +33,7 @@
 //!
 //! **Invariant:** no user input makes the library panic: every op returns `Result`.
 
+mod assign;
 pub mod backend;
 mod breaks;
 mod compile;
@@ -41,18 +42,23 @@ mod custom_op;
 mod device;
 mod error;
 mod explain;
+mod fill;
+mod host_reads;
 pub mod logging;
+mod mode;
 mod ops;
+mod signature;
 mod tensor;
 mod trace;
 
 pub use backend::{allow_tf32, set_allow_tf32};
 pub use braze_ir::{DType, Graph, HostData, HostTensor, Shape, SourceLoc};
 pub use breaks::{BreakKind, GraphBreak};
-pub use compile::{compile, CompileStats, Compiled, Mode};
+pub use compile::{compile, CompileStats, Compiled};
 pub use cuda::{cuda_device, kernel_cache_stats};
 pub use custom_op::CustomOp;
 pub use device::Device;
 pub use error::{Error, Result};
 pub use explain::Explanation;
+pub use mode::Mode;
 pub use tensor::{Element, Tensor};

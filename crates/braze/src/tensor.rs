@@ -2,7 +2,7 @@
 //! the thread's active trace.
 
 use crate::cuda::CudaTensor;
-use crate::{trace, Device, Error, Result};
+use crate::{Device, Error, Result};
 use braze_ir::{DType, HostData, HostTensor, Shape, SourceLoc};
 use half::{bf16, f16};
 use rand::rngs::StdRng;
@@ -192,23 +192,6 @@ impl Tensor {
         Tensor::from_host(HostTensor::new(Shape::scalar(), T::into_data(vec![value])).expect("one value, rank 0"))
     }
 
-    /// A tensor of `shape` filled with `value`. Inside a compiled function this records a
-    /// constant broadcast to `shape` (no graph input).
-    #[track_caller]
-    pub fn full(shape: impl Into<Shape>, value: f64, dtype: DType, device: Device) -> Result<Tensor> {
-        trace::full("full", shape.into(), value, dtype, device, caller())
-    }
-
-    #[track_caller]
-    pub fn zeros(shape: impl Into<Shape>, dtype: DType, device: Device) -> Result<Tensor> {
-        trace::full("zeros", shape.into(), 0.0, dtype, device, caller())
-    }
-
-    #[track_caller]
-    pub fn ones(shape: impl Into<Shape>, dtype: DType, device: Device) -> Result<Tensor> {
-        trace::full("ones", shape.into(), 1.0, dtype, device, caller())
-    }
-
     /// Standard normal values (Box-Muller over a seeded `StdRng`), rounded to `dtype`, on the
     /// CPU. The same seed gives the same tensor.
     #[track_caller]
@@ -286,27 +269,8 @@ impl Tensor {
         matches!(&*self.storage(), Storage::Traced(_))
     }
 
-    /// Replaces this tensor's data with `value`'s, in place: every clone of this handle, and every
-    /// compiled function that captured it, sees the new data on its next call. A new dtype or
-    /// shape makes those functions trace again.
-    ///
-    /// Not allowed inside a compiled function (in-place updates are not traced) or on a traced
-    /// tensor.
-    #[track_caller]
-    pub fn assign(&self, value: &Tensor) -> Result<()> {
-        let loc = caller();
-        if trace::is_active() {
-            return Err(Error::invalid(
-                "assign",
-                &loc,
-                "cannot assign inside a compiled function (in-place updates are not traced); \
-                 assign before or after the call",
-            ));
-        }
-        let new_data = value.storage().clone();
-        if let Storage::Traced(_) = new_data {
-            return Err(Error::StaleTrace { op: "assign".into(), loc: Some(loc) });
-        }
+    /// Swaps in `new_data` (concrete) and bumps the version; fails on a traced tensor.
+    pub(crate) fn replace_storage(&self, new_data: Storage, loc: SourceLoc) -> Result<()> {
         let mut storage = self.inner.storage.write().unwrap_or_else(|poisoned| poisoned.into_inner());
         match &mut *storage {
             Storage::Host(_) | Storage::Cuda(_) => {

@@ -28,9 +28,9 @@ use cudarc::cublaslt::sys::{
 use cudarc::driver::sys::CUdevice_attribute;
 
 use crate::buffer::DeviceBuffer;
+use crate::capture_gate::outside_capture;
 use crate::device::{lock, CudaDevice};
 use crate::error::{CudaError, Result};
-use crate::graph::outside_capture;
 
 /// Element type of A, B, C and the bias.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

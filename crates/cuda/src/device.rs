@@ -14,8 +14,9 @@ use cudarc::driver::{CudaContext, CudaEvent, CudaStream, PinnedHostSlice};
 use braze_codegen::Target;
 
 use crate::buffer::{bytes_of, values_from_bytes, DeviceBuffer, PodScalar};
+use crate::capture_gate::{outside_capture, DropOutsideCapture};
 use crate::error::{CudaError, Result};
-use crate::graph::{outside_capture, CaptureRecord, DropOutsideCapture};
+use crate::kernel::Kernel;
 
 /// Bytes per pinned staging chunk for uploads.
 const UPLOAD_CHUNK_BYTES: usize = 8 << 20;
@@ -427,6 +428,29 @@ impl EventTimer {
     /// Milliseconds between start and stop; waits for the stop point to be reached.
     pub fn elapsed_ms(&self) -> Result<f32> {
         Ok(self.start.elapsed_ms(&self.end)?)
+    }
+}
+
+/// What a capture in progress has referenced, so the graph can keep it alive.
+#[derive(Debug, Default)]
+pub(crate) struct CaptureRecord {
+    buffers: Vec<DeviceBuffer>,
+    kernels: Vec<Kernel>,
+}
+
+impl CaptureRecord {
+    pub(crate) fn into_parts(self) -> (Vec<DeviceBuffer>, Vec<Kernel>) {
+        (self.buffers, self.kernels)
+    }
+
+    pub(crate) fn keep_buffer(&mut self, buffer: &DeviceBuffer) {
+        if !self.buffers.iter().any(|kept| kept.same_allocation(buffer)) {
+            self.buffers.push(buffer.clone());
+        }
+    }
+
+    pub(crate) fn keep_kernel(&mut self, kernel: &Kernel) {
+        self.kernels.push(kernel.clone());
     }
 }
 

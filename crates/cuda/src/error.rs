@@ -3,6 +3,7 @@
 //! Every fallible call returns [`CudaError`]; missing libraries, missing devices and bad input are
 //! reported as values, never as panics, so callers can fall back to the CPU path.
 
+use braze_codegen::CodegenError;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
@@ -71,7 +72,7 @@ pub enum CudaError {
 
     /// Generating the CUDA C of a plan kernel failed.
     #[error("code generation failed: {0}")]
-    Codegen(String),
+    Codegen(CodegenError),
 
     /// Something was attempted that a CUDA graph capture cannot record, or the capture failed.
     #[error("CUDA graph capture: {0}")]
@@ -80,6 +81,14 @@ pub enum CudaError {
 
 /// Crate-wide result alias.
 pub type Result<T> = std::result::Result<T, CudaError>;
+
+// The wrapped errors of other crates are part of the message (unchanged for users), so they are
+// not also reported as `source()`: an error chain printer would print them twice.
+impl From<CodegenError> for CudaError {
+    fn from(err: CodegenError) -> Self {
+        CudaError::Codegen(err)
+    }
+}
 
 impl From<cudarc::driver::DriverError> for CudaError {
     fn from(err: cudarc::driver::DriverError) -> Self {
@@ -105,4 +114,18 @@ fn format_compile_error(name: &str, log: &str, source: &str) -> String {
         let _ = writeln!(out, "{:>width$} | {line}", index + 1);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codegen_errors_stay_typed_and_keep_their_message() {
+        let inner = CodegenError::NoSuchKernel { index: 3, count: 2 };
+        let text = format!("code generation failed: {inner}");
+        let err = CudaError::from(inner);
+        assert!(matches!(err, CudaError::Codegen(CodegenError::NoSuchKernel { index: 3, count: 2 })), "{err:?}");
+        assert_eq!(err.to_string(), text);
+    }
 }

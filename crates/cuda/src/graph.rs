@@ -1,105 +1,16 @@
 //! CUDA graph capture and replay: record a sequence of launches once, then submit the whole
 //! sequence with one driver call, removing per-launch CPU overhead.
 
-use std::cell::Cell;
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, PoisonError};
 
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::CudaGraph;
 
 use crate::buffer::DeviceBuffer;
-use crate::device::{lock, CudaDevice};
+use crate::capture_gate::{CapturingHere, CAPTURE_GATE, CAPTURING_ON_THIS_THREAD};
+use crate::device::{lock, CaptureRecord, CudaDevice};
 use crate::error::{CudaError, Result};
-use crate::launch::Kernel;
-
-/// Serialises captures against operations on other threads that can invalidate a capture in the
-/// same context: allocating or freeing pinned host memory, loading or unloading modules,
-/// creating or destroying cuBLASLt handles, opening or closing a device. Those hold it shared
-/// (through [`outside_capture`]); a capture holds it exclusively for its (short) duration.
-static CAPTURE_GATE: RwLock<()> = RwLock::new(());
-
-thread_local! {
-    /// Whether this thread is inside `capture_graph`'s closure. Such operations issued by the
-    /// capturing thread itself skip the gate (they would otherwise deadlock); the capture then
-    /// reports them as failed instead.
-    static CAPTURING_ON_THIS_THREAD: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Runs `operation` while no CUDA graph capture is in progress on another thread.
-pub(crate) fn outside_capture<R>(operation: impl FnOnce() -> R) -> R {
-    if CAPTURING_ON_THIS_THREAD.get() {
-        return operation();
-    }
-    let _shared = CAPTURE_GATE.read().unwrap_or_else(PoisonError::into_inner);
-    operation()
-}
-
-/// Owns a value whose destruction must not overlap a capture on another thread (see
-/// [`outside_capture`]); the value is dropped through the gate.
-#[derive(Debug)]
-pub(crate) struct DropOutsideCapture<T>(Option<T>);
-
-impl<T> DropOutsideCapture<T> {
-    pub(crate) fn new(value: T) -> Self {
-        DropOutsideCapture(Some(value))
-    }
-}
-
-impl<T> std::ops::Deref for DropOutsideCapture<T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        self.0.as_ref().expect("present until dropped")
-    }
-}
-
-impl<T> std::ops::DerefMut for DropOutsideCapture<T> {
-    fn deref_mut(&mut self) -> &mut T {
-        self.0.as_mut().expect("present until dropped")
-    }
-}
-
-impl<T> Drop for DropOutsideCapture<T> {
-    fn drop(&mut self) {
-        if let Some(value) = self.0.take() {
-            outside_capture(|| drop(value));
-        }
-    }
-}
-
-/// Marks the current thread as capturing until dropped (also on panic).
-struct CapturingHere;
-
-impl CapturingHere {
-    fn enter() -> Self {
-        CAPTURING_ON_THIS_THREAD.set(true);
-        CapturingHere
-    }
-}
-
-impl Drop for CapturingHere {
-    fn drop(&mut self) {
-        CAPTURING_ON_THIS_THREAD.set(false);
-    }
-}
-
-/// What a capture in progress has referenced, so the graph can keep it alive.
-#[derive(Debug, Default)]
-pub(crate) struct CaptureRecord {
-    buffers: Vec<DeviceBuffer>,
-    kernels: Vec<Kernel>,
-}
-
-impl CaptureRecord {
-    pub(crate) fn keep_buffer(&mut self, buffer: &DeviceBuffer) {
-        if !self.buffers.iter().any(|kept| kept.same_allocation(buffer)) {
-            self.buffers.push(buffer.clone());
-        }
-    }
-
-    pub(crate) fn keep_kernel(&mut self, kernel: &Kernel) {
-        self.kernels.push(kernel.clone());
-    }
-}
+use crate::kernel::Kernel;
 
 /// A captured, instantiated graph. It holds the buffers and kernels it references, so they
 /// stay valid for every replay even if the caller drops its own handles.
@@ -194,6 +105,7 @@ impl CudaDevice {
         let graph = ended
             .map_err(|err| CudaError::Capture(format!("ending the capture failed: {err}")))?
             .ok_or_else(|| CudaError::Capture("the capture produced no graph".into()))?;
-        Ok(CapturedGraph { graph, device: self.clone(), buffers: kept.buffers, kernels: kept.kernels })
+        let (buffers, kernels) = kept.into_parts();
+        Ok(CapturedGraph { graph, device: self.clone(), buffers, kernels })
     }
 }

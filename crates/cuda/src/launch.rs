@@ -1,67 +1,21 @@
 //! Loading compiled modules and launching their kernels with mixed argument lists.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use cudarc::driver::sys::CUfunction_attribute_enum;
-use cudarc::driver::{CudaContext, CudaFunction, CudaModule, LaunchConfig, PushKernelArg};
+use cudarc::driver::{LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::Ptx;
 
 use crate::buffer::DeviceBuffer;
-use crate::device::CudaDevice;
+use crate::capture_gate::{outside_capture, DropOutsideCapture};
+use crate::device::{lock, CudaDevice};
 use crate::error::{CudaError, Result};
-use crate::graph::{outside_capture, DropOutsideCapture};
+use crate::kernel::{Kernel, LoadedModule};
 use crate::nvrtc::{CompiledModule, ImageKind};
 
 /// Dynamic shared memory a kernel may use without opting in, in bytes.
 const DEFAULT_DYNAMIC_SHARED_LIMIT: u32 = 48 * 1024;
-
-/// A module loaded into a device's context; kernels taken from it keep it loaded.
-#[derive(Debug, Clone)]
-pub struct LoadedModule {
-    module: Arc<DropOutsideCapture<Arc<CudaModule>>>,
-    context: Arc<CudaContext>,
-}
-
-/// A kernel ready to launch. Cloning is cheap and shares the module.
-#[derive(Debug, Clone)]
-pub struct Kernel {
-    inner: Arc<KernelInner>,
-}
-
-#[derive(Debug)]
-struct KernelInner {
-    name: String,
-    /// Holds the module loaded; unloading it must not overlap a capture on another thread.
-    function: DropOutsideCapture<CudaFunction>,
-    context: Arc<CudaContext>,
-    max_threads_per_block: u32,
-    static_shared_bytes: u32,
-    /// The dynamic shared memory limit last set on the function, to set it only when it grows.
-    dynamic_shared_limit: AtomicU32,
-}
-
-impl Kernel {
-    /// The kernel's name in its module.
-    pub fn name(&self) -> &str {
-        &self.inner.name
-    }
-
-    /// Most threads per block this kernel can be launched with (register use limits it).
-    pub fn max_threads_per_block(&self) -> u32 {
-        self.inner.max_threads_per_block
-    }
-
-    /// Static shared memory per block, in bytes.
-    pub fn static_shared_bytes(&self) -> u32 {
-        self.inner.static_shared_bytes
-    }
-
-    /// The underlying cudarc function, for interop.
-    pub fn function(&self) -> &CudaFunction {
-        &self.inner.function
-    }
-}
 
 /// One kernel argument. Buffers are passed as device pointers; scalars by value, and must match
 /// the kernel parameter's C type exactly.
@@ -179,7 +133,7 @@ impl CudaDevice {
         // with any CUDA launch; the dimensions and shared memory were validated above.
         unsafe { builder.launch(config) }.map_err(|err| fail(err.to_string()))?;
 
-        if let Some(record) = crate::device::lock(&self.capture).as_mut() {
+        if let Some(record) = lock(&self.capture).as_mut() {
             record.keep_kernel(kernel);
             for arg in args {
                 if let KernelArg::Buffer(buffer) | KernelArg::BufferAt(buffer, _) = arg {
@@ -242,32 +196,4 @@ fn validate_dims(kernel: &Kernel, grid: (u32, u32, u32), block: (u32, u32, u32))
         ));
     }
     Ok(())
-}
-
-impl LoadedModule {
-    /// Looks up a kernel by name (the mangled name unless declared `extern "C"`).
-    pub fn get_function(&self, name: &str) -> Result<Kernel> {
-        if name.contains('\0') {
-            return Err(CudaError::InvalidArgument(format!("kernel name {name:?} contains a NUL byte")));
-        }
-        let function = self
-            .module
-            .load_function(name)
-            .map_err(|err| CudaError::Driver(format!("kernel `{name}` not in module: {err}")))?;
-        let attribute = |attr| function.get_attribute(attr).map(|v| u32::try_from(v).unwrap_or(0));
-        let max_threads_per_block = attribute(CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?;
-        let static_shared_bytes = attribute(CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)?;
-        let dynamic_shared_limit =
-            attribute(CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)?;
-        Ok(Kernel {
-            inner: Arc::new(KernelInner {
-                name: name.to_string(),
-                context: self.context.clone(),
-                function: DropOutsideCapture::new(function),
-                max_threads_per_block,
-                static_shared_bytes,
-                dynamic_shared_limit: AtomicU32::new(dynamic_shared_limit),
-            }),
-        })
-    }
 }

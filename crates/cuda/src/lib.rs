@@ -11,10 +11,12 @@ pub mod autotune;
 pub mod blas;
 pub mod buffer;
 pub mod cache;
+mod capture_gate;
 pub mod device;
 pub mod error;
 pub mod executor;
 pub mod graph;
+pub mod kernel;
 pub mod launch;
 pub mod nvrtc;
 
@@ -26,7 +28,8 @@ pub use device::{cuda_available, device_count, driver_available, CudaDevice, Eve
 pub use error::{CudaError, Result};
 pub use executor::{BuildReport, ExecOptions, PlanExecutable};
 pub use graph::CapturedGraph;
-pub use launch::{Kernel, KernelArg, LoadedModule};
+pub use kernel::{Kernel, LoadedModule};
+pub use launch::KernelArg;
 pub use nvrtc::{
     compile, default_include_dirs, nvrtc_available, nvrtc_version, parse_ptxas_resources, CompileOptions,
     CompiledModule, ImageKind, KernelResources,

@@ -21,6 +21,7 @@ mod decompose;
 mod error;
 mod fusion;
 mod pass;
+mod pipeline;
 mod simplify;
 mod topo;
 
@@ -29,5 +30,6 @@ pub use dead_code::DeadCode;
 pub use decompose::Decompose;
 pub use error::{PassError, Result};
 pub use fusion::{compile_to_plan, fuse, FusionOptions};
-pub use pass::{optimize, Pass, PassManager, PassSnapshot};
+pub use pass::{Pass, PassManager, PassSnapshot};
+pub use pipeline::optimize;
 pub use simplify::Simplify;

@@ -1,7 +1,6 @@
 //! The pass interface and the pass manager.
 
-use crate::decompose::{self, Origins};
-use crate::{CommonSubexpressions, DeadCode, Decompose, PassError, Result, Simplify};
+use crate::{PassError, Result};
 use braze_ir::Graph;
 
 /// A graph rewrite. Passes are plain values; `run` reports whether it changed the graph.
@@ -39,12 +38,6 @@ const MAX_ROUNDS: usize = 16;
 impl PassManager {
     pub fn new() -> PassManager {
         PassManager::default()
-    }
-
-    /// The standard pipeline: dead code and decomposition once, then simplification, common
-    /// subexpressions and dead code until nothing changes.
-    pub fn standard() -> PassManager {
-        PassManager::new().once(vec![Box::new(DeadCode), Box::new(Decompose)]).until_fixed_point(cleanup())
     }
 
     /// Adds a stage that runs each pass once.
@@ -100,35 +93,10 @@ impl PassManager {
     }
 }
 
-fn cleanup() -> Vec<Box<dyn Pass>> {
-    vec![Box::new(Simplify), Box::new(CommonSubexpressions), Box::new(DeadCode)]
-}
-
 /// Verifies the graph after `pass` in debug builds.
-fn check(pass: &'static str, g: &Graph) -> Result<()> {
+pub(crate) fn check(pass: &'static str, g: &Graph) -> Result<()> {
     if cfg!(debug_assertions) {
         g.verify().map_err(|source| PassError::InvalidGraph { pass, source })?;
     }
     Ok(())
-}
-
-/// Runs the standard pipeline ([`PassManager::standard`]) on a copy of `graph`.
-pub fn optimize(graph: &Graph) -> Result<Graph> {
-    Ok(optimize_with_origins(graph)?.0)
-}
-
-/// [`optimize`], also returning which composite each decomposed node came from.
-pub(crate) fn optimize_with_origins(graph: &Graph) -> Result<(Graph, Origins)> {
-    if cfg!(debug_assertions) {
-        graph.verify()?;
-    }
-    let mut g = graph.clone();
-    let mut origins = Origins::new();
-    DeadCode.run(&mut g)?;
-    check(DeadCode.name(), &g)?;
-    decompose::decompose(&mut g, &mut origins)?;
-    check(Decompose.name(), &g)?;
-    PassManager::new().until_fixed_point(cleanup()).run(&mut g)?;
-    tracing::debug!(target: "braze::graph", "optimized graph:\n{}", g.to_text());
-    Ok((g, origins))
 }

@@ -1,72 +1,9 @@
-//! Binary elementwise ops: the list (variant, `Tensor` methods) and each op's entry.
+//! Each binary elementwise op's entry: typing, properties, semantics, CUDA C and derivative.
 
+use super::ops::{BinaryOp, UnaryOp};
 use super::real::{nan_max, nan_min, Real};
 use super::{Accepts, CType, CudaExpr, CudaHelper, DVal, DerivativeBuilder, Elem, Exactness, Partials, Yields};
-use super::{Elem::Bool as B, Elem::Float as F, Elem::Int as I, UnaryOp};
-use serde::{Deserialize, Serialize};
-
-/// Calls `$callback!` with every binary op as `Variant method, scalar_method;` (the method with
-/// a tensor operand and the one with a scalar), each with the doc of its `Tensor` methods.
-#[macro_export]
-macro_rules! for_each_binary_op {
-    ($callback:ident) => {
-        $callback! {
-            Add add, add_scalar;
-            Sub sub, sub_scalar;
-            Mul mul, mul_scalar;
-            /// Floats divide as IEEE says; integers truncate, with `x / 0 == 0`.
-            Div div, div_scalar;
-            /// Elementwise maximum; NaN if either side is NaN (as `torch.maximum`).
-            Max maximum, maximum_scalar;
-            /// Elementwise minimum; NaN if either side is NaN (as `torch.minimum`).
-            Min minimum, minimum_scalar;
-            /// Float power.
-            Pow pow, pow_scalar;
-            /// Bool result.
-            Eq eq, eq_scalar;
-            /// Bool result.
-            Ne ne, ne_scalar;
-            /// Bool result.
-            Lt lt, lt_scalar;
-            /// Bool result.
-            Le le, le_scalar;
-            /// Bool result.
-            Gt gt, gt_scalar;
-            /// Bool result.
-            Ge ge, ge_scalar;
-            /// Logical and of bools.
-            And logical_and, logical_and_scalar;
-            /// Logical or of bools.
-            Or logical_or, logical_or_scalar;
-        }
-    };
-}
-
-macro_rules! declare_binary_ops {
-    ($($(#[doc = $doc:literal])* $variant:ident $method:ident, $scalar:ident;)*) => {
-        /// A binary elementwise op; operands broadcast together and share a dtype. Its
-        /// definition is [`BinaryOp::def`].
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-        #[serde(rename_all = "snake_case")]
-        pub enum BinaryOp {
-            $($(#[doc = $doc])* $variant,)*
-        }
-
-        impl BinaryOp {
-            /// Every binary op, in declaration order.
-            pub const ALL: &'static [BinaryOp] = &[$(BinaryOp::$variant),*];
-
-            /// The name of its `Tensor` method.
-            pub fn method(self) -> &'static str {
-                match self {
-                    $(BinaryOp::$variant => stringify!($method),)*
-                }
-            }
-        }
-    };
-}
-
-for_each_binary_op!(declare_binary_ops);
+use super::{Elem::Bool as B, Elem::Float as F, Elem::Int as I};
 
 /// Scalar semantics of a binary op, one definition instantiated for both computing types.
 #[derive(Clone, Copy)]

@@ -1,7 +1,7 @@
 //! The slot for each elementwise op's derivative: a formula over other elementwise ops that a
 //! builder turns into whatever it builds (graph nodes for autodiff, numbers in the tests).
 
-use super::{BinaryOp, UnaryOp};
+use super::ops::{BinaryOp, UnaryOp};
 
 /// A value in a derivative formula, named by the builder.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

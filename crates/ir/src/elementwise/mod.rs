@@ -8,18 +8,18 @@
 //! its derivative. `UnaryOp::def` and `BinaryOp::def` match every variant, and every field of an
 //! entry must be given, so a new op with a missing piece does not compile.
 //!
-//! Adding an op: a line in the list at the top of `unary.rs` (or `binary.rs`), which also gives
-//! the `Tensor` method its name, and the op's entry with its semantics below it; then its tests.
+//! Adding an op: a line in its list in `ops.rs`, which also names its `Tensor` method, and its
+//! entry in `unary.rs` (or `binary.rs`) with its semantics; then its tests.
 
 mod binary;
 mod derivative;
+mod ops;
 mod real;
 mod unary;
 
-pub use binary::BinaryOp;
 pub use derivative::{DVal, Derivative, DerivativeBuilder, Partials};
+pub use ops::{BinaryOp, UnaryOp};
 pub use real::{nan_max, nan_min, Real};
-pub use unary::UnaryOp;
 
 use crate::DType;
 

@@ -1,92 +1,9 @@
-//! Unary elementwise ops: the list (variant, `Tensor` method) and each op's entry.
+//! Each unary elementwise op's entry: typing, properties, semantics, CUDA C and derivative.
 
+use super::ops::{BinaryOp, UnaryOp};
 use super::real::Real;
 use super::{Accepts, CType, CudaExpr, CudaHelper, DVal, Derivative, DerivativeBuilder, Elem, Exactness, Yields};
-use super::{BinaryOp, Elem::Bool as B, Elem::Float as F, Elem::Int as I};
-use serde::{Deserialize, Serialize};
-
-/// Calls `$callback!` with every unary op as `Variant method;`, each with the doc of its
-/// `Tensor` method. The order is the enum's (new ops go at the end).
-#[macro_export]
-macro_rules! for_each_unary_op {
-    ($callback:ident) => {
-        $callback! {
-            /// `-x` (integers wrap).
-            Neg neg;
-            /// `|x|` (integers wrap).
-            Abs abs;
-            Exp exp;
-            /// Natural logarithm.
-            Log log;
-            Sqrt sqrt;
-            /// `1 / sqrt(x)`.
-            Rsqrt rsqrt;
-            /// `1 / x`.
-            Reciprocal reciprocal;
-            /// `max(x, 0)`; NaN stays NaN, -0 becomes +0.
-            Relu relu;
-            /// Exact GELU: `x / 2 * (1 + erf(x / sqrt(2)))`.
-            GeluErf gelu;
-            /// GELU with the tanh approximation.
-            GeluTanh gelu_tanh;
-            /// `x * sigmoid(x)`.
-            Silu silu;
-            Sigmoid sigmoid;
-            Tanh tanh;
-            /// Bool tensor: where the value is NaN.
-            IsNan isnan;
-            /// Bool tensor: where the value is neither NaN nor infinite.
-            IsFinite isfinite;
-            /// Bool negation (on numbers: `x == 0`).
-            Not logical_not;
-            /// The error function.
-            Erf erf;
-            /// `log(1 + x)`, accurate near 0.
-            Log1p log1p;
-            /// `exp(x) - 1`, accurate near 0.
-            Expm1 expm1;
-            Sin sin;
-            Cos cos;
-            /// Largest integer not above `x` (integers unchanged).
-            Floor floor;
-            /// Smallest integer not below `x` (integers unchanged).
-            Ceil ceil;
-            /// Nearest integer, halves to even (as `torch.round`; integers unchanged).
-            Round round;
-            /// -1, 0 or 1 by the sign of `x`; a zero keeps its sign and NaN stays NaN.
-            Sign sign;
-            /// `log(1 + exp(x))`, and `x` itself above 20 (as `torch.nn.functional.softplus`).
-            Softplus softplus;
-            /// `x * x` (integers wrap).
-            Square square;
-        }
-    };
-}
-
-macro_rules! declare_unary_ops {
-    ($($(#[doc = $doc:literal])* $variant:ident $method:ident;)*) => {
-        /// A unary elementwise op. Its definition is [`UnaryOp::def`].
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-        #[serde(rename_all = "snake_case")]
-        pub enum UnaryOp {
-            $($(#[doc = $doc])* $variant,)*
-        }
-
-        impl UnaryOp {
-            /// Every unary op, in declaration order.
-            pub const ALL: &'static [UnaryOp] = &[$(UnaryOp::$variant),*];
-
-            /// The name of its `Tensor` method.
-            pub fn method(self) -> &'static str {
-                match self {
-                    $(UnaryOp::$variant => stringify!($method),)*
-                }
-            }
-        }
-    };
-}
-
-for_each_unary_op!(declare_unary_ops);
+use super::{Elem::Bool as B, Elem::Float as F, Elem::Int as I};
 
 /// Scalar semantics of a unary op, one definition instantiated for both computing types.
 #[derive(Clone, Copy)]

@@ -1,7 +1,8 @@
 //! From groups to the plan: kernel bodies, kernel order, buffers, names and sources.
 
 use super::access::{self, Access};
-use super::{is_view, lowering_error, Fuser, GroupKind, RowGeometry, Space};
+use super::row::RowGeometry;
+use super::{is_view, lowering_error, Fuser, GroupKind, Space};
 use crate::Result;
 use braze_ir::{DType, NodeId, Op, Shape};
 use braze_plan::{

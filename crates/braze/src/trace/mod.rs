@@ -1,0 +1,328 @@
+//! Tracing: running a function on traced tensors that record ops into a thread-local trace, as
+//! jax.jit does, and eager execution of the same ops when no trace is active.
+//!
+//! A trace records into a *segment* graph. Values of the trace are either pending (a node of the
+//! current segment) or concrete (a call argument, a captured tensor, or the result of a segment
+//! that already ran). A concrete value used by an op becomes an input of the segment. When a graph
+//! break needs a pending value on the host (lenient mode), the segment runs with every pending
+//! value that still has a live handle as an output; those values turn concrete and tracing goes on
+//! in a new segment. In fullgraph mode the first break aborts the trace before anything runs.
+
+mod recording;
+
+use crate::backend::{self, Executable, GraphCache, Target};
+use crate::mode::Mode;
+use crate::signature::TensorSig;
+use crate::{BreakKind, Device, Error, GraphBreak, Result, Tensor};
+use braze_ir::{DType, Graph, HostTensor, NodeId, Op, Shape, SourceLoc};
+use recording::Trace;
+use std::cell::RefCell;
+use std::sync::Arc;
+
+thread_local! {
+    static ACTIVE: RefCell<Option<Trace>> = const { RefCell::new(None) };
+}
+
+/// Whether a compiled function is being traced on this thread.
+pub(crate) fn is_active() -> bool {
+    // Borrowed mutably means an op of the active trace is recording.
+    ACTIVE.with(|cell| cell.try_borrow().map(|slot| slot.is_some()).unwrap_or(true))
+}
+
+/// Adds nodes for one user-level op, each carrying the user's source location.
+pub(crate) struct OpBuilder<'g> {
+    graph: &'g mut Graph,
+    loc: SourceLoc,
+}
+
+impl OpBuilder<'_> {
+    pub(crate) fn op(&mut self, op: Op, operands: &[NodeId]) -> braze_ir::Result<NodeId> {
+        self.graph.add(op, operands, Some(self.loc.clone()))
+    }
+
+    pub(crate) fn constant(&mut self, value: f64, dtype: DType) -> NodeId {
+        let id = self.graph.constant(value, dtype);
+        self.graph.set_loc(id, Some(self.loc.clone()));
+        id
+    }
+
+    pub(crate) fn cast(&mut self, x: NodeId, dtype: DType) -> braze_ir::Result<NodeId> {
+        let id = self.graph.cast(x, dtype)?;
+        self.graph.set_loc(id, Some(self.loc.clone()));
+        Ok(id)
+    }
+
+    pub(crate) fn reshape(&mut self, x: NodeId, shape: Shape) -> braze_ir::Result<NodeId> {
+        let id = self.graph.reshape(x, shape)?;
+        self.graph.set_loc(id, Some(self.loc.clone()));
+        Ok(id)
+    }
+
+    pub(crate) fn broadcast_to(&mut self, x: NodeId, shape: Shape) -> braze_ir::Result<NodeId> {
+        let id = self.graph.broadcast_to(x, shape)?;
+        self.graph.set_loc(id, Some(self.loc.clone()));
+        Ok(id)
+    }
+
+    pub(crate) fn shape(&self, x: NodeId) -> &Shape {
+        &self.graph.node(x).shape
+    }
+
+    pub(crate) fn dtype(&self, x: NodeId) -> DType {
+        self.graph.node(x).dtype
+    }
+}
+
+/// Applies one user-level op: recorded into the active trace, or run eagerly as a one-op graph.
+/// `build` adds the op's nodes given the operands' nodes.
+pub(crate) fn apply(
+    op: &'static str,
+    operands: &[&Tensor],
+    loc: SourceLoc,
+    build: impl Fn(&mut OpBuilder<'_>, &[NodeId]) -> braze_ir::Result<NodeId>,
+) -> Result<Tensor> {
+    let recorded = ACTIVE.with(|cell| cell.borrow_mut().as_mut().map(|trace| trace.record(op, operands, &loc, &build)));
+    match recorded {
+        Some(result) => result,
+        None => eager(op, operands, &loc, &build),
+    }
+}
+
+/// Eager execution: the op as a graph of its own, compiled and run at once (nothing cached).
+fn eager(
+    op: &'static str,
+    operands: &[&Tensor],
+    loc: &SourceLoc,
+    build: &dyn Fn(&mut OpBuilder<'_>, &[NodeId]) -> braze_ir::Result<NodeId>,
+) -> Result<Tensor> {
+    let mut graph = Graph::new();
+    let mut ids = Vec::with_capacity(operands.len());
+    let mut device = None;
+    for t in operands {
+        if t.is_traced() {
+            return Err(Error::StaleTrace { op: op.to_string(), loc: Some(loc.clone()) });
+        }
+        let here = t.device();
+        match device {
+            Some(expected) if expected != here => {
+                return Err(Error::DeviceMismatch { op: op.into(), loc: Some(loc.clone()), expected, actual: here })
+            }
+            _ => device = Some(here),
+        }
+        ids.push(graph.input(t.dtype(), t.shape()));
+    }
+    let out =
+        build(&mut OpBuilder { graph: &mut graph, loc: loc.clone() }, &ids).map_err(|ir| Error::ir(op, loc, ir))?;
+    graph.set_outputs(vec![out]);
+    let target = Target { device: device.unwrap_or(Device::Cpu), mode: Mode::Default };
+    let inputs: Vec<Tensor> = operands.iter().map(|t| (*t).clone()).collect();
+    let mut outputs =
+        backend::compile_graph(&graph, target)?.run(&inputs).map_err(|e| with_context(e, &format!("{op} at {loc}")))?;
+    outputs.pop().ok_or_else(|| Error::invalid(op, loc, "the executor returned no result"))
+}
+
+/// `full`/`zeros`/`ones`: a constant broadcast to `shape` inside a trace, host data otherwise.
+pub(crate) fn full(
+    op: &'static str,
+    shape: Shape,
+    value: f64,
+    dtype: DType,
+    device: Device,
+    loc: SourceLoc,
+) -> Result<Tensor> {
+    device.check_available(op)?;
+    if is_active() {
+        apply(op, &[], loc, |b, _| {
+            let scalar = b.constant(value, dtype);
+            b.broadcast_to(scalar, shape.clone())
+        })
+    } else {
+        let host = HostTensor::full(dtype, shape, value);
+        match device {
+            Device::Cpu => Ok(Tensor::from_host(host)),
+            Device::Cuda(ordinal) => Ok(Tensor::from_cuda(crate::cuda::CudaTensor::upload(&host, ordinal, op)?)),
+        }
+    }
+}
+
+/// The host data of `tensor` for a host-side read of `kind`. Inside a trace this is a graph
+/// break: an error in fullgraph mode, a split of the graph in lenient mode.
+pub(crate) fn host_value(tensor: &Tensor, kind: BreakKind, op: &str, loc: SourceLoc) -> Result<Arc<HostTensor>> {
+    let in_trace = ACTIVE.with(|cell| {
+        cell.borrow_mut().as_mut().map(|trace| {
+            let value = trace.value_of(tensor, op, Some(&loc))?;
+            trace.graph_break(kind, op, &loc, &[value])?;
+            trace.host_of(value, op, &loc)
+        })
+    });
+    match in_trace {
+        Some(result) => result,
+        None => tensor.read_host(op)?.ok_or_else(|| Error::StaleTrace { op: op.to_string(), loc: Some(loc) }),
+    }
+}
+
+/// Runs an opaque host function on `inputs`; inside a trace it is a graph break.
+pub(crate) fn host_call(
+    op: &str,
+    inputs: &[Tensor],
+    loc: SourceLoc,
+    host_fn: &dyn Fn(&[HostTensor]) -> Result<Vec<HostTensor>>,
+) -> Result<Vec<Tensor>> {
+    let in_trace = ACTIVE.with(|cell| {
+        cell.borrow_mut().as_mut().map(|trace| {
+            let values = inputs.iter().map(|t| trace.value_of(t, op, Some(&loc))).collect::<Result<Vec<usize>>>()?;
+            trace.graph_break(BreakKind::OpaqueHostFn, op, &loc, &values)?;
+            values.iter().map(|&v| trace.host_of(v, op, &loc).map(|h| (*h).clone())).collect::<Result<Vec<_>>>()
+        })
+    });
+    let host_inputs = match in_trace {
+        Some(result) => result?,
+        None => inputs
+            .iter()
+            .map(|t| {
+                t.read_host(op)?
+                    .map(|h| (*h).clone())
+                    .ok_or_else(|| Error::StaleTrace { op: op.to_string(), loc: Some(loc.clone()) })
+            })
+            .collect::<Result<Vec<_>>>()?,
+    };
+    // Host code may use tensors itself; those run eagerly, outside the trace.
+    let outputs = suspended(|| host_fn(&host_inputs))?;
+    Ok(outputs.into_iter().map(Tensor::from_host).collect())
+}
+
+/// Runs `f` with this thread's trace set aside, restoring it afterwards (also on unwind).
+fn suspended<R>(f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<Trace>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let trace = self.0.take();
+            ACTIVE.with(|cell| *cell.borrow_mut() = trace);
+        }
+    }
+    let _restore = Restore(ACTIVE.with(|cell| cell.borrow_mut().take()));
+    f()
+}
+
+/// Puts a trace in place for the duration of a traced call; takes it out on drop if the call
+/// unwinds.
+struct Installed {
+    taken: bool,
+}
+
+impl Installed {
+    fn new(trace: Trace) -> Installed {
+        ACTIVE.with(|cell| *cell.borrow_mut() = Some(trace));
+        Installed { taken: false }
+    }
+
+    fn take(mut self) -> Option<Trace> {
+        self.taken = true;
+        ACTIVE.with(|cell| cell.borrow_mut().take())
+    }
+}
+
+impl Drop for Installed {
+    fn drop(&mut self) {
+        if !self.taken {
+            ACTIVE.with(|cell| cell.borrow_mut().take());
+        }
+    }
+}
+
+/// How a trace treats breaks, and where its graphs are compiled.
+pub(crate) struct TraceConfig {
+    pub strict: bool,
+    pub function: String,
+    pub target: Target,
+    pub graphs: Arc<GraphCache>,
+    /// Running a function cached as split, again: breaks are not logged again, new graph
+    /// structures are.
+    pub replay: bool,
+}
+
+/// A graph that ran (or will run) and the executable that runs it.
+#[derive(Clone)]
+pub(crate) struct GraphRun {
+    pub graph: Arc<Graph>,
+    pub exe: Arc<dyn Executable>,
+}
+
+/// What a whole-graph input is bound to on later calls.
+#[derive(Clone)]
+pub(crate) enum Binding {
+    /// Argument `i` of the call.
+    Arg(usize),
+    /// A concrete tensor the function used without receiving it (a captured weight): bound by
+    /// identity, so its current data is read at each call; its type at trace time is guarded.
+    Captured { tensor: Tensor, traced_as: TensorSig, first_use: Option<SourceLoc> },
+}
+
+pub(crate) enum TraceOutcome {
+    /// No break: one graph, not yet run, to cache and replay without running the function again.
+    Whole { graph: Graph, bindings: Vec<Binding> },
+    /// Breaks split the function; its graphs already ran.
+    Split(SplitRun),
+}
+
+/// A run of a function split into graphs at its breaks.
+pub(crate) struct SplitRun {
+    pub outputs: Vec<Tensor>,
+    pub runs: Vec<GraphRun>,
+    pub breaks: Vec<GraphBreak>,
+}
+
+/// Traces `f` on `args`: the whole graph, unrun, when there was no break; otherwise the
+/// results of the graphs split at the breaks.
+pub(crate) fn trace_call<F>(f: &F, args: &[Tensor], config: TraceConfig) -> Result<TraceOutcome>
+where
+    F: Fn(&[Tensor]) -> Result<Vec<Tensor>> + ?Sized,
+{
+    let (mut trace, returned) = run_traced(f, args, config)?;
+    if trace.breaks.is_empty() {
+        let (graph, bindings) = trace.whole_graph(&returned)?;
+        Ok(TraceOutcome::Whole { graph, bindings })
+    } else {
+        trace.finish_split(&returned).map(TraceOutcome::Split)
+    }
+}
+
+/// Runs `f` on `args` split at its breaks, the graphs compiled by structure.
+pub(crate) fn replay_call<F>(f: &F, args: &[Tensor], config: TraceConfig) -> Result<SplitRun>
+where
+    F: Fn(&[Tensor]) -> Result<Vec<Tensor>> + ?Sized,
+{
+    let (trace, returned) = run_traced(f, args, config)?;
+    trace.finish_split(&returned)
+}
+
+/// Runs `f` on traced handles of `args` with a trace installed.
+fn run_traced<F>(f: &F, args: &[Tensor], config: TraceConfig) -> Result<(Trace, Vec<Tensor>)>
+where
+    F: Fn(&[Tensor]) -> Result<Vec<Tensor>> + ?Sized,
+{
+    let mut trace = Trace::new(config);
+    let handles = trace.bind_args(args)?;
+    let installed = Installed::new(trace);
+    let result = f(&handles);
+    drop(handles);
+    let Some(trace) = installed.take() else {
+        return Err(Error::InvalidArgument {
+            op: "compile".into(),
+            loc: None,
+            detail: "the trace was removed while the function ran".into(),
+        });
+    };
+    if let Some(first_break) = &trace.aborted {
+        return Err(first_break.to_error());
+    }
+    Ok((trace, result?))
+}
+
+/// Prefixes the context of an executor error.
+pub(crate) fn with_context(error: Error, context: &str) -> Error {
+    match error {
+        Error::Cpu { context: inner, cpu } => Error::Cpu { context: format!("{context}: {inner}"), cpu },
+        other => other,
+    }
+}

@@ -1,0 +1,248 @@
+//! Measuring one case: compile in each mode, check against the CPU reference, time, and eager.
+
+use super::{dtype_name, micros, mode_variant, ran, Bench};
+use crate::common::{check_host, slice_rows, Check, Pair};
+use anyhow::{bail, Result};
+use braze::{DType, HostTensor, Mode, Tensor};
+use serde_json::{json, Map, Value};
+use std::time::Instant;
+
+/// Which part of the output is checked against the CPU reference.
+pub(super) enum Scope {
+    All,
+    /// Row-wise (or elementwise) workloads: every row, the reference computed in chunks of rows
+    /// from the same rows of the inputs shaped like the output.
+    Rows,
+}
+
+/// One workload at one size, with everything measured about it.
+pub(super) struct Case {
+    pub(super) workload: &'static str,
+    pub(super) shape: String,
+    pub(super) dtype: DType,
+    pub(super) pair: Pair,
+    pub(super) bytes: Option<f64>,
+    pub(super) flops: Option<f64>,
+    pub(super) modes: Vec<Mode>,
+    /// `Err(reason)` when eager is not measured.
+    pub(super) eager: std::result::Result<(), String>,
+    pub(super) scope: Scope,
+    /// Launches per call expected, and how many more are allowed.
+    pub(super) launch_target: Option<(usize, usize)>,
+    /// Where elementwise tolerance is the wrong yardstick: the relative L2 error that passes
+    /// instead, and why.
+    pub(super) rel_l2_ok: Option<(f64, &'static str)>,
+    /// Also time per call on the host clock (launch-bound workloads).
+    pub(super) host_clock: bool,
+}
+
+impl Bench {
+    /// Compiles, checks and times one case in each mode, then eager.
+    pub(super) fn measure(&mut self, case: &Case) -> Result<()> {
+        let inputs = &case.pair.dev.inputs;
+        let dtype = dtype_name(case.dtype);
+        let reference = Reference::new(case)?;
+        for &mode in &case.modes {
+            let variant = mode_variant(mode);
+            let compiled = case.pair.dev.compile().fullgraph(true).mode(mode);
+            let before = braze::kernel_cache_stats();
+            let start = Instant::now();
+            let out = compiled.call(inputs)?;
+            self.timer.sync()?;
+            let first_call = start.elapsed();
+            let after = braze::kernel_cache_stats();
+            let check = reference.check(&out)?;
+            drop(out);
+            let explanation = compiled.explain(inputs)?;
+            let timing = self.bench(&mut || ran(compiled.call(inputs)), self.rep_ms)?;
+            let us = timing.median_us;
+            let mut row = Map::new();
+            row.insert("workload".into(), json!(case.workload));
+            row.insert("shape".into(), json!(case.shape));
+            row.insert("dtype".into(), json!(dtype));
+            row.insert("variant".into(), json!(variant));
+            row.insert("us".into(), json!(us));
+            row.insert("gbps".into(), json!(case.bytes.map(|b| b / (us * 1e-6) / 1e9)));
+            row.insert("reps".into(), json!(timing.reps));
+            if let (Some(b), Some(copy)) = (case.bytes, self.copy_gbps) {
+                row.insert("pct_copy".into(), json!(100.0 * b / (us * 1e-6) / 1e9 / copy));
+            }
+            if let Some(flops) = case.flops {
+                row.insert("tflops".into(), json!(flops / (us * 1e-6) / 1e12));
+            }
+            row.insert("kernels".into(), json!(explanation.kernels));
+            row.insert("launches".into(), json!(explanation.launches));
+            if let Some((target, extra)) = case.launch_target {
+                let met = explanation.launches.is_some_and(|l| l <= target + extra && l >= target.min(1));
+                row.insert(
+                    "launch_target".into(),
+                    json!(if extra > 0 { format!("{target}+{extra}") } else { target.to_string() }),
+                );
+                row.insert("launch_target_met".into(), json!(met));
+                if !met {
+                    self.failures.push(format!(
+                        "{} {} {variant}: {:?} launches per call, target {target} (+{extra})",
+                        case.workload, case.shape, explanation.launches
+                    ));
+                }
+            }
+            row.insert("first_call_s".into(), json!(first_call.as_secs_f64()));
+            row.insert("first_call_nvrtc_compiles".into(), json!(after.compiles - before.compiles));
+            let verdict = verdict(&check, case.rel_l2_ok);
+            if let (Some((limit, why)), false) = (case.rel_l2_ok, check.passed()) {
+                row.insert("check_note".into(), json!(format!("judged on rel L2 error < {limit:e}: {why}")));
+            }
+            row.insert("check".into(), json!(verdict));
+            row.insert("checked".into(), json!(format!("all {} output elements", check.numel)));
+            row.insert("max_abs_err".into(), json!(check.max_abs_error));
+            row.insert("rel_err".into(), json!(check.rel_l2_error()));
+            row.insert("mismatches".into(), json!(check.mismatches));
+            if verdict == "FAIL" {
+                self.failures.push(format!(
+                    "{} {} {dtype} {variant}: wrong result: {} ({})",
+                    case.workload,
+                    case.shape,
+                    check.summary(),
+                    check.first_mismatch.clone().unwrap_or_default()
+                ));
+            }
+            self.emit(Value::Object(row));
+            if case.host_clock {
+                let (enqueue, total) = self.timer.host_per_call(&mut || ran(compiled.call(inputs)), 1000)?;
+                let note = format!(
+                    "host clock per call over 1000 back-to-back cached calls, until the device finished; \
+                     returning from the call alone: {:.2} us",
+                    micros(enqueue)
+                );
+                let v = format!("info host per call{}", if mode == Mode::ReduceOverhead { "+graphs" } else { "" });
+                self.info(case.workload, &case.shape, &dtype, &v, Some(micros(total)), &note);
+            }
+        }
+        match &case.eager {
+            Ok(()) => {
+                let f = &case.pair.dev.function;
+                let timing = self.bench(&mut || ran(f(inputs)), self.rep_ms)?;
+                let us = timing.median_us;
+                let ops: usize = {
+                    let compiled = case.pair.dev.compile();
+                    compiled.explain(inputs)?.graphs.iter().map(|g| g.op_count()).sum()
+                };
+                let mut row = json!({
+                    "workload": case.workload, "shape": case.shape, "dtype": dtype, "variant": "braze eager",
+                    "us": us, "gbps": case.bytes.map(|b| b / (us * 1e-6) / 1e9), "ops": ops,
+                    "reps": timing.reps,
+                });
+                if let Some(flops) = case.flops {
+                    row["tflops"] = json!(flops / (us * 1e-6) / 1e12);
+                }
+                self.emit(row);
+            }
+            Err(reason) => self.info(case.workload, &case.shape, &dtype, "info braze eager", None, reason),
+        }
+        Ok(())
+    }
+}
+
+/// `pass` within the elementwise tolerance of the dtype; `pass (rel L2)` where the case allows it
+/// and the relative L2 error is below its limit; else `FAIL`.
+fn verdict(check: &Check, rel_l2_ok: Option<(f64, &str)>) -> &'static str {
+    if check.passed() {
+        "pass"
+    } else if rel_l2_ok.is_some_and(|(limit, _)| check.rel_l2_error() < limit) {
+        "pass (rel L2)"
+    } else {
+        "FAIL"
+    }
+}
+
+/// Reference outputs for the rows `start..end` of every output (`None`: all rows).
+type Part = (Option<(usize, usize)>, Vec<HostTensor>);
+
+/// The CPU reference outputs for a case, computed once; row-wise workloads in row chunks on all
+/// cores (rows are independent, so a chunk's reference is the function on those input rows).
+struct Reference {
+    /// `(rows, outputs)`: the rows of every output these reference outputs cover, `None` for all.
+    parts: Vec<Part>,
+}
+
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(4, |n| n.get()).clamp(1, 32)
+}
+
+fn outputs_to_host(outputs: Vec<Tensor>) -> Result<Vec<HostTensor>> {
+    Ok(outputs.iter().map(Tensor::to_host).collect::<braze::Result<_>>()?)
+}
+
+impl Reference {
+    fn new(case: &Case) -> Result<Reference> {
+        let host = &case.pair.host;
+        if let Scope::All = case.scope {
+            return Ok(Reference { parts: vec![(None, outputs_to_host(host.eager()?)?)] });
+        }
+        let inputs: Vec<HostTensor> = host.inputs.iter().map(Tensor::to_host).collect::<braze::Result<_>>()?;
+        let out_shape = inputs[0].shape().clone();
+        let rows = out_shape.dims().first().copied().unwrap_or(1);
+        let per_chunk = rows.div_ceil(cores()).max(1);
+        let ranges: Vec<(usize, usize)> =
+            (0..rows).step_by(per_chunk).map(|a| (a, (a + per_chunk).min(rows))).collect();
+        let function = &host.function;
+        let inputs = &inputs;
+        let out_shape = &out_shape;
+        let parts: Result<Vec<_>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = ranges
+                .iter()
+                .map(|&(start, end)| {
+                    scope.spawn(move || -> Result<Part> {
+                        let chunk: Vec<Tensor> = inputs
+                            .iter()
+                            .map(|t| {
+                                let t = if t.shape() == out_shape { slice_rows(t, start, end)? } else { t.clone() };
+                                Ok(Tensor::from_host(t))
+                            })
+                            .collect::<Result<_>>()?;
+                        Ok((Some((start, end)), outputs_to_host(function(&chunk)?)?))
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().map_err(|_| anyhow::anyhow!("reference thread panicked"))?).collect()
+        });
+        Ok(Reference { parts: parts? })
+    }
+
+    fn check(&self, got: &[Tensor]) -> Result<Check> {
+        let got: Vec<HostTensor> = got.iter().map(Tensor::to_host).collect::<braze::Result<_>>()?;
+        let got = &got;
+        let checks: Vec<Result<Check>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = self
+                .parts
+                .iter()
+                .map(|(rows, want)| {
+                    scope.spawn(move || -> Result<Check> {
+                        if want.len() != got.len() {
+                            bail!("{} outputs, the reference has {}", got.len(), want.len());
+                        }
+                        let mut check = Check::empty();
+                        for (g, w) in got.iter().zip(want) {
+                            let part;
+                            let g = match rows {
+                                Some((start, end)) => {
+                                    part = slice_rows(g, *start, *end)?;
+                                    &part
+                                }
+                                None => g,
+                            };
+                            check.merge(check_host(g, w)?);
+                        }
+                        Ok(check)
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().map_err(|_| anyhow::anyhow!("check thread panicked"))?).collect()
+        });
+        let mut total = Check::empty();
+        for c in checks {
+            total.merge(c?);
+        }
+        Ok(total)
+    }
+}

@@ -1,0 +1,126 @@
+//! `braze bench`: the workloads of `benches/workloads.md` at their standard sizes on the GPU,
+//! timed as `benches/torch_baseline.py` times PyTorch (do_bench medians), checked against the CPU reference, and
+//! written as rows with the same workload, shape and dtype keys so `compare.py` can join them.
+
+mod cases;
+mod measure;
+mod report;
+mod startup;
+
+use crate::timing::{GpuTimer, Timing};
+use anyhow::{bail, Context, Result};
+use braze::{DType, Device, Mode, Tensor};
+use serde_json::{json, Value};
+use std::path::Path;
+use std::time::Duration;
+
+pub use startup::coldstart_child;
+
+const SECTIONS: [&str; 8] =
+    ["copy", "ln_relu_res", "ew_chain", "multisum", "tiny_block", "mlp_block", "coldstart", "overhead"];
+
+pub fn run(json_path: Option<&Path>, only: &[String], rep_ms: f64) -> Result<()> {
+    for name in only {
+        if !SECTIONS.contains(&name.as_str()) {
+            bail!("--only: unknown section `{name}`; known: {}", SECTIONS.join(", "));
+        }
+    }
+    if !braze_cuda::cuda_available() {
+        bail!(
+            "braze bench needs a CUDA GPU: no CUDA driver or device is usable on this machine, so nothing was measured"
+        );
+    }
+    if !braze_cuda::nvrtc_available() {
+        bail!("braze bench needs NVRTC (libnvrtc.so) to compile kernels: not found (set LD_LIBRARY_PATH); nothing was measured");
+    }
+    let timer = GpuTimer::new(0)?;
+    let (major, minor) = timer.device.compute_capability();
+    let env = json!({
+        "gpu": timer.device.name(),
+        "compute_capability": format!("{major}.{minor}"),
+        "braze": env!("CARGO_PKG_VERSION"),
+        "nvrtc": braze_cuda::nvrtc_version().map(|(a, b)| format!("{a}.{b}")).unwrap_or_default(),
+        "kernel_cache_dir": braze_cuda::KernelCache::default_dir().map(|d| d.display().to_string()),
+        "timing": format!("do_bench on braze's stream: 25 ms warm-up, {rep_ms} ms of repetitions, L2 flushed before each, median"),
+    });
+    println!("{env}");
+    let mut bench = Bench { timer, rows: Vec::new(), rep_ms, copy_gbps: None, failures: Vec::new() };
+    let want = |name: &str| only.is_empty() || only.iter().any(|o| o == name);
+    type Section = Box<dyn Fn(&mut Bench) -> Result<()>>;
+    let sections: Vec<(&str, Section)> = vec![
+        ("copy", Box::new(|b| b.copy())),
+        ("ln_relu_res", Box::new(|b| b.ln_relu_res(16384, 4096, DType::F32, true))),
+        ("ln_relu_res", Box::new(|b| b.ln_relu_res(16384, 4096, DType::BF16, false))),
+        ("ln_relu_res", Box::new(|b| b.ln_relu_res(65536, 1024, DType::F32, false))),
+        ("ew_chain", Box::new(|b| b.ew_chain(1 << 26))),
+        ("multisum", Box::new(|b| b.multisum(2000, 1000, 300_000, 0))),
+        ("multisum", Box::new(|b| b.multisum(10_000, 100, 10_000, 0))),
+        ("tiny_block", Box::new(|b| b.tiny_block(16))),
+        ("mlp_block", Box::new(|b| b.mlp_block(8192, 1024))),
+        ("coldstart", Box::new(|b| b.coldstart())),
+        ("overhead", Box::new(|b| b.host_overhead())),
+    ];
+    for (name, section) in sections {
+        if !want(name) {
+            continue;
+        }
+        if let Err(e) = section(&mut bench) {
+            let message = format!("{e:#}");
+            eprintln!("error in {name}: {message}");
+            bench.info(name, "-", "-", "info error", None, &format!("not measured (error): {message}"));
+            bench.failures.push(format!("{name}: {message}"));
+        }
+    }
+    bench.print_table();
+    if let Some(path) = json_path {
+        let doc = json!({ "env": env, "rows": bench.rows });
+        std::fs::write(path, serde_json::to_string_pretty(&doc)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!("wrote {} rows to {}", bench.rows.len(), path.display());
+    }
+    if !bench.failures.is_empty() {
+        bail!("{} problem(s):\n  {}", bench.failures.len(), bench.failures.join("\n  "));
+    }
+    Ok(())
+}
+
+struct Bench {
+    timer: GpuTimer,
+    rows: Vec<Value>,
+    rep_ms: f64,
+    copy_gbps: Option<f64>,
+    /// Wrong results, missed launch counts and errors: the run exits non-zero.
+    failures: Vec<String>,
+}
+
+fn mode_variant(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Default => "braze compiled",
+        Mode::ReduceOverhead => "braze compiled+graphs",
+        Mode::MaxAutotune => "braze compiled+autotune",
+    }
+}
+
+fn dtype_name(dtype: DType) -> String {
+    dtype.to_string()
+}
+
+impl Bench {
+    fn device(&self) -> Device {
+        Device::Cuda(self.timer.device.ordinal())
+    }
+
+    fn bench(&self, f: &mut dyn FnMut() -> Result<()>, rep_ms: f64) -> Result<Timing> {
+        self.timer.do_bench(f, 25.0, rep_ms)
+    }
+}
+
+/// Drops a call's outputs (so the executable can reuse their buffers) and keeps its error.
+fn ran(outputs: braze::Result<Vec<Tensor>>) -> Result<()> {
+    outputs?;
+    Ok(())
+}
+
+fn micros(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}

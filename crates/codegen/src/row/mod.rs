@@ -1,0 +1,417 @@
+//! Row kernels: `threads_per_row` threads (part of a warp, a warp, or a whole block) cooperate on
+//! one row. The body runs in passes: pass `p` evaluates the element values that the reductions
+//! of depth `p` need and reduces them (warp butterfly, then the warps' partials in warp order
+//! through shared memory: deterministic), a final pass computes and stores the element outputs.
+//!
+//! With `cached`, each thread keeps its elements of every value that a later pass needs in
+//! fixed-size register arrays (indexed by compile-time constants in unrolled loops), so a chain
+//! of dependent reductions (16 layer norms) reads its inputs once. Without it every pass re-reads
+//! and recomputes what it needs, which suits rows too long for registers.
+
+mod analysis;
+mod pass;
+
+pub(crate) use analysis::RowAnalysis;
+
+use crate::body::{check_body, emit_values, value_name, BodyRules};
+use crate::cuda::{cast, narrow, value_type, Helpers};
+use crate::error::{invalid_config, Result};
+use crate::index::{classify, merge_view, offset_expr, IndexWidth, VectorAccess, ViewDim};
+use crate::reduce::accumulator_dtype;
+use crate::vector::load_rhs;
+use crate::writer::CodeWriter;
+use crate::{grid_for, Emitted, Launch, Unit};
+use braze_ir::{DType, ReduceOp};
+use braze_plan::{Body, Expr, RowKernel};
+use pass::PassContext;
+
+/// A compiler-only barrier: keeps a pass's loads from being hoisted out of the row loop into
+/// registers held across every pass (which spills chained layers).
+const HOIST_BARRIER: &str =
+    "asm volatile(\"\" ::: \"memory\");  // keep later passes' loads out of registers until needed";
+
+/// Most elements of one value a thread may keep in registers.
+pub(crate) const MAX_CACHED_PER_THREAD: usize = 64;
+
+/// The widest vector (elements per thread per chunk, at most 16 bytes of the narrowest element
+/// the kernel streams and at most 8) that divides the row.
+pub(crate) fn vector_width(unit: &Unit<'_>, row: &RowKernel) -> usize {
+    let per_row = row.body.row_values(row.outer.len());
+    let mut narrowest = 4;
+    for (id, value) in row.body.values.iter().enumerate() {
+        if let Expr::Load { input, .. } = value.expr {
+            if !per_row[id] && input < unit.kernel.inputs.len() {
+                narrowest = narrowest.min(unit.input_dtype(input).size_bytes());
+            }
+        }
+    }
+    for store in &row.body.stores {
+        if store.value.0 < per_row.len() && !per_row[store.value.0] && store.output < unit.kernel.outputs.len() {
+            narrowest = narrowest.min(unit.output_dtype(store.output).size_bytes());
+        }
+    }
+    let cols = row.cols();
+    let mut vec = (16 / narrowest).min(8);
+    while vec > 1 && !cols.is_multiple_of(vec) {
+        vec /= 2;
+    }
+    vec
+}
+
+enum ElementLoad {
+    /// An aligned vector load per chunk.
+    Vector,
+    /// One element per chunk, the same for the whole vector.
+    Uniform,
+    /// Index math per element.
+    Gather,
+}
+
+struct LoadInfo {
+    slot: usize,
+    /// The row's offset as a C expression, `None` when it is always 0.
+    row_offset: Option<String>,
+    /// For element loads: the variable holding `row_offset` (shared by loads with the same one).
+    row_var: Option<String>,
+    inner: Vec<ViewDim>,
+    kind: ElementLoad,
+}
+
+struct Layout {
+    threads_per_row: usize,
+    vec: usize,
+    cached: bool,
+    /// Chunks of `vec` columns per thread in cached mode.
+    chunks: usize,
+    /// Whether the last chunk runs past the row for some threads.
+    partial: bool,
+    warps_per_row: usize,
+}
+
+fn check_config(unit: &Unit<'_>, tpr: u32, rpb: u32) -> Result<()> {
+    if !tpr.is_power_of_two() || tpr > 1024 {
+        return Err(invalid_config(unit.name(), format!("threads_per_row {tpr} is not a power of two up to 1024")));
+    }
+    if rpb == 0 || (tpr > 32 && rpb != 1) {
+        return Err(invalid_config(
+            unit.name(),
+            format!("rows_per_block {rpb}: must be 1 when a row spans several warps, else at least 1"),
+        ));
+    }
+    let block = tpr as usize * rpb as usize;
+    if !(32..=1024).contains(&block) || !block.is_multiple_of(32) {
+        return Err(invalid_config(
+            unit.name(),
+            format!("a block of {block} threads is not a multiple of 32 in 32..=1024"),
+        ));
+    }
+    Ok(())
+}
+
+pub(crate) fn generate(unit: &mut Unit<'_>, row: &RowKernel, tpr: u32, rpb: u32, cached: bool) -> Result<Emitted> {
+    check_config(unit, tpr, rpb)?;
+    let kernel = unit.kernel;
+    let body = &row.body;
+    let outer_rank = row.outer.len();
+    let rules = BodyRules {
+        inputs: kernel.inputs.len(),
+        outputs: kernel.outputs.len(),
+        rank: outer_rank + row.inner.len(),
+        reductions: true,
+    };
+    check_body(&kernel.name, body, &rules)?;
+    let (rows, cols) = (row.rows(), row.cols());
+    let width = IndexWidth::for_largest((rows * cols).max(rows).max(unit.largest_buffer()));
+    let lit = |n: usize| width.lit(n);
+    let vec = vector_width(unit, row);
+    let tpr_n = tpr as usize;
+    let layout = Layout {
+        threads_per_row: tpr_n,
+        vec,
+        cached,
+        chunks: cols.div_ceil(tpr_n * vec),
+        partial: cols % (tpr_n * vec) != 0,
+        warps_per_row: tpr_n.div_ceil(32),
+    };
+    if cached && layout.chunks * vec > MAX_CACHED_PER_THREAD {
+        return Err(invalid_config(
+            unit.name(),
+            format!(
+                "caching {} elements per thread (cols {cols} over {tpr} threads) would spill; use more threads or cached = false",
+                layout.chunks * vec
+            ),
+        ));
+    }
+    let analysis = RowAnalysis::new(body, outer_rank, cached);
+    let input_dtypes: Vec<DType> = (0..kernel.inputs.len()).map(|slot| unit.input_dtype(slot)).collect();
+    let output_dtypes: Vec<DType> = (0..kernel.outputs.len()).map(|slot| unit.output_dtype(slot)).collect();
+    let mut loads = plan_loads(row, &analysis, vec, width);
+    let (declared, params) = unit.buffer_params();
+    let helpers = &mut unit.helpers;
+    let block = tpr * rpb;
+    // For 1024-thread blocks ptxas aims at two blocks per SM (32 registers a thread) unless told
+    // that one will do; a cached row needs the 64 registers one block leaves it, or it spills.
+    let bounds = if block == 1024 && cached { format!("{block}, 1") } else { block.to_string() };
+    let mut w = CodeWriter::new();
+    w.open(format!(
+        "extern \"C\" __global__ void __launch_bounds__({bounds}) {}({})",
+        kernel.name,
+        declared.join(", ")
+    ));
+    w.line(format!("constexpr idx_t ROWS = {};", lit(rows)));
+    w.line(format!("constexpr idx_t COLS = {};", lit(cols)));
+
+    let reductions: Vec<usize> = (0..body.values.len())
+        .filter(|&id| analysis.live[id] && matches!(body.values[id].expr, Expr::Reduce { .. }))
+        .collect();
+    if layout.warps_per_row > 1 {
+        for &id in &reductions {
+            let (_, acc) = reduce_info(body, id);
+            w.line(format!(
+                "__shared__ {} red_v{id}[{}];  // one partial per warp",
+                value_type(acc),
+                layout.warps_per_row
+            ));
+        }
+    }
+    let mask = emit_thread_indices(&mut w, tpr, rpb);
+    // A grid covers every row unless there are more rows than a grid can have blocks: then each
+    // group of threads loops over rows.
+    let grid = grid_for(rows.div_ceil(rpb as usize), 1, i32::MAX as u32);
+    let rows_repeat = (grid as usize) * (rpb as usize) < rows;
+    open_row_loop(&mut w, rpb, rows_repeat, width);
+    let mut names: Vec<String> = (0..body.values.len()).map(value_name).collect();
+    // Per-row values that need no reduction, per-row loads among them.
+    emit_values(&mut w, &kernel.name, helpers, body, per_row_at(body, &analysis, 0), &mut names, |id, helpers| {
+        let info = loads[id].as_ref()?;
+        let at = info.row_offset.clone().unwrap_or_else(|| lit(0));
+        Some(load_rhs(helpers, input_dtypes[info.slot], body.values[id].dtype, &format!("in{}[{at}]", info.slot)))
+    })?;
+    emit_row_offsets(&mut w, &analysis, &mut loads);
+
+    let pass_ctx = PassContext {
+        kernel: &kernel.name,
+        body,
+        analysis: &analysis,
+        loads: &loads,
+        layout: &layout,
+        input_dtypes: &input_dtypes,
+        output_dtypes: &output_dtypes,
+        width,
+    };
+    for round in 1..=analysis.rounds {
+        let reduced: Vec<usize> = reductions.iter().copied().filter(|&id| analysis.depth[id] == round).collect();
+        if rows_repeat && round > 1 {
+            w.line(HOIST_BARRIER);
+        }
+        pass_ctx.emit_reduction_round(&mut w, helpers, round, &reduced, &mask)?;
+        emit_values(&mut w, &kernel.name, helpers, body, per_row_at(body, &analysis, round), &mut names, |_, _| None)?;
+    }
+    if analysis.has_element_stores && cols > 0 {
+        if rows_repeat && analysis.rounds > 0 {
+            w.line(HOIST_BARRIER);
+        }
+        w.line(format!("// pass {} of {}: element outputs", analysis.rounds + 1, analysis.rounds + 1));
+        pass_ctx.emit_pass(&mut w, helpers, analysis.rounds + 1, &[])?;
+    }
+    emit_row_stores(&mut w, helpers, body, &analysis, &output_dtypes, &names, tpr);
+    if layout.warps_per_row > 1 && analysis.rounds == 1 && rows_repeat {
+        w.line("__syncthreads();  // the next row reuses the shared partials");
+    }
+    w.close();
+    w.close();
+
+    let mut launches = Vec::new();
+    if rows > 0 && !body.stores.is_empty() {
+        launches.push(Launch {
+            entry: kernel.name.clone(),
+            grid: [grid, 1, 1],
+            block: [block, 1, 1],
+            shared_bytes: 0,
+            params,
+        });
+    }
+    Ok(Emitted {
+        summary: format!(
+            "row kernel over {} rows of {} columns (outer {:?}, inner {:?})",
+            rows, cols, row.outer, row.inner
+        ),
+        notes: notes(&analysis, &layout),
+        width: Some(width),
+        code: w.finish(),
+        launches,
+        scratch: Vec::new(),
+        tables: Vec::new(),
+    })
+}
+
+/// Where each live load reads: its row offset, its view along the row and how it is loaded.
+fn plan_loads(row: &RowKernel, analysis: &RowAnalysis, vec: usize, width: IndexWidth) -> Vec<Option<LoadInfo>> {
+    let outer_rank = row.outer.len();
+    let lit = |n: usize| width.lit(n);
+    let mut loads: Vec<Option<LoadInfo>> = Vec::new();
+    for (id, value) in row.body.values.iter().enumerate() {
+        let info = match &value.expr {
+            Expr::Load { input, offset, strides } if analysis.live[id] => {
+                let outer = merge_view(&row.outer, &strides[..outer_rank]);
+                let inner = merge_view(&row.inner, &strides[outer_rank..]);
+                let row_term = offset_expr(*offset, &outer, "row", width);
+                let row_offset = (row_term != lit(0)).then_some(row_term);
+                let row_aligned = offset % vec == 0 && outer.iter().all(|d| d.stride % vec == 0);
+                let kind = match classify(0, &inner, vec) {
+                    _ if vec == 1 => ElementLoad::Gather,
+                    VectorAccess::Contiguous if row_aligned => ElementLoad::Vector,
+                    VectorAccess::Uniform => ElementLoad::Uniform,
+                    _ => ElementLoad::Gather,
+                };
+                Some(LoadInfo { slot: *input, row_offset, row_var: None, inner, kind })
+            }
+            _ => None,
+        };
+        loads.push(info);
+    }
+    loads
+}
+
+/// A reduction's op and accumulator dtype.
+fn reduce_info(body: &Body, id: usize) -> (ReduceOp, DType) {
+    match body.values[id].expr {
+        Expr::Reduce { op, x } => (op, accumulator_dtype(op, body.values[x.0].dtype)),
+        _ => unreachable!("only reductions are listed"),
+    }
+}
+
+/// Live per-row values at reduction depth `depth`, reductions excepted.
+fn per_row_at(body: &Body, analysis: &RowAnalysis, depth: usize) -> Vec<usize> {
+    (0..body.values.len())
+        .filter(|&id| {
+            analysis.live[id]
+                && analysis.per_row[id]
+                && analysis.depth[id] == depth
+                && !matches!(body.values[id].expr, Expr::Reduce { .. })
+        })
+        .collect()
+}
+
+/// Declares the thread's place in its row (`t`, `lane`, `warp`, `group`); returns the shuffle mask
+/// of the row's lanes (empty for one thread per row).
+fn emit_thread_indices(w: &mut CodeWriter, tpr: u32, rpb: u32) -> String {
+    if tpr > 32 {
+        w.line(format!("// the {tpr} threads of the block cooperate on one row"));
+        w.line("const unsigned t = threadIdx.x;");
+        w.line("const unsigned lane = threadIdx.x & 31u;");
+        w.line("const unsigned warp = threadIdx.x >> 5;");
+    } else if tpr > 1 {
+        w.line(format!("// {tpr} threads cooperate on each row, {rpb} row(s) per block"));
+        if rpb > 1 {
+            w.line(format!("const unsigned t = threadIdx.x % {tpr}u;"));
+            w.line(format!("const unsigned group = threadIdx.x / {tpr}u;"));
+        } else {
+            w.line("const unsigned t = threadIdx.x;");
+        }
+    } else {
+        w.line(format!("// one thread per row, {rpb} rows per block"));
+        w.line("const unsigned group = threadIdx.x;");
+    }
+    if tpr >= 32 {
+        "0xffffffffu".to_string()
+    } else if tpr > 1 {
+        w.line(format!(
+            "const unsigned group_mask = ((1u << {tpr}u) - 1u) << (threadIdx.x & {}u);  // this row's lanes",
+            32 - tpr
+        ));
+        "group_mask".to_string()
+    } else {
+        String::new()
+    }
+}
+
+/// Opens the scope of one row: a loop over rows when the grid cannot cover them all, else a
+/// bounds check.
+fn open_row_loop(w: &mut CodeWriter, rpb: u32, rows_repeat: bool, width: IndexWidth) {
+    let first_row = if rpb == 1 {
+        "(idx_t)blockIdx.x".to_string()
+    } else {
+        format!("(idx_t)blockIdx.x * {} + group", width.lit(rpb as usize))
+    };
+    if rows_repeat {
+        let row_step = if rpb == 1 {
+            "(idx_t)gridDim.x".to_string()
+        } else {
+            format!("(idx_t)gridDim.x * {}", width.lit(rpb as usize))
+        };
+        w.open(format!("for (idx_t row = {first_row}; row < ROWS; row += {row_step})"));
+    } else {
+        // One row per group: no loop, so nothing row-invariant gets hoisted into registers.
+        w.line(format!("const idx_t row = {first_row};"));
+        w.open("if (row < ROWS)");
+    }
+}
+
+/// Row offsets of element loads, one variable per distinct offset.
+fn emit_row_offsets(w: &mut CodeWriter, analysis: &RowAnalysis, loads: &mut [Option<LoadInfo>]) {
+    let mut row_vars: Vec<(String, String)> = Vec::new();
+    for (id, info) in loads.iter_mut().enumerate() {
+        if analysis.per_row[id] {
+            continue;
+        }
+        let Some(info) = info.as_mut() else { continue };
+        let Some(row_offset) = &info.row_offset else { continue };
+        let var = match row_vars.iter().find(|(expr, _)| expr == row_offset) {
+            Some((_, var)) => var.clone(),
+            None => {
+                let var = format!("v{id}_row");
+                w.line(format!("const idx_t {var} = {row_offset};"));
+                row_vars.push((row_offset.clone(), var.clone()));
+                var
+            }
+        };
+        info.row_var = Some(var);
+    }
+}
+
+/// Stores of per-row values, by the row's first thread.
+fn emit_row_stores(
+    w: &mut CodeWriter,
+    helpers: &mut Helpers,
+    body: &Body,
+    analysis: &RowAnalysis,
+    output_dtypes: &[DType],
+    names: &[String],
+    tpr: u32,
+) {
+    let row_stores: Vec<_> = body.stores.iter().filter(|s| analysis.per_row[s.value.0]).collect();
+    if row_stores.is_empty() {
+        return;
+    }
+    if tpr > 1 {
+        w.open("if (t == 0u)");
+    }
+    for store in row_stores {
+        let value = cast(helpers, body.values[store.value.0].dtype, output_dtypes[store.output], &names[store.value.0]);
+        w.line(format!("out{}[row] = {};", store.output, narrow(output_dtypes[store.output], &value)));
+    }
+    if tpr > 1 {
+        w.close();
+    }
+}
+
+/// What `braze kernels` says about the kernel's passes and caching.
+fn notes(analysis: &RowAnalysis, layout: &Layout) -> Vec<String> {
+    let mut notes = vec![format!(
+        "{} reduction pass(es); {} elements per thread and chunk; {}",
+        analysis.rounds,
+        layout.vec,
+        if layout.cached {
+            format!("{} chunk(s) per thread held in registers", layout.chunks)
+        } else {
+            "every pass re-reads its inputs".to_string()
+        }
+    )];
+    let cached_values: Vec<String> =
+        (0..analysis.cached.len()).filter(|&id| analysis.cached[id]).map(|id| format!("v{id}")).collect();
+    if !cached_values.is_empty() {
+        notes.push(format!("in registers across passes: {}", cached_values.join(", ")));
+    }
+    notes
+}

@@ -1,0 +1,121 @@
+//! Max-autotune: times each CUDA kernel of an executable with every candidate launch
+//! configuration on the bound inputs and installs the fastest; the winners are remembered in the
+//! [`AutotuneStore`].
+
+use braze_codegen::KernelCode;
+
+use super::{CudaKernel, PlanExecutable, ReadyKernel};
+use crate::autotune::{AutotuneRecord, AutotuneStore};
+use crate::buffer::DeviceBuffer;
+use crate::cache::KernelCache;
+use crate::error::{CudaError, Result};
+use crate::nvrtc::CompileOptions;
+
+impl PlanExecutable {
+    /// Times every CUDA kernel with each candidate configuration on the bound inputs, keeps
+    /// the fastest, and remembers the winners on disk for this device. Candidates that fail to
+    /// compile or launch are skipped with a warning.
+    pub fn autotune(&mut self, inputs: &[DeviceBuffer], cache: &KernelCache) -> Result<Vec<AutotuneRecord>> {
+        self.prepare()?;
+        // One full run so every buffer a kernel reads holds data of the right kind.
+        let outputs = self.run(inputs)?;
+        let set_index = self
+            .output_sets
+            .iter()
+            .position(|s| s.buffers.iter().flatten().zip(outputs.iter()).any(|(a, b)| a.same_allocation(b)))
+            .unwrap_or(0);
+        let mut records = Vec::new();
+        let target = self.device.target().clone();
+        let compile_options = CompileOptions { arch: target.arch(), ..CompileOptions::default() };
+        for k in 0..self.kernels.len() {
+            if !matches!(self.kernels[k], ReadyKernel::Cuda(_)) {
+                continue;
+            }
+            let candidates = braze_codegen::candidate_configs(&self.plan, k, &target);
+            if candidates.len() < 2 {
+                continue;
+            }
+            let mut timings = Vec::new();
+            let mut best: Option<(f32, usize, CudaKernel)> = None;
+            for (ci, config) in candidates.iter().enumerate() {
+                let attempt = (|| -> Result<(f32, CudaKernel)> {
+                    let code = match braze_codegen::generate(&self.plan, k, config, &target)? {
+                        KernelCode::Cuda(g) => g,
+                        KernelCode::CuBlasLt(_) => return Err(CudaError::InvalidArgument("not a CUDA kernel".into())),
+                    };
+                    let module = cache.get_or_compile(&code.source, &code.name, &compile_options)?;
+                    let slots = self.plan.kernels[k].inputs.len();
+                    let candidate = Self::load_kernel(&self.device, code, *config, &module, slots)?;
+                    let previous = std::mem::replace(&mut self.kernels[k], ReadyKernel::Cuda(candidate));
+                    let timed = self.time_kernel(k, inputs, set_index);
+                    let ReadyKernel::Cuda(candidate) = std::mem::replace(&mut self.kernels[k], previous) else {
+                        unreachable!("the candidate was just installed")
+                    };
+                    Ok((timed?, candidate))
+                })();
+                match attempt {
+                    Ok((ms, candidate)) => {
+                        timings.push((format!("{config:?}"), ms));
+                        if best.as_ref().is_none_or(|(b, _, _)| ms < *b) {
+                            best = Some((ms, ci, candidate));
+                        }
+                    }
+                    Err(err) => tracing::warn!(target: "braze::autotune", kernel = %self.plan.kernels[k].name,
+                        config = ?config, error = %err, "autotune candidate failed; skipped"),
+                }
+            }
+            if let Some((ms, ci, winner)) = best {
+                tracing::debug!(target: "braze::autotune", kernel = %self.plan.kernels[k].name, best = ?winner.config, ms, "autotuned");
+                records.push(AutotuneRecord {
+                    kernel: self.plan.kernels[k].name.clone(),
+                    winner: format!("{:?}", winner.config),
+                    winner_index: ci,
+                    timings_ms: timings,
+                });
+                self.kernels[k] = ReadyKernel::Cuda(winner);
+                if let Some(store) = AutotuneStore::open_default() {
+                    store.remember(&target, &self.plan, k, ci);
+                }
+            }
+        }
+        // Graphs captured before tuning launch the old kernels.
+        for set in &mut self.output_sets {
+            set.graphs.clear();
+            set.last_direct = None;
+        }
+        drop(outputs);
+        Ok(records)
+    }
+
+    /// Median time of one kernel over a few runs, in milliseconds.
+    fn time_kernel(&self, k: usize, inputs: &[DeviceBuffer], set_index: usize) -> Result<f32> {
+        let set = &self.output_sets[set_index];
+        // Tables may hold pointers for another configuration's layout: the candidate's own
+        // input-pointer tables are filled here.
+        if let ReadyKernel::Cuda(cuda) = &self.kernels[k] {
+            for table in cuda.tables.iter().filter(|t| t.pointers) {
+                let pointers: Vec<u8> = self.plan.kernels[k]
+                    .inputs
+                    .iter()
+                    .flat_map(|&id| {
+                        let (b, off) = self.locate(id, inputs, set);
+                        (b.device_address() + off as u64).to_le_bytes()
+                    })
+                    .collect();
+                if table.buffer.len_bytes() < pointers.len() {
+                    return Err(CudaError::InvalidArgument("autotune table too small".into()));
+                }
+                self.device.upload_into(&table.buffer, 0, &pointers)?;
+            }
+        }
+        for _ in 0..3 {
+            self.enqueue_kernel(k, inputs, set)?;
+        }
+        let mut samples = Vec::new();
+        for _ in 0..10 {
+            samples.push(self.device.time_ms(|| self.enqueue_kernel(k, inputs, set))?);
+        }
+        samples.sort_by(f32::total_cmp);
+        Ok(samples[samples.len() / 2])
+    }
+}

@@ -1,0 +1,336 @@
+//! Placing nodes into kernels: the merge rules of the table in the module docs, in visiting order.
+
+use super::access::Access;
+use super::cycles::Side;
+use super::matmul_epilogue::MatMulGroup;
+use super::row::RowGeometry;
+use super::{is_view, lowering_error, Fuser, Group, GroupKind, Space};
+use crate::Result;
+use braze_ir::{NodeId, Op, Shape};
+use std::collections::HashSet;
+
+impl Fuser<'_> {
+    pub(super) fn new_group(&mut self, kind: GroupKind, first: NodeId, space: Space) -> usize {
+        let gid = self.groups.len();
+        let pos = self.pos(first);
+        self.groups.push(Some(Group {
+            kind,
+            members: Vec::new(),
+            row_space: HashSet::new(),
+            varies: HashSet::new(),
+            min_pos: pos,
+            max_pos: pos,
+        }));
+        self.add_member(gid, first, space);
+        gid
+    }
+
+    pub(super) fn add_member(&mut self, gid: usize, id: NodeId, space: Space) {
+        let pos = self.pos(id);
+        let varies = match &self.group(gid).kind {
+            GroupKind::Row(geo) => {
+                space == Space::Element
+                    && self.value_varies(geo, id, &|o| self.group(gid).varies.contains(&o), &|o| self.in_group(o, gid))
+            }
+            _ => false,
+        };
+        self.group_of.insert(id, gid);
+        let group = self.group_mut(gid);
+        group.members.push(id);
+        if space == Space::Row {
+            group.row_space.insert(id);
+        }
+        if varies {
+            group.varies.insert(id);
+        }
+        group.min_pos = group.min_pos.min(pos);
+        group.max_pos = group.max_pos.max(pos);
+    }
+
+    /// Moves every member of `src` into `dst`; `space` overrides the members' spaces.
+    fn absorb(&mut self, src: usize, dst: usize, space: Option<Space>) {
+        let Some(moved) = self.groups[src].take() else { return };
+        for &m in &moved.members {
+            self.group_of.insert(m, dst);
+        }
+        let group = self.group_mut(dst);
+        group.min_pos = group.min_pos.min(moved.min_pos);
+        group.max_pos = group.max_pos.max(moved.max_pos);
+        match space {
+            Some(Space::Row) => group.row_space.extend(moved.members.iter().copied()),
+            Some(Space::Element) => {}
+            None => group.row_space.extend(moved.row_space),
+        }
+        group.members.extend(moved.members);
+        if let GroupKind::Row(geo) = &self.group(dst).kind {
+            let varies = self.varying_members(geo, &Side { groups: &[dst], extra: &[] });
+            self.group_mut(dst).varies = varies;
+        }
+    }
+
+    pub(super) fn group_nodes(&mut self) -> Result<()> {
+        for i in 0..self.order.len() {
+            let n = self.order[i];
+            if self.group_of.contains_key(&n) {
+                continue;
+            }
+            let node = self.node(n);
+            match &node.op {
+                Op::Input { .. } => {}
+                op if is_view(op) || matches!(op, Op::Constant { .. }) => {
+                    if self.materialized.contains(&n) {
+                        self.new_group(GroupKind::Pointwise { domain: node.shape.clone() }, n, Space::Element);
+                    }
+                }
+                Op::MatMul => {
+                    let mm = MatMulGroup { node: n, bias: None, activation: None, result: n };
+                    self.new_group(GroupKind::MatMul(mm), n, Space::Element);
+                }
+                Op::Concat { .. } => {
+                    self.new_group(GroupKind::Concat { node: n }, n, Space::Element);
+                }
+                Op::Reduce { .. } => self.place_reduce(n),
+                op if op.is_elementwise() => self.place_elementwise(n),
+                _ => return Err(lowering_error(self.g, n, "composite ops must be decomposed before fusion")),
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn refused(&self, n: NodeId, gid: usize, reason: &str) {
+        tracing::trace!(target: "braze::plan", node = %n, op = self.node(n).op.name(), group = gid, reason, "merge refused");
+    }
+
+    /// Pointwise and row groups computing an operand of `n`, in operand order.
+    fn operand_groups(&self, n: NodeId) -> Vec<usize> {
+        let mut found = Vec::new();
+        for &o in &self.node(n).operands {
+            if matches!(self.node(o).op, Op::Constant { .. }) {
+                continue;
+            }
+            if let Some(&gid) = self.group_of.get(&o) {
+                if matches!(self.group(gid).kind, GroupKind::Pointwise { .. } | GroupKind::Row(_))
+                    && !found.contains(&gid)
+                {
+                    found.push(gid);
+                }
+            }
+        }
+        found
+    }
+
+    fn place_elementwise(&mut self, n: NodeId) {
+        if self.options.fuse && self.try_matmul_epilogue(n) {
+            return;
+        }
+        let candidates = self.operand_groups(n);
+        let mut home = None;
+        if self.options.fuse {
+            // Joining a reduction's kernel (as its epilogue) saves more than joining a pointwise one.
+            let is_row = |gid: &usize| matches!(self.group(*gid).kind, GroupKind::Row(_));
+            let ordered: Vec<usize> = candidates
+                .iter()
+                .copied()
+                .filter(is_row)
+                .chain(candidates.iter().copied().filter(|g| !is_row(g)))
+                .collect();
+            for gid in ordered {
+                let Some(space) = self.join_space(n, gid) else { continue };
+                match self.can_join(n, gid, space) {
+                    Ok(()) => {
+                        tracing::trace!(target: "braze::plan", node = %n, op = self.node(n).op.name(), group = gid, ?space, "joins kernel");
+                        self.add_member(gid, n, space);
+                        home = Some(gid);
+                        break;
+                    }
+                    Err(reason) => self.refused(n, gid, reason),
+                }
+            }
+        }
+        let home = match home {
+            Some(gid) => gid,
+            None => self.new_group(GroupKind::Pointwise { domain: self.shape(n).clone() }, n, Space::Element),
+        };
+        if !self.options.fuse {
+            return;
+        }
+        for gid in candidates {
+            if gid != home && self.groups[gid].is_some() {
+                if let Err(reason) = self.try_absorb(gid, home, n) {
+                    self.refused(n, gid, reason);
+                }
+            }
+        }
+    }
+
+    /// How `n` would be indexed as a member of `gid`, if its shape fits the group.
+    fn join_space(&self, n: NodeId, gid: usize) -> Option<Space> {
+        let shape = self.shape(n);
+        match &self.group(gid).kind {
+            GroupKind::Pointwise { domain } => (shape == domain).then_some(Space::Element),
+            GroupKind::Row(geo) => {
+                let spaces: Vec<Space> = self
+                    .node(n)
+                    .operands
+                    .iter()
+                    .filter(|&&o| self.in_group(o, gid))
+                    .map(|&o| self.space_of(o))
+                    .collect();
+                if spaces.contains(&Space::Row) {
+                    let all_row = spaces.iter().all(|&s| s == Space::Row);
+                    (all_row && *shape == geo.row_shape()).then_some(Space::Row)
+                } else if *shape == geo.keepdim_shape() || (*shape == geo.input && geo.preserves_layout()) {
+                    Some(Space::Element)
+                } else {
+                    None
+                }
+            }
+            _ => None,
+        }
+    }
+
+    fn can_join(&self, n: NodeId, gid: usize, space: Space) -> std::result::Result<(), &'static str> {
+        if self.outside_path(&Side { groups: &[gid], extra: &[] }, &Side { groups: &[], extra: &[n] }) {
+            return Err("a path through a node outside the kernel would form a cycle");
+        }
+        if let GroupKind::Row(geo) = &self.group(gid).kind {
+            let per_element =
+                space == Space::Element && *self.shape(n) == geo.input && *self.shape(n) != geo.keepdim_shape();
+            let in_group = |o: NodeId| self.in_group(o, gid);
+            if per_element && !self.value_varies(geo, n, &|o| self.group(gid).varies.contains(&o), &in_group) {
+                return Err("an element value that does not vary along the row could not be stored");
+            }
+            if !self.reduction_chain_fits(geo, &[gid], &[n]) {
+                return Err("rows longer than the cache: one chain of dependent reductions per kernel");
+            }
+        }
+        Ok(())
+    }
+
+    /// Merges group `src` (computing an operand of `n`) into `home` (which holds `n`).
+    fn try_absorb(&mut self, src: usize, home: usize, n: NodeId) -> std::result::Result<(), &'static str> {
+        let space_n = self.space_of(n);
+        let member_space = match (&self.group(src).kind, &self.group(home).kind) {
+            (GroupKind::Pointwise { domain }, GroupKind::Pointwise { domain: home_domain }) => {
+                if domain != home_domain {
+                    self.side_values_ok(src, home, domain, home_domain)?;
+                }
+                Some(Space::Element)
+            }
+            (GroupKind::Pointwise { domain }, GroupKind::Row(geo)) => {
+                let frame = if space_n == Space::Row { geo.row_shape() } else { geo.input.clone() };
+                if space_n == Space::Element && *domain == geo.keepdim_shape() || *domain == frame {
+                    let element_values = space_n == Space::Element && *domain == geo.input;
+                    if element_values && *domain != geo.keepdim_shape() && !geo.preserves_layout() {
+                        return Err("element values of a reduction over leading axes cannot be stored");
+                    }
+                } else {
+                    self.side_values_ok(src, home, domain, &frame)?;
+                }
+                Some(space_n)
+            }
+            (GroupKind::Row(a), GroupKind::Row(b)) if a == b => {
+                let consistent =
+                    self.node(n).operands.iter().all(|&o| !self.in_group(o, src) || self.space_of(o) == space_n);
+                if !consistent {
+                    return Err("the operand is indexed differently from its user");
+                }
+                None
+            }
+            _ => return Err("the groups are of different families or geometries"),
+        };
+        if self.outside_path(&Side { groups: &[home], extra: &[] }, &Side { groups: &[src], extra: &[] }) {
+            return Err("a path through a node outside the kernel would form a cycle");
+        }
+        if self.copies_own_value(&Side { groups: &[home, src], extra: &[] }) {
+            return Err("a copied view would read a value computed in the same kernel");
+        }
+        if let GroupKind::Row(geo) = &self.group(home).kind {
+            if !self.reduction_chain_fits(geo, &[home, src], &[]) {
+                return Err("rows longer than the cache: one chain of dependent reductions per kernel");
+            }
+            // Values read from outside may vary where the same values computed inside do not,
+            // so every stored element value of the union is checked again.
+            let union = self.side_members(&Side { groups: &[home, src], extra: &[] });
+            if !self.stored_elements_vary(geo, &[home, src], &union) {
+                return Err("an element value that does not vary along the row could not be stored");
+            }
+        }
+        tracing::trace!(target: "braze::plan", node = %n, group = home, absorbed = src, "kernels merged");
+        self.absorb(src, home, member_space);
+        Ok(())
+    }
+
+    /// Whether a materialized view of `side` is a view of a value `side` computes: the copy reads
+    /// its base from a buffer, which a value computed in the same kernel does not get.
+    fn copies_own_value(&self, side: &Side) -> bool {
+        self.side_members(side).into_iter().any(|m| {
+            is_view(&self.node(m).op)
+                && matches!(&self.view_access[&m], Access::Strided { base, .. } if self.side_contains(side, *base))
+        })
+    }
+
+    /// A group of a smaller shape may be computed inside a kernel over a larger one (its values are
+    /// broadcast, re-evaluated per element: cheap elementwise work) only when nothing outside the
+    /// kernel reads it, since a broadcast value cannot be stored.
+    fn side_values_ok(
+        &self,
+        src: usize,
+        home: usize,
+        domain: &Shape,
+        frame: &Shape,
+    ) -> std::result::Result<(), &'static str> {
+        if !domain.broadcasts_to(frame) {
+            return Err("the shapes do not broadcast");
+        }
+        let members = &self.group(src).members;
+        let closed = members.iter().all(|&m| {
+            !self.g.is_output(m) && self.users(m).iter().all(|&u| self.in_group(u, src) || self.in_group(u, home))
+        });
+        if !closed {
+            return Err("a broadcast value is also needed outside the kernel");
+        }
+        Ok(())
+    }
+
+    fn place_reduce(&mut self, r: NodeId) {
+        let node = self.node(r);
+        let Op::Reduce { axes, keepdim, .. } = &node.op else { return };
+        let o = node.operands[0];
+        let geo = RowGeometry { input: self.shape(o).clone(), axes: axes.clone() };
+        let space = if *keepdim { Space::Element } else { Space::Row };
+        let source = self.group_of.get(&o).copied().filter(|_| self.options.fuse);
+        if let Some(gid) = source {
+            if let GroupKind::Row(existing) = &self.group(gid).kind {
+                if *existing == geo && self.space_of(o) == Space::Element {
+                    if self.reduction_chain_fits(&geo, &[gid], &[r]) {
+                        self.add_member(gid, r, space);
+                        return;
+                    }
+                    self.refused(r, gid, "rows longer than the cache: one chain of dependent reductions per kernel");
+                }
+            }
+        }
+        let home = self.new_group(GroupKind::Row(geo.clone()), r, space);
+        let Some(src) = source else { return };
+        let GroupKind::Pointwise { domain } = &self.group(src).kind else { return };
+        if *domain != geo.input {
+            return;
+        }
+        // The elementwise group producing the reduction's input becomes its prologue.
+        let members = self.group(src).members.clone();
+        if !geo.preserves_layout() {
+            let closed = members
+                .iter()
+                .all(|&m| !self.g.is_output(m) && self.users(m).iter().all(|&u| u == r || self.in_group(u, src)));
+            if !closed {
+                self.refused(r, src, "element values of a reduction over leading axes cannot be stored");
+                return;
+            }
+        } else if *domain != geo.keepdim_shape() && !self.stored_elements_vary(&geo, &[home, src], &members) {
+            self.refused(r, src, "an element value that does not vary along the row could not be stored");
+            return;
+        }
+        self.absorb(src, home, Some(Space::Element));
+    }
+}
