@@ -25,6 +25,17 @@ use std::collections::{HashMap, HashSet};
 /// Returns one gradient per `wrt` node: `None` where no differentiable path connects it to a
 /// seed. Integer and bool values get no gradient; asking for one is an error.
 pub fn backward(g: &mut Graph, seeds: &[(NodeId, NodeId)], wrt: &[NodeId]) -> Result<Vec<Option<NodeId>>> {
+    backward_stopping(g, seeds, wrt, &HashSet::new())
+}
+
+/// [`backward`], with no gradient flowing through the `stopped` nodes into their operands (values
+/// computed under `no_grad` or detached).
+pub fn backward_stopping(
+    g: &mut Graph,
+    seeds: &[(NodeId, NodeId)],
+    wrt: &[NodeId],
+    stopped: &HashSet<NodeId>,
+) -> Result<Vec<Option<NodeId>>> {
     for &w in wrt {
         let node = g.node(w);
         if !node.dtype.is_float() {
@@ -42,7 +53,8 @@ pub fn backward(g: &mut Graph, seeds: &[(NodeId, NodeId)], wrt: &[NodeId]) -> Re
         }
     }
     let order = g.topo_order();
-    let relevant = relevant_nodes(g, &order, seeds, wrt);
+    let mut relevant = relevant_nodes(g, &order, seeds, wrt);
+    relevant.retain(|id| !stopped.contains(id) || wrt.contains(id));
     let mut grads: HashMap<NodeId, NodeId> = HashMap::new();
     for &(value, grad) in seeds {
         let shape = g.node(value).shape.clone();

@@ -6,7 +6,7 @@ use crate::logging::{self, targets};
 use crate::mode::Mode;
 use crate::signature::{format_signature, TensorSig};
 use crate::tensor::caller;
-use crate::trace::{self, Binding, GraphRun, SplitRun, TraceConfig, TraceOutcome};
+use crate::trace::{self, Binding, GradAtEntry, GradEffect, GraphRun, SplitRun, TraceConfig, TraceOutcome};
 use crate::{Device, Error, GraphBreak, Result, Tensor};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -100,7 +100,7 @@ struct Entry {
 
 enum EntryKind {
     /// Traced without a break: replay the graph, never run the function again.
-    Whole { run: GraphRun, bindings: Vec<Binding> },
+    Whole { run: GraphRun, bindings: Vec<Binding>, grads: Vec<GradEffect> },
     /// Traced with breaks: run the function again on each call, reusing compiled segments.
     Replay,
 }
@@ -112,13 +112,27 @@ impl Entry {
 
     /// Why a captured tensor no longer fits the graph, if one does not.
     fn captured_change(&self) -> Option<String> {
-        let EntryKind::Whole { bindings, .. } = &self.kind else { return None };
-        bindings.iter().find_map(|binding| match binding {
+        let EntryKind::Whole { bindings, grads, .. } = &self.kind else { return None };
+        let binding_change = bindings.iter().find_map(|binding| match binding {
             Binding::Captured { tensor, traced_as, first_use } if !traced_as.matches(tensor) => {
                 let place = first_use.as_ref().map(|loc| format!(" (first used at {loc})")).unwrap_or_default();
                 Some(format!("captured tensor{place} {}", traced_as.change_to(&TensorSig::of(tensor))))
             }
             _ => None,
+        });
+        // The trace assumed each parameter it accumulated into had (or had no) gradient.
+        binding_change.or_else(|| {
+            grads.iter().find_map(|effect| {
+                let now = effect.param.inner.autograd.grad();
+                match (&effect.entry, now) {
+                    (GradAtEntry::Absent, Some(_)) => Some("a parameter has a gradient now and had none".into()),
+                    (GradAtEntry::Present(_), None) => Some("a parameter has no gradient now and had one".into()),
+                    (GradAtEntry::Present(sig), Some(grad)) if !sig.matches(&grad) => {
+                        Some(format!("a parameter's gradient {}", sig.change_to(&TensorSig::of(&grad))))
+                    }
+                    _ => None,
+                }
+            })
         })
     }
 }
@@ -213,11 +227,11 @@ where
         let (hit, reason) = self.lookup(args);
         match hit {
             Some(entry) => match &entry.kind {
-                EntryKind::Whole { run, bindings } => {
+                EntryKind::Whole { run, bindings, grads } => {
                     if let Some(report) = report.as_deref_mut() {
                         report.runs.push(run.clone());
                     }
-                    self.run_whole(run, bindings, args)
+                    self.run_whole(run, bindings, grads, args)
                 }
                 EntryKind::Replay => {
                     let target = self.target(args)?;
@@ -309,7 +323,27 @@ where
         TraceConfig { strict, function: self.name.clone(), target, graphs: self.graphs.clone(), replay }
     }
 
-    fn run_whole(&self, run: &GraphRun, bindings: &[Binding], args: &[Tensor]) -> Result<Vec<Tensor>> {
+    fn run_whole(
+        &self,
+        run: &GraphRun,
+        bindings: &[Binding],
+        grads: &[GradEffect],
+        args: &[Tensor],
+    ) -> Result<Vec<Tensor>> {
+        let mut outputs = self.run_bound(run, bindings, args)?;
+        if grads.is_empty() {
+            return Ok(outputs);
+        }
+        // Gradients come after the returned values; each is written to its parameter.
+        let returned = grads.iter().filter_map(|g| g.output).min().unwrap_or(outputs.len());
+        for effect in grads {
+            effect.param.inner.autograd.set_grad(effect.output.map(|i| outputs[i].clone()));
+        }
+        outputs.truncate(returned);
+        Ok(outputs)
+    }
+
+    fn run_bound(&self, run: &GraphRun, bindings: &[Binding], args: &[Tensor]) -> Result<Vec<Tensor>> {
         // The graph's inputs are exactly the arguments, in order: pass them through uncopied.
         let direct = bindings.len() == args.len()
             && bindings.iter().enumerate().all(|(i, b)| matches!(b, Binding::Arg(j) if *j == i));
@@ -326,6 +360,12 @@ where
                     names: self.input_names.clone(),
                 })?,
                 Binding::Captured { tensor, .. } => tensor.clone(),
+                // Present: the entry's guard checked it before this call.
+                Binding::GradOf { param, .. } => param.inner.autograd.grad().ok_or_else(|| Error::InvalidArgument {
+                    op: format!("`{}`", self.name),
+                    loc: None,
+                    detail: "a parameter's gradient was dropped while the call ran".into(),
+                })?,
             });
         }
         run.exe.run(&inputs).map_err(|e| trace::with_context(e, &format!("running `{}`", self.name)))
@@ -360,16 +400,16 @@ where
             }
         };
         let (outputs, kind) = match outcome {
-            TraceOutcome::Whole { graph, bindings } => {
+            TraceOutcome::Whole { graph, bindings, grads } => {
                 logging::breaks_traced(&self.name, &signature_text, &[]);
                 let exe = backend::compile_traced(&graph, target, &self.name)?;
                 let run = GraphRun { graph: Arc::new(graph), exe };
                 self.lock().whole_graphs_compiled += 1;
-                let outputs = self.run_whole(&run, &bindings, args)?;
+                let outputs = self.run_whole(&run, &bindings, &grads, args)?;
                 if let Some(report) = report {
                     report.runs.push(run.clone());
                 }
-                (outputs, EntryKind::Whole { run, bindings })
+                (outputs, EntryKind::Whole { run, bindings, grads })
             }
             TraceOutcome::Split(split) => {
                 logging::breaks_traced(&self.name, &signature_text, &split.breaks);

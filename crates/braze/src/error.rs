@@ -70,6 +70,10 @@ pub enum Error {
     #[error("{context}: {passes}")]
     Compile { context: String, passes: Box<PassError> },
 
+    /// A gradient that cannot be built (an integer input, a seed of the wrong shape).
+    #[error("{}: {autodiff}", At(op, loc))]
+    Gradient { op: String, loc: Option<SourceLoc>, autodiff: Box<braze_autodiff::AutodiffError> },
+
     /// An error raised by user code inside a custom op.
     #[error("{op}: {message}")]
     Custom { op: String, message: String },

@@ -34,6 +34,7 @@
 //! **Invariant:** no user input makes the library panic: every op returns `Result`.
 
 mod assign;
+mod autograd;
 pub mod backend;
 mod breaks;
 mod compile;
@@ -51,6 +52,7 @@ mod signature;
 mod tensor;
 mod trace;
 
+pub use autograd::{is_grad_enabled, no_grad};
 pub use backend::{allow_tf32, set_allow_tf32};
 pub use braze_ir::{DType, Graph, HostData, HostTensor, Shape, SourceLoc};
 pub use breaks::{BreakKind, GraphBreak};

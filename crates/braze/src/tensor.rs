@@ -9,8 +9,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::fmt;
 use std::panic::Location;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock, RwLockReadGuard};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock, RwLockReadGuard};
 
 /// A tensor. Cloning copies the handle, not the data; two clones are the same tensor, and
 /// [`Tensor::assign`] through one is seen by the other.
@@ -29,6 +29,42 @@ pub(crate) struct TensorInner {
     /// Bumped by every `assign`, so a caller can tell "the same tensor with the same data as last
     /// call" from a pointer comparison and one load, without taking the lock.
     version: AtomicU64,
+    pub(crate) autograd: AutogradMeta,
+}
+
+/// What a tensor knows about gradients.
+#[derive(Default)]
+pub(crate) struct AutogradMeta {
+    /// Set by the user on a leaf: its gradient is accumulated into `grad`.
+    requires_grad: AtomicBool,
+    /// The accumulated gradient of a leaf.
+    grad: Mutex<Option<Tensor>>,
+    /// How an eager result was computed from tensors that need gradients.
+    pub(crate) tape: OnceLock<Arc<TapeEntry>>,
+}
+
+impl AutogradMeta {
+    pub(crate) fn grad(&self) -> Option<Tensor> {
+        self.grad.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub(crate) fn set_grad(&self, grad: Option<Tensor>) {
+        *self.grad.lock().unwrap_or_else(|p| p.into_inner()) = grad;
+    }
+
+    pub(crate) fn requires_grad(&self) -> bool {
+        self.requires_grad.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn set_requires_grad(&self, on: bool) {
+        self.requires_grad.store(on, Ordering::Release);
+    }
+}
+
+/// How an eager result was computed: its op's graph (input `i` is `operands[i]`, one output).
+pub(crate) struct TapeEntry {
+    pub(crate) graph: Arc<braze_ir::Graph>,
+    pub(crate) operands: Vec<Tensor>,
 }
 
 #[derive(Clone)]
@@ -105,7 +141,13 @@ impl Element for f64 {
 
 impl Tensor {
     pub(crate) fn from_storage(storage: Storage) -> Tensor {
-        Tensor { inner: Arc::new(TensorInner { storage: RwLock::new(storage), version: AtomicU64::new(0) }) }
+        Tensor {
+            inner: Arc::new(TensorInner {
+                storage: RwLock::new(storage),
+                version: AtomicU64::new(0),
+                autograd: AutogradMeta::default(),
+            }),
+        }
     }
 
     pub(crate) fn storage(&self) -> RwLockReadGuard<'_, Storage> {
@@ -155,6 +197,12 @@ impl Tensor {
     /// How many times `assign` replaced this tensor's data.
     pub(crate) fn version(&self) -> u64 {
         self.inner.version.load(Ordering::Acquire)
+    }
+
+    /// Whether gradients flow into this tensor: it requires grad, or was computed eagerly from
+    /// a tensor that does.
+    pub(crate) fn needs_grad(&self) -> bool {
+        self.inner.autograd.requires_grad() || self.inner.autograd.tape.get().is_some()
     }
 
     /// Whether both handles are the same tensor.

@@ -16,6 +16,7 @@ use crate::signature::TensorSig;
 use crate::{BreakKind, Device, Error, GraphBreak, Result, Tensor};
 use braze_ir::{DType, Graph, HostTensor, NodeId, Op, Shape, SourceLoc};
 use recording::Trace;
+pub(crate) use recording::{GradAtEntry, GradEffect};
 use std::cell::RefCell;
 use std::sync::Arc;
 
@@ -118,7 +119,34 @@ fn eager(
     let inputs: Vec<Tensor> = operands.iter().map(|t| (*t).clone()).collect();
     let mut outputs =
         backend::compile_graph(&graph, target)?.run(&inputs).map_err(|e| with_context(e, &format!("{op} at {loc}")))?;
-    outputs.pop().ok_or_else(|| Error::invalid(op, loc, "the executor returned no result"))
+    let result = outputs.pop().ok_or_else(|| Error::invalid(op, loc, "the executor returned no result"))?;
+    crate::autograd::tape::record(&result, &graph, operands);
+    Ok(result)
+}
+
+/// Runs `f` on the active trace, if there is one.
+fn on_trace<R>(f: impl FnOnce(&mut Trace) -> R) -> Option<R> {
+    ACTIVE.with(|cell| cell.borrow_mut().as_mut().map(f))
+}
+
+/// `root.backward()` inside a compiled function: the backward ops appended to the trace.
+pub(crate) fn backward(root: &Tensor, seed: Option<&Tensor>, loc: &SourceLoc) -> Option<Result<()>> {
+    on_trace(|trace| trace.backward(root, seed, loc))
+}
+
+/// `t.grad()` inside a compiled function.
+pub(crate) fn grad_of(t: &Tensor) -> Option<Option<Tensor>> {
+    on_trace(|trace| trace.grad_of(t))
+}
+
+/// `t.zero_grad()` inside a compiled function.
+pub(crate) fn zero_grad(t: &Tensor) -> Option<()> {
+    on_trace(|trace| trace.zero_grad(t))
+}
+
+/// `t.detach()` inside a compiled function.
+pub(crate) fn detach(t: &Tensor, loc: &SourceLoc) -> Option<Result<Tensor>> {
+    on_trace(|trace| trace.detach(t, loc))
 }
 
 /// `full`/`zeros`/`ones`: a constant broadcast to `shape` inside a trace, host data otherwise.
@@ -256,11 +284,14 @@ pub(crate) enum Binding {
     /// A concrete tensor the function used without receiving it (a captured weight): bound by
     /// identity, so its current data is read at each call; its type at trace time is guarded.
     Captured { tensor: Tensor, traced_as: TensorSig, first_use: Option<SourceLoc> },
+    /// The gradient `param` has at each call (accumulated into by `backward()`); its presence
+    /// and type at trace time are guarded by the entry's gradient write-backs.
+    GradOf { param: Tensor },
 }
 
 pub(crate) enum TraceOutcome {
     /// No break: one graph, not yet run, to cache and replay without running the function again.
-    Whole { graph: Graph, bindings: Vec<Binding> },
+    Whole { graph: Graph, bindings: Vec<Binding>, grads: Vec<GradEffect> },
     /// Breaks split the function; its graphs already ran.
     Split(SplitRun),
 }
@@ -280,8 +311,8 @@ where
 {
     let (mut trace, returned) = run_traced(f, args, config)?;
     if trace.breaks.is_empty() {
-        let (graph, bindings) = trace.whole_graph(&returned)?;
-        Ok(TraceOutcome::Whole { graph, bindings })
+        let (graph, bindings, grads) = trace.whole_graph(&returned)?;
+        Ok(TraceOutcome::Whole { graph, bindings, grads })
     } else {
         trace.finish_split(&returned).map(TraceOutcome::Split)
     }

@@ -7,7 +7,7 @@ use crate::signature::TensorSig;
 use crate::tensor::{Storage, TensorInner, TracedRef};
 use crate::{BreakKind, Error, GraphBreak, Result, Tensor};
 use braze_ir::{DType, Graph, HostTensor, NodeId, Op, Shape, SourceLoc};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
@@ -25,6 +25,9 @@ enum ValueState {
 
 enum Origin {
     Arg(usize),
+    /// The gradient a parameter had when the call began (read by `grad()` or accumulated into
+    /// by `backward()`): bound to the parameter's gradient on each call.
+    GradOf(Tensor),
     /// A concrete tensor met in an op, and where.
     Captured(Option<SourceLoc>),
     /// The result of an op of this trace.
@@ -48,6 +51,34 @@ struct Segment {
     input_nodes: HashMap<ValueId, NodeId>,
     /// Computed values of this segment, in creation order.
     pending: Vec<ValueId>,
+    /// Nodes gradients do not flow through (computed under `no_grad`, or detached).
+    stopped: HashSet<NodeId>,
+}
+
+/// What a compiled function assumed about a parameter's gradient when the call began.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum GradAtEntry {
+    /// Not looked at: the function dropped or replaced the gradient before reading it.
+    Unread,
+    Absent,
+    Present(TensorSig),
+}
+
+/// A parameter whose gradient the function read, set or dropped.
+struct GradSlot {
+    param: Tensor,
+    /// Its gradient so far in this call (`None` after `zero_grad`).
+    current: Option<Tensor>,
+    entry: GradAtEntry,
+}
+
+/// A gradient to write back after each call: `param.grad` becomes graph output `output`, or
+/// is dropped when `None`.
+#[derive(Clone)]
+pub(crate) struct GradEffect {
+    pub param: Tensor,
+    pub output: Option<usize>,
+    pub entry: GradAtEntry,
 }
 
 pub(super) struct Trace {
@@ -61,6 +92,7 @@ pub(super) struct Trace {
     pub(super) breaks: Vec<GraphBreak>,
     /// The break that stopped a fullgraph trace; every later op fails with it.
     pub(super) aborted: Option<GraphBreak>,
+    grads: Vec<GradSlot>,
 }
 
 impl Trace {
@@ -74,6 +106,7 @@ impl Trace {
             runs: Vec::new(),
             breaks: Vec::new(),
             aborted: None,
+            grads: Vec::new(),
         }
     }
 
@@ -133,6 +166,14 @@ impl Trace {
         }
         let mut builder = OpBuilder { graph: &mut self.segment.graph, loc: loc.clone() };
         let node = build(&mut builder, &ids).map_err(|ir| Error::ir(op, loc, ir))?;
+        if !crate::autograd::is_grad_enabled() && !ids.contains(&node) {
+            self.segment.stopped.insert(node);
+        }
+        Ok(self.pending_value(node))
+    }
+
+    /// A new value of the trace computed by `node` of the current segment, and its handle.
+    fn pending_value(&mut self, node: NodeId) -> Tensor {
         let (dtype, shape) = {
             let n = self.segment.graph.node(node);
             (n.dtype, n.shape.clone())
@@ -147,7 +188,131 @@ impl Trace {
             handle: Arc::downgrade(&handle.inner),
         });
         self.segment.pending.push(value);
+        handle
+    }
+
+    /// The gradient slot of `param`, created on first use. Creating it reads the gradient the
+    /// parameter has now, unless `read` is false (the caller replaces it without reading it).
+    fn grad_slot(&mut self, param: &Tensor, read: bool) -> usize {
+        if let Some(i) = self.grads.iter().position(|s| s.param.same_tensor(param)) {
+            return i;
+        }
+        let (current, entry) = match (read, param.inner.autograd.grad()) {
+            (false, _) => (None, GradAtEntry::Unread),
+            (true, None) => (None, GradAtEntry::Absent),
+            (true, Some(grad)) => {
+                // Bound to whatever gradient the parameter has at each call, not to this tensor.
+                let value = self.values.len();
+                self.values.push(Value {
+                    dtype: grad.dtype(),
+                    shape: grad.shape(),
+                    state: ValueState::Concrete(grad.clone()),
+                    origin: Origin::GradOf(param.clone()),
+                    handle: Weak::new(),
+                });
+                self.captured.insert(Arc::as_ptr(&grad.inner), value);
+                let sig = TensorSig::of(&grad);
+                (Some(grad), GradAtEntry::Present(sig))
+            }
+        };
+        self.grads.push(GradSlot { param: param.clone(), current, entry });
+        self.grads.len() - 1
+    }
+
+    /// `param.grad()`: the gradient so far in this call.
+    pub(super) fn grad_of(&mut self, param: &Tensor) -> Option<Tensor> {
+        let slot = self.grad_slot(param, true);
+        self.grads[slot].current.clone()
+    }
+
+    /// `param.zero_grad()`: later `backward()` calls set the gradient afresh.
+    pub(super) fn zero_grad(&mut self, param: &Tensor) {
+        let slot = self.grad_slot(param, false);
+        self.grads[slot].current = None;
+    }
+
+    /// `t.detach()`: the same values as a new node gradients do not flow through.
+    pub(super) fn detach(&mut self, t: &Tensor, loc: &SourceLoc) -> Result<Tensor> {
+        let shape = t.shape();
+        let handle = self.record("detach", &[t], loc, &|b, ids| b.reshape(ids[0], shape.clone()))?;
+        if let Storage::Traced(r) = &*handle.storage() {
+            if let ValueState::Pending(node) = self.values[r.value].state {
+                self.segment.stopped.insert(node);
+            }
+        }
         Ok(handle)
+    }
+
+    /// `root.backward()`: appends the backward of the current segment to it and accumulates
+    /// each parameter's gradient in its slot.
+    pub(super) fn backward(&mut self, root: &Tensor, seed: Option<&Tensor>, loc: &SourceLoc) -> Result<()> {
+        const OP: &str = "backward";
+        self.check_aborted()?;
+        let root_value = self.value_of(root, OP, Some(loc))?;
+        let root_node = self.node_for(root_value, OP, Some(loc))?;
+        // Values computed by graphs that already ran (before a graph break) are inputs here;
+        // gradients cannot flow back into those graphs.
+        if self.segment.bindings.iter().any(|&v| matches!(self.values[v].origin, Origin::Computed)) {
+            return Err(Error::invalid(
+                OP,
+                loc,
+                "a graph break before backward() split this function, and gradients do not flow back \
+                 across a graph break; move the host read after backward() or compile with fullgraph(true) \
+                 to see the break",
+            ));
+        }
+        let seed_node = match seed {
+            Some(s) => {
+                let v = self.value_of(s, OP, Some(loc))?;
+                self.node_for(v, OP, Some(loc))?
+            }
+            None if root.numel() == 1 => {
+                let c = self.segment.graph.constant(1.0, root.dtype());
+                self.segment.graph.set_loc(c, Some(loc.clone()));
+                c
+            }
+            None => {
+                return Err(Error::invalid(
+                    OP,
+                    loc,
+                    format!(
+                        "a gradient can be seeded implicitly only for a one-element result, this one is {}{}; \
+                         use backward_with(grad)",
+                        root.dtype(),
+                        root.shape()
+                    ),
+                ))
+            }
+        };
+        let mut params = Vec::new();
+        let mut wrt = Vec::new();
+        for &value in &self.segment.bindings {
+            if let (ValueState::Concrete(t), Origin::Arg(_) | Origin::Captured(_)) =
+                (&self.values[value].state, &self.values[value].origin)
+            {
+                if t.requires_grad() {
+                    params.push(t.clone());
+                    wrt.push(self.segment.input_nodes[&value]);
+                }
+            }
+        }
+        let stopped = self.segment.stopped.clone();
+        let grads =
+            braze_autodiff::backward_stopping(&mut self.segment.graph, &[(root_node, seed_node)], &wrt, &stopped)
+                .map_err(|e| Error::Gradient { op: OP.into(), loc: Some(loc.clone()), autodiff: Box::new(e) })?;
+        for (param, grad) in params.iter().zip(grads) {
+            let Some(grad) = grad else { continue };
+            let fresh = self.pending_value(grad);
+            let slot = self.grad_slot(param, true);
+            let total = match self.grads[slot].current.clone() {
+                Some(previous) => self.record(OP, &[&previous, &fresh], loc, &|b, ids| {
+                    b.op(Op::Binary { op: braze_ir::BinaryOp::Add }, ids)
+                })?,
+                None => fresh,
+            };
+            self.grads[slot].current = Some(total);
+        }
+        Ok(())
     }
 
     /// The trace value of `t`, registering a concrete tensor the first time it is seen.
@@ -287,23 +452,43 @@ impl Trace {
         Ok(results)
     }
 
-    /// The current segment as the whole graph with `returned` as outputs, and its bindings.
-    pub(super) fn whole_graph(&mut self, returned: &[Tensor]) -> Result<(Graph, Vec<Binding>)> {
+    /// The current segment as the whole graph with `returned` as outputs, then the gradients to
+    /// write back; its bindings and the write-backs.
+    pub(super) fn whole_graph(&mut self, returned: &[Tensor]) -> Result<(Graph, Vec<Binding>, Vec<GradEffect>)> {
         let mut nodes = Vec::with_capacity(returned.len());
         for t in returned {
             let value = self.value_of(t, "return", None)?;
             nodes.push(self.node_for(value, "return", None)?);
         }
+        let mut effects = Vec::with_capacity(self.grads.len());
+        for slot in std::mem::take(&mut self.grads) {
+            let output = match &slot.current {
+                Some(grad) => {
+                    let value = self.value_of(grad, "grad", None)?;
+                    nodes.push(self.node_for(value, "grad", None)?);
+                    Some(nodes.len() - 1)
+                }
+                None => None,
+            };
+            effects.push(GradEffect { param: slot.param, output, entry: slot.entry });
+        }
         let mut segment = std::mem::take(&mut self.segment);
         segment.graph.set_outputs(nodes);
         prune_dead(&mut segment.graph);
         let bindings = segment.bindings.iter().map(|&v| self.binding(v)).collect::<Result<Vec<_>>>()?;
-        Ok((segment.graph, bindings))
+        Ok((segment.graph, bindings, effects))
     }
 
     /// Runs the last segment for the returned values still pending and collects the results.
     pub(super) fn finish_split(mut self, returned: &[Tensor]) -> Result<SplitRun> {
-        let values = returned.iter().map(|t| self.value_of(t, "return", None)).collect::<Result<Vec<ValueId>>>()?;
+        let grads = std::mem::take(&mut self.grads);
+        let grad_values = grads
+            .iter()
+            .map(|slot| slot.current.as_ref().map(|g| self.value_of(g, "grad", None)).transpose())
+            .collect::<Result<Vec<Option<ValueId>>>>()?;
+        let mut values = returned.iter().map(|t| self.value_of(t, "return", None)).collect::<Result<Vec<ValueId>>>()?;
+        let returned_count = values.len();
+        values.extend(grad_values.iter().flatten());
         let mut pending_returned: Vec<ValueId> = Vec::new();
         let mut nodes = Vec::new();
         for &v in &values {
@@ -320,7 +505,12 @@ impl Trace {
                 self.values[value].state = ValueState::Concrete(tensor);
             }
         }
-        let outputs = values.iter().map(|&v| self.concrete(v)).collect::<Result<Vec<_>>>()?;
+        let mut outputs = values.iter().map(|&v| self.concrete(v)).collect::<Result<Vec<_>>>()?;
+        let mut written = outputs.split_off(returned_count).into_iter();
+        for (slot, value) in grads.iter().zip(&grad_values) {
+            let grad = value.and_then(|_| written.next());
+            slot.param.inner.autograd.set_grad(grad);
+        }
         Ok(SplitRun { outputs, runs: self.runs, breaks: self.breaks })
     }
 
@@ -328,6 +518,7 @@ impl Trace {
         let v = &self.values[value];
         let first_use = match &v.origin {
             Origin::Arg(i) => return Ok(Binding::Arg(*i)),
+            Origin::GradOf(param) => return Ok(Binding::GradOf { param: param.clone() }),
             Origin::Captured(first_use) => first_use.clone(),
             Origin::Computed => None,
         };

@@ -1,0 +1,162 @@
+//! Gradients: eager (the tape) and compiled (backward appended to the trace) give the same
+//! values, `backward()` twice accumulates, `no_grad` records nothing, `detach` stops the flow,
+//! and only float tensors have gradients.
+
+use braze::{compile, no_grad, DType, Device, Result, Tensor};
+
+fn values(t: &Tensor) -> Vec<f64> {
+    t.to_vec::<f64>().unwrap()
+}
+
+fn assert_close(got: &[f64], want: &[f64], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: lengths");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!((g - w).abs() <= 1e-4 + 1e-4 * w.abs(), "{what}[{i}]: {g} vs {w}");
+    }
+}
+
+fn leaf(shape: &[usize], seed: u64) -> Tensor {
+    let t = Tensor::randn(shape.to_vec(), DType::F32, seed).unwrap();
+    t.set_requires_grad(true).unwrap();
+    t
+}
+
+#[test]
+fn eager_square_sum_gives_twice_the_input() -> Result<()> {
+    let x = leaf(&[3, 4], 1);
+    let loss = x.mul(&x)?.sum_all()?;
+    loss.backward()?;
+    let want: Vec<f64> = values(&x).iter().map(|v| 2.0 * v).collect();
+    assert_close(&values(&x.grad().expect("x has a gradient")), &want, "d sum(x^2)");
+    Ok(())
+}
+
+#[test]
+fn backward_twice_accumulates_and_zero_grad_drops() -> Result<()> {
+    let x = leaf(&[5], 2);
+    let loss = x.exp()?.sum_all()?;
+    loss.backward()?;
+    loss.backward()?;
+    let want: Vec<f64> = values(&x).iter().map(|v| 2.0 * (*v as f32).exp() as f64).collect();
+    assert_close(&values(&x.grad().unwrap()), &want, "two backward calls");
+    x.zero_grad();
+    assert!(x.grad().is_none());
+    Ok(())
+}
+
+#[test]
+fn no_grad_records_nothing_and_detach_stops_the_flow() -> Result<()> {
+    let x = leaf(&[4], 3);
+    let y = no_grad(|| x.mul(&x))?;
+    let err = y.sum_all()?.backward().unwrap_err();
+    assert!(err.to_string().contains("does not need a gradient"), "{err}");
+    // d/dx sum(detach(x) * x) = detach(x) = x.
+    let loss = x.detach()?.mul(&x)?.sum_all()?;
+    loss.backward()?;
+    assert_close(&values(&x.grad().unwrap()), &values(&x), "through detach");
+    Ok(())
+}
+
+#[test]
+fn integer_tensors_have_no_gradient() {
+    let i = Tensor::from_vec(vec![1i32, 2, 3], [3]).unwrap();
+    let err = i.set_requires_grad(true).unwrap_err();
+    assert!(err.to_string().contains("only float tensors have gradients"), "{err}");
+}
+
+#[test]
+fn a_non_scalar_root_needs_a_seed() -> Result<()> {
+    let x = leaf(&[2, 2], 4);
+    let y = x.mul_scalar(3.0)?;
+    let err = y.backward().unwrap_err();
+    assert!(err.to_string().contains("backward_with"), "{err}");
+    let seed = Tensor::ones([2, 2], DType::F32, Device::Cpu)?;
+    y.backward_with(&seed)?;
+    assert_close(&values(&x.grad().unwrap()), &[3.0; 4], "seeded");
+    Ok(())
+}
+
+/// A small training loss over captured weights: layer norm, gelu, a matmul, a residual.
+fn loss_of(x: &Tensor, w: &Tensor, b: &Tensor, m: &Tensor) -> Result<Tensor> {
+    let h = x.layer_norm(w, b, 1e-5)?.gelu()?;
+    let y = h.matmul(m)?.add(x)?;
+    y.mul(&y)?.mean_all()
+}
+
+#[test]
+fn compiled_gradients_equal_eager_ones() -> Result<()> {
+    let x = Tensor::randn([6, 8], DType::F32, 10)?;
+    let (w, b, m) = (leaf(&[8], 11), leaf(&[8], 12), leaf(&[8, 8], 13));
+    loss_of(&x, &w, &b, &m)?.backward()?;
+    let eager: Vec<Vec<f64>> = [&w, &b, &m].iter().map(|p| values(&p.grad().unwrap())).collect();
+    for p in [&w, &b, &m] {
+        p.zero_grad();
+    }
+
+    let (wc, bc, mc) = (w.clone(), b.clone(), m.clone());
+    let step = compile(move |a: &[Tensor]| {
+        for p in [&wc, &bc, &mc] {
+            p.zero_grad();
+        }
+        let loss = loss_of(&a[0], &wc, &bc, &mc)?;
+        loss.backward()?;
+        Ok(vec![loss])
+    })
+    .fullgraph(true);
+    for call in 0..3 {
+        step.call(std::slice::from_ref(&x))?;
+        for (p, want) in [&w, &b, &m].iter().zip(&eager) {
+            assert_close(&values(&p.grad().unwrap()), want, &format!("call {call}"));
+        }
+    }
+    assert_eq!(step.stats().recompiles, 0, "zero_grad inside the step: one trace serves every call");
+    Ok(())
+}
+
+#[test]
+fn compiled_backward_accumulates_across_calls_without_zero_grad() -> Result<()> {
+    let x = Tensor::randn([3, 8], DType::F32, 20)?;
+    let (w, b, m) = (leaf(&[8], 21), leaf(&[8], 22), leaf(&[8, 8], 23));
+    loss_of(&x, &w, &b, &m)?.backward()?;
+    let once = values(&m.grad().unwrap());
+    m.zero_grad();
+    w.zero_grad();
+    b.zero_grad();
+
+    let (wc, bc, mc) = (w.clone(), b.clone(), m.clone());
+    let step = compile(move |a: &[Tensor]| {
+        let loss = loss_of(&a[0], &wc, &bc, &mc)?;
+        loss.backward()?;
+        Ok(vec![loss])
+    })
+    .fullgraph(true);
+    for calls in 1..=3 {
+        step.call(std::slice::from_ref(&x))?;
+        let want: Vec<f64> = once.iter().map(|g| g * calls as f64).collect();
+        assert_close(&values(&m.grad().unwrap()), &want, &format!("after {calls} calls"));
+    }
+    // The first trace assumed no gradient; the second accumulates into the one it finds.
+    assert_eq!(step.stats().recompiles, 1);
+    Ok(())
+}
+
+#[test]
+fn grad_inside_a_compiled_function_is_the_traced_gradient() -> Result<()> {
+    let x = Tensor::randn([4], DType::F32, 30)?;
+    let w = leaf(&[4], 31);
+    let wc = w.clone();
+    let f = compile(move |a: &[Tensor]| {
+        wc.zero_grad();
+        let loss = a[0].mul(&wc)?.sum_all()?;
+        loss.backward()?;
+        let g = wc.grad().expect("backward set it");
+        // An SGD-like use of the gradient inside the same graph.
+        Ok(vec![wc.sub(&g.mul_scalar(0.1)?)?])
+    })
+    .fullgraph(true);
+    let out = f.call(std::slice::from_ref(&x))?;
+    let want: Vec<f64> = values(&w).iter().zip(values(&x)).map(|(w, x)| w - 0.1 * x).collect();
+    assert_close(&values(&out[0]), &want, "w - 0.1 dL/dw");
+    assert_close(&values(&w.grad().unwrap()), &values(&x), "written back");
+    Ok(())
+}
