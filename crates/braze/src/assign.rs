@@ -8,18 +8,14 @@ impl Tensor {
     /// compiled function that captured it, sees the new data on its next call. A new dtype or
     /// shape makes those functions trace again.
     ///
-    /// Not allowed inside a compiled function (in-place updates are not traced) or on a traced
-    /// tensor.
+    /// Inside a compiled function, a captured tensor (a weight, optimizer state) can be
+    /// assigned a value of its own dtype and shape: later ops of the function read the new value
+    /// and the tensor holds it after each call (an optimizer step written as ordinary code).
     #[track_caller]
     pub fn assign(&self, value: &Tensor) -> Result<()> {
         let loc = caller();
-        if trace::is_active() {
-            return Err(Error::invalid(
-                "assign",
-                &loc,
-                "cannot assign inside a compiled function (in-place updates are not traced); \
-                 assign before or after the call",
-            ));
+        if let Some(result) = trace::assign(self, value, &loc) {
+            return result;
         }
         let new_data = value.storage().clone();
         if let Storage::Traced(_) = new_data {

@@ -6,7 +6,7 @@ use crate::logging::{self, targets};
 use crate::mode::Mode;
 use crate::signature::{format_signature, TensorSig};
 use crate::tensor::caller;
-use crate::trace::{self, Binding, GradAtEntry, GradEffect, GraphRun, SplitRun, TraceConfig, TraceOutcome};
+use crate::trace::{self, Binding, GradAtEntry, GraphRun, SplitRun, TraceConfig, TraceOutcome, WriteBacks};
 use crate::{Device, Error, GraphBreak, Result, Tensor};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -100,7 +100,7 @@ struct Entry {
 
 enum EntryKind {
     /// Traced without a break: replay the graph, never run the function again.
-    Whole { run: GraphRun, bindings: Vec<Binding>, grads: Vec<GradEffect> },
+    Whole { run: GraphRun, bindings: Vec<Binding>, writes: WriteBacks },
     /// Traced with breaks: run the function again on each call, reusing compiled segments.
     Replay,
 }
@@ -112,7 +112,7 @@ impl Entry {
 
     /// Why a captured tensor no longer fits the graph, if one does not.
     fn captured_change(&self) -> Option<String> {
-        let EntryKind::Whole { bindings, grads, .. } = &self.kind else { return None };
+        let EntryKind::Whole { bindings, writes, .. } = &self.kind else { return None };
         let binding_change = bindings.iter().find_map(|binding| match binding {
             Binding::Captured { tensor, traced_as, first_use } if !traced_as.matches(tensor) => {
                 let place = first_use.as_ref().map(|loc| format!(" (first used at {loc})")).unwrap_or_default();
@@ -122,7 +122,7 @@ impl Entry {
         });
         // The trace assumed each parameter it accumulated into had (or had no) gradient.
         binding_change.or_else(|| {
-            grads.iter().find_map(|effect| {
+            writes.grads.iter().find_map(|effect| {
                 let now = effect.param.inner.autograd.grad();
                 match (&effect.entry, now) {
                     (GradAtEntry::Absent, Some(_)) => Some("a parameter has a gradient now and had none".into()),
@@ -227,11 +227,11 @@ where
         let (hit, reason) = self.lookup(args);
         match hit {
             Some(entry) => match &entry.kind {
-                EntryKind::Whole { run, bindings, grads } => {
+                EntryKind::Whole { run, bindings, writes } => {
                     if let Some(report) = report.as_deref_mut() {
                         report.runs.push(run.clone());
                     }
-                    self.run_whole(run, bindings, grads, args)
+                    self.run_whole(run, bindings, writes, args)
                 }
                 EntryKind::Replay => {
                     let target = self.target(args)?;
@@ -327,19 +327,13 @@ where
         &self,
         run: &GraphRun,
         bindings: &[Binding],
-        grads: &[GradEffect],
+        writes: &WriteBacks,
         args: &[Tensor],
     ) -> Result<Vec<Tensor>> {
         let mut outputs = self.run_bound(run, bindings, args)?;
-        if grads.is_empty() {
-            return Ok(outputs);
-        }
-        // Gradients come after the returned values; each is written to its parameter.
-        let returned = grads.iter().filter_map(|g| g.output).min().unwrap_or(outputs.len());
-        for effect in grads {
-            effect.param.inner.autograd.set_grad(effect.output.map(|i| outputs[i].clone()));
-        }
-        outputs.truncate(returned);
+        // Gradients and assigned values come after the returned values.
+        writes.apply(&outputs)?;
+        outputs.truncate(writes.first_output().unwrap_or(outputs.len()));
         Ok(outputs)
     }
 
@@ -400,16 +394,16 @@ where
             }
         };
         let (outputs, kind) = match outcome {
-            TraceOutcome::Whole { graph, bindings, grads } => {
+            TraceOutcome::Whole { graph, bindings, writes } => {
                 logging::breaks_traced(&self.name, &signature_text, &[]);
                 let exe = backend::compile_traced(&graph, target, &self.name)?;
                 let run = GraphRun { graph: Arc::new(graph), exe };
                 self.lock().whole_graphs_compiled += 1;
-                let outputs = self.run_whole(&run, &bindings, &grads, args)?;
+                let outputs = self.run_whole(&run, &bindings, &writes, args)?;
                 if let Some(report) = report {
                     report.runs.push(run.clone());
                 }
-                (outputs, EntryKind::Whole { run, bindings, grads })
+                (outputs, EntryKind::Whole { run, bindings, writes })
             }
             TraceOutcome::Split(split) => {
                 logging::breaks_traced(&self.name, &signature_text, &split.breaks);

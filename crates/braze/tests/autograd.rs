@@ -160,3 +160,50 @@ fn grad_inside_a_compiled_function_is_the_traced_gradient() -> Result<()> {
     assert_close(&values(&w.grad().unwrap()), &values(&x), "written back");
     Ok(())
 }
+
+#[test]
+fn an_sgd_step_written_as_ordinary_code_updates_the_weights_in_one_graph() -> Result<()> {
+    let x = Tensor::randn([4], DType::F32, 40)?;
+    let w = leaf(&[4], 41);
+    let w0 = values(&w);
+    let wc = w.clone();
+    let step = compile(move |a: &[Tensor]| {
+        wc.zero_grad();
+        let loss = a[0].mul(&wc)?.sum_all()?;
+        loss.backward()?;
+        let g = wc.grad().expect("backward set it");
+        wc.assign(&wc.sub(&g.mul_scalar(0.1)?)?)?;
+        Ok(vec![loss])
+    })
+    .fullgraph(true);
+    let xs = values(&x);
+    for k in 0..3 {
+        let loss = step.call(std::slice::from_ref(&x))?[0].item::<f64>()?;
+        // The loss of call k reads the weights after k updates.
+        let want: f64 = w0.iter().zip(&xs).map(|(w, x)| x * (w - 0.1 * k as f64 * x)).sum();
+        assert!((loss - want).abs() < 1e-4, "call {k}: loss {loss}, want {want}");
+    }
+    let want: Vec<f64> = w0.iter().zip(&xs).map(|(w, x)| w - 0.3 * x).collect();
+    assert_close(&values(&w), &want, "after three steps");
+    assert_eq!(step.stats().recompiles, 0);
+    Ok(())
+}
+
+#[test]
+fn assigning_an_argument_or_another_type_inside_a_compiled_function_is_an_error() {
+    let x = Tensor::randn([4], DType::F32, 50).unwrap();
+    let f = compile(|a: &[Tensor]| {
+        a[0].assign(&a[0].mul_scalar(2.0)?)?;
+        Ok(vec![a[0].clone()])
+    });
+    let err = f.call(std::slice::from_ref(&x)).unwrap_err();
+    assert!(err.to_string().contains("only tensors the function captures"), "{err}");
+    let w = Tensor::randn([4], DType::F32, 51).unwrap();
+    let wc = w.clone();
+    let g = compile(move |a: &[Tensor]| {
+        wc.assign(&a[0].sum_all()?)?;
+        Ok(vec![])
+    });
+    let err = g.call(std::slice::from_ref(&x)).unwrap_err();
+    assert!(err.to_string().contains("must keep the type f32[4]"), "{err}");
+}

@@ -16,7 +16,7 @@ use crate::signature::TensorSig;
 use crate::{BreakKind, Device, Error, GraphBreak, Result, Tensor};
 use braze_ir::{DType, Graph, HostTensor, NodeId, Op, Shape, SourceLoc};
 use recording::Trace;
-pub(crate) use recording::{GradAtEntry, GradEffect};
+pub(crate) use recording::{GradAtEntry, WriteBacks};
 use std::cell::RefCell;
 use std::sync::Arc;
 
@@ -142,6 +142,11 @@ pub(crate) fn grad_of(t: &Tensor) -> Option<Option<Tensor>> {
 /// `t.zero_grad()` inside a compiled function.
 pub(crate) fn zero_grad(t: &Tensor) -> Option<()> {
     on_trace(|trace| trace.zero_grad(t))
+}
+
+/// `target.assign(value)` inside a compiled function.
+pub(crate) fn assign(target: &Tensor, value: &Tensor, loc: &SourceLoc) -> Option<Result<()>> {
+    on_trace(|trace| trace.assign(target, value, loc))
 }
 
 /// `t.detach()` inside a compiled function.
@@ -291,7 +296,7 @@ pub(crate) enum Binding {
 
 pub(crate) enum TraceOutcome {
     /// No break: one graph, not yet run, to cache and replay without running the function again.
-    Whole { graph: Graph, bindings: Vec<Binding>, grads: Vec<GradEffect> },
+    Whole { graph: Graph, bindings: Vec<Binding>, writes: WriteBacks },
     /// Breaks split the function; its graphs already ran.
     Split(SplitRun),
 }
@@ -311,8 +316,8 @@ where
 {
     let (mut trace, returned) = run_traced(f, args, config)?;
     if trace.breaks.is_empty() {
-        let (graph, bindings, grads) = trace.whole_graph(&returned)?;
-        Ok(TraceOutcome::Whole { graph, bindings, grads })
+        let (graph, bindings, writes) = trace.whole_graph(&returned)?;
+        Ok(TraceOutcome::Whole { graph, bindings, writes })
     } else {
         trace.finish_split(&returned).map(TraceOutcome::Split)
     }

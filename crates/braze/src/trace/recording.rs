@@ -72,6 +72,32 @@ struct GradSlot {
     entry: GradAtEntry,
 }
 
+/// What a call writes besides its results: gradients and assigned tensors.
+#[derive(Clone, Default)]
+pub(crate) struct WriteBacks {
+    pub grads: Vec<GradEffect>,
+    /// `target` takes graph output `output` (an `assign` inside the function).
+    pub assigns: Vec<(Tensor, usize)>,
+}
+
+impl WriteBacks {
+    /// Graph outputs before the first write-back are the function's results.
+    pub(crate) fn first_output(&self) -> Option<usize> {
+        self.grads.iter().filter_map(|g| g.output).chain(self.assigns.iter().map(|a| a.1)).min()
+    }
+
+    /// Writes the write-back outputs to their tensors.
+    pub(crate) fn apply(&self, outputs: &[Tensor]) -> Result<()> {
+        for effect in &self.grads {
+            effect.param.inner.autograd.set_grad(effect.output.map(|i| outputs[i].clone()));
+        }
+        for (target, output) in &self.assigns {
+            target.replace_storage(outputs[*output].storage().clone(), crate::tensor::caller())?;
+        }
+        Ok(())
+    }
+}
+
 /// A gradient to write back after each call: `param.grad` becomes graph output `output`, or
 /// is dropped when `None`.
 #[derive(Clone)]
@@ -93,6 +119,8 @@ pub(super) struct Trace {
     /// The break that stopped a fullgraph trace; every later op fails with it.
     pub(super) aborted: Option<GraphBreak>,
     grads: Vec<GradSlot>,
+    /// `assign`s inside the function: the target and its new value.
+    assigns: Vec<(Tensor, Tensor)>,
 }
 
 impl Trace {
@@ -107,6 +135,7 @@ impl Trace {
             breaks: Vec::new(),
             aborted: None,
             grads: Vec::new(),
+            assigns: Vec::new(),
         }
     }
 
@@ -229,6 +258,42 @@ impl Trace {
     pub(super) fn zero_grad(&mut self, param: &Tensor) {
         let slot = self.grad_slot(param, false);
         self.grads[slot].current = None;
+    }
+
+    /// `target.assign(value)` inside the function: later ops read the new value, and the target
+    /// holds it after the call.
+    pub(super) fn assign(&mut self, target: &Tensor, value: &Tensor, loc: &SourceLoc) -> Result<()> {
+        const OP: &str = "assign";
+        self.check_aborted()?;
+        if target.is_traced() {
+            return Err(Error::invalid(
+                OP,
+                loc,
+                "only tensors the function captures (weights, optimizer state) can be assigned inside it; \
+                 this one is an argument or a value computed in the call",
+            ));
+        }
+        if target.dtype() != value.dtype() || target.shape() != value.shape() {
+            return Err(Error::invalid(
+                OP,
+                loc,
+                format!(
+                    "inside a compiled function the new value must keep the type {}{}, got {}{}",
+                    target.dtype(),
+                    target.shape(),
+                    value.dtype(),
+                    value.shape()
+                ),
+            ));
+        }
+        // The target's value as the function saw it so far is registered first, so the graph
+        // still reads the old data where it was used before the assignment.
+        self.value_of(target, OP, Some(loc))?;
+        let new_value = self.value_of(value, OP, Some(loc))?;
+        self.captured.insert(Arc::as_ptr(&target.inner), new_value);
+        self.assigns.retain(|(t, _)| !t.same_tensor(target));
+        self.assigns.push((target.clone(), value.clone()));
+        Ok(())
     }
 
     /// `t.detach()`: the same values as a new node gradients do not flow through.
@@ -454,7 +519,7 @@ impl Trace {
 
     /// The current segment as the whole graph with `returned` as outputs, then the gradients to
     /// write back; its bindings and the write-backs.
-    pub(super) fn whole_graph(&mut self, returned: &[Tensor]) -> Result<(Graph, Vec<Binding>, Vec<GradEffect>)> {
+    pub(super) fn whole_graph(&mut self, returned: &[Tensor]) -> Result<(Graph, Vec<Binding>, WriteBacks)> {
         let mut nodes = Vec::with_capacity(returned.len());
         for t in returned {
             let value = self.value_of(t, "return", None)?;
@@ -472,11 +537,17 @@ impl Trace {
             };
             effects.push(GradEffect { param: slot.param, output, entry: slot.entry });
         }
+        let mut assigns = Vec::with_capacity(self.assigns.len());
+        for (target, value) in std::mem::take(&mut self.assigns) {
+            let v = self.value_of(&value, "assign", None)?;
+            nodes.push(self.node_for(v, "assign", None)?);
+            assigns.push((target, nodes.len() - 1));
+        }
         let mut segment = std::mem::take(&mut self.segment);
         segment.graph.set_outputs(nodes);
         prune_dead(&mut segment.graph);
         let bindings = segment.bindings.iter().map(|&v| self.binding(v)).collect::<Result<Vec<_>>>()?;
-        Ok((segment.graph, bindings, effects))
+        Ok((segment.graph, bindings, WriteBacks { grads: effects, assigns }))
     }
 
     /// Runs the last segment for the returned values still pending and collects the results.
@@ -486,9 +557,13 @@ impl Trace {
             .iter()
             .map(|slot| slot.current.as_ref().map(|g| self.value_of(g, "grad", None)).transpose())
             .collect::<Result<Vec<Option<ValueId>>>>()?;
+        let assigns = std::mem::take(&mut self.assigns);
         let mut values = returned.iter().map(|t| self.value_of(t, "return", None)).collect::<Result<Vec<ValueId>>>()?;
         let returned_count = values.len();
         values.extend(grad_values.iter().flatten());
+        for (_, value) in &assigns {
+            values.push(self.value_of(value, "assign", None)?);
+        }
         let mut pending_returned: Vec<ValueId> = Vec::new();
         let mut nodes = Vec::new();
         for &v in &values {
@@ -510,6 +585,9 @@ impl Trace {
         for (slot, value) in grads.iter().zip(&grad_values) {
             let grad = value.and_then(|_| written.next());
             slot.param.inner.autograd.set_grad(grad);
+        }
+        for ((target, _), new_data) in assigns.iter().zip(written) {
+            target.replace_storage(new_data.storage().clone(), crate::tensor::caller())?;
         }
         Ok(SplitRun { outputs, runs: self.runs, breaks: self.breaks })
     }
