@@ -52,7 +52,7 @@ mod signature;
 mod tensor;
 mod trace;
 
-pub use autograd::{is_grad_enabled, no_grad};
+pub use autograd::{is_grad_enabled, no_grad, value_and_grad};
 pub use backend::{allow_tf32, set_allow_tf32};
 pub use braze_ir::{DType, Graph, HostData, HostTensor, Shape, SourceLoc};
 pub use breaks::{BreakKind, GraphBreak};

@@ -207,3 +207,22 @@ fn assigning_an_argument_or_another_type_inside_a_compiled_function_is_an_error(
     let err = g.call(std::slice::from_ref(&x)).unwrap_err();
     assert!(err.to_string().contains("must keep the type f32[4]"), "{err}");
 }
+
+#[test]
+fn value_and_grad_eagerly_and_compiled() -> Result<()> {
+    let x = Tensor::randn([3, 5], DType::F32, 60)?;
+    let w = Tensor::randn([5], DType::F32, 61)?;
+    let loss = |a: &[Tensor]| a[0].rms_norm(&a[1], 1e-6)?.tanh()?.sum_all();
+    let (value, grads) = braze::value_and_grad(loss, &[x.clone(), w.clone()])?;
+    assert!(x.grad().is_none() && w.grad().is_none(), "the functional form leaves .grad alone");
+    let f = compile(move |a: &[Tensor]| {
+        let (v, g) = braze::value_and_grad(loss, a)?;
+        Ok(vec![v, g[0].clone(), g[1].clone()])
+    })
+    .fullgraph(true);
+    let compiled = f.call(&[x, w])?;
+    assert_close(&values(&compiled[0]), &values(&value), "value");
+    assert_close(&values(&compiled[1]), &values(&grads[0]), "d/dx");
+    assert_close(&values(&compiled[2]), &values(&grads[1]), "d/dw");
+    Ok(())
+}

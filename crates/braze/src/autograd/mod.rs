@@ -10,9 +10,12 @@
 //! written to `.grad` after each call.
 
 mod api;
+mod functional;
 pub(crate) mod tape;
 
 use std::cell::Cell;
+
+pub use functional::value_and_grad;
 
 thread_local! {
     static GRAD_ENABLED: Cell<bool> = const { Cell::new(true) };

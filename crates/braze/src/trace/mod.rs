@@ -134,6 +134,11 @@ pub(crate) fn backward(root: &Tensor, seed: Option<&Tensor>, loc: &SourceLoc) ->
     on_trace(|trace| trace.backward(root, seed, loc))
 }
 
+/// Gradients of `root` with respect to `wrt` inside a compiled function (the functional form).
+pub(crate) fn gradients(root: &Tensor, wrt: &[Tensor], loc: &SourceLoc) -> Option<Result<Vec<Option<Tensor>>>> {
+    on_trace(|trace| trace.gradients(root, wrt, loc))
+}
+
 /// `t.grad()` inside a compiled function.
 pub(crate) fn grad_of(t: &Tensor) -> Option<Option<Tensor>> {
     on_trace(|trace| trace.grad_of(t))

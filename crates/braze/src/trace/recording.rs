@@ -308,18 +308,40 @@ impl Trace {
         Ok(handle)
     }
 
-    /// `root.backward()`: appends the backward of the current segment to it and accumulates
-    /// each parameter's gradient in its slot.
-    pub(super) fn backward(&mut self, root: &Tensor, seed: Option<&Tensor>, loc: &SourceLoc) -> Result<()> {
-        const OP: &str = "backward";
+    /// Gradients of the one-element `root` with respect to the values of `wrt` (the functional
+    /// form: no slots, no write-backs).
+    pub(super) fn gradients(&mut self, root: &Tensor, wrt: &[Tensor], loc: &SourceLoc) -> Result<Vec<Option<Tensor>>> {
+        const OP: &str = "value_and_grad";
         self.check_aborted()?;
-        let root_value = self.value_of(root, OP, Some(loc))?;
-        let root_node = self.node_for(root_value, OP, Some(loc))?;
+        let (root_node, seed_node) = self.root_and_seed(root, None, OP, loc)?;
+        let mut nodes = Vec::with_capacity(wrt.len());
+        for t in wrt {
+            let value = self.value_of(t, OP, Some(loc))?;
+            nodes.push(self.node_for(value, OP, Some(loc))?);
+        }
+        let stopped = self.segment.stopped.clone();
+        let grads =
+            braze_autodiff::backward_stopping(&mut self.segment.graph, &[(root_node, seed_node)], &nodes, &stopped)
+                .map_err(|e| Error::Gradient { op: OP.into(), loc: Some(loc.clone()), autodiff: Box::new(e) })?;
+        Ok(grads.into_iter().map(|g| g.map(|node| self.pending_value(node))).collect())
+    }
+
+    /// The node of `root` and of the gradient flowing into it (`seed`, or 1 for a one-element
+    /// root), refusing a root whose graph was split by a break before it.
+    fn root_and_seed(
+        &mut self,
+        root: &Tensor,
+        seed: Option<&Tensor>,
+        op: &str,
+        loc: &SourceLoc,
+    ) -> Result<(NodeId, NodeId)> {
+        let root_value = self.value_of(root, op, Some(loc))?;
+        let root_node = self.node_for(root_value, op, Some(loc))?;
         // Values computed by graphs that already ran (before a graph break) are inputs here;
         // gradients cannot flow back into those graphs.
         if self.segment.bindings.iter().any(|&v| matches!(self.values[v].origin, Origin::Computed)) {
             return Err(Error::invalid(
-                OP,
+                op,
                 loc,
                 "a graph break before backward() split this function, and gradients do not flow back \
                  across a graph break; move the host read after backward() or compile with fullgraph(true) \
@@ -328,8 +350,8 @@ impl Trace {
         }
         let seed_node = match seed {
             Some(s) => {
-                let v = self.value_of(s, OP, Some(loc))?;
-                self.node_for(v, OP, Some(loc))?
+                let v = self.value_of(s, op, Some(loc))?;
+                self.node_for(v, op, Some(loc))?
             }
             None if root.numel() == 1 => {
                 let c = self.segment.graph.constant(1.0, root.dtype());
@@ -338,7 +360,7 @@ impl Trace {
             }
             None => {
                 return Err(Error::invalid(
-                    OP,
+                    op,
                     loc,
                     format!(
                         "a gradient can be seeded implicitly only for a one-element result, this one is {}{}; \
@@ -349,6 +371,15 @@ impl Trace {
                 ))
             }
         };
+        Ok((root_node, seed_node))
+    }
+
+    /// `root.backward()`: appends the backward of the current segment to it and accumulates
+    /// each parameter's gradient in its slot.
+    pub(super) fn backward(&mut self, root: &Tensor, seed: Option<&Tensor>, loc: &SourceLoc) -> Result<()> {
+        const OP: &str = "backward";
+        self.check_aborted()?;
+        let (root_node, seed_node) = self.root_and_seed(root, seed, OP, loc)?;
         let mut params = Vec::new();
         let mut wrt = Vec::new();
         for &value in &self.segment.bindings {

@@ -1,0 +1,49 @@
+//! The functional form, as JAX has it: the gradient of a function with respect to its
+//! arguments, without marking anything or touching `.grad`.
+
+use crate::{trace, Error, Result, Tensor};
+
+/// `f`'s value at `args` and its gradient with respect to each argument (`jax.value_and_grad`).
+/// `f` returns a one-element float tensor. Arguments the value does not depend on get zeros.
+/// Eagerly it runs `f` on fresh leaves holding the arguments' data; inside a compiled function
+/// the backward ops join the same graph.
+#[track_caller]
+pub fn value_and_grad<F>(f: F, args: &[Tensor]) -> Result<(Tensor, Vec<Tensor>)>
+where
+    F: FnOnce(&[Tensor]) -> Result<Tensor>,
+{
+    let loc = crate::tensor::caller();
+    if let Some(arg) = args.iter().find(|a| !a.dtype().is_float()) {
+        return Err(Error::invalid(
+            "value_and_grad",
+            &loc,
+            format!("only float arguments have gradients, got {}{}", arg.dtype(), arg.shape()),
+        ));
+    }
+    if trace::is_active() {
+        let value = f(args)?;
+        let grads = trace::gradients(&value, args, &loc).unwrap_or_else(|| Ok(vec![None; args.len()]))?;
+        return Ok((value, fill_zeros(grads, args)?));
+    }
+    let leaves = args.iter().map(|a| a.detach()).collect::<Result<Vec<_>>>()?;
+    for leaf in &leaves {
+        leaf.set_requires_grad(true)?;
+    }
+    let value = f(&leaves)?;
+    if value.needs_grad() {
+        super::tape::backward(&value, None, loc)?;
+    }
+    let grads = leaves.iter().map(Tensor::grad).collect();
+    Ok((value.detach()?, fill_zeros(grads, args)?))
+}
+
+fn fill_zeros(grads: Vec<Option<Tensor>>, args: &[Tensor]) -> Result<Vec<Tensor>> {
+    grads
+        .into_iter()
+        .zip(args)
+        .map(|(g, a)| match g {
+            Some(g) => Ok(g),
+            None => Tensor::zeros(a.shape(), a.dtype(), a.device()),
+        })
+        .collect()
+}
