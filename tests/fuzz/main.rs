@@ -38,6 +38,7 @@
 mod common;
 mod exactness;
 mod generator;
+mod gradients;
 mod judge;
 mod regressions;
 mod rng;

@@ -1,0 +1,90 @@
+//! Gradients of random graphs: each graph's float outputs are folded into a loss
+//! (`sum(out * w)` for random weights `w`, summed in f32), its backward is appended by
+//! `braze_autodiff`, and the joint graph (loss and the gradient of every float input) goes
+//! through the same pipeline and judge as any graph: fused and run by the plan executor against
+//! the reference's gradients. `BRAZE_FUZZ_GRAD_GRAPHS` (default 1,000) graphs from
+//! `BRAZE_FUZZ_GRAD_SEED` (default 0).
+
+use crate::generator::{random_graph, Counts};
+use crate::run::{install_quiet_panic_hook, run_graph, Stage};
+use braze_autodiff::backward;
+use braze_ir::{BinaryOp, DType, Graph, NodeId, Op, ReduceOp};
+use std::collections::BTreeMap;
+
+/// The joint graph of `g`'s loss and its gradients, or `None` when `g` has no float input or
+/// no float output.
+pub fn gradient_graph(g: &Graph) -> Option<Graph> {
+    let mut joint = g.clone();
+    let wrt: Vec<NodeId> = joint.inputs().iter().copied().filter(|&i| joint.node(i).dtype.is_float()).collect();
+    let outputs: Vec<NodeId> = joint.outputs().iter().copied().filter(|&o| joint.node(o).dtype.is_float()).collect();
+    if wrt.is_empty() || outputs.is_empty() {
+        return None;
+    }
+    let mut loss: Option<NodeId> = None;
+    for out in outputs {
+        let (dtype, shape) = (joint.node(out).dtype, joint.node(out).shape.clone());
+        let weights = joint.input(dtype, shape.clone());
+        let weighted = joint.add(Op::Binary { op: BinaryOp::Mul }, &[out, weights], None).ok()?;
+        let axes: Vec<usize> = (0..shape.rank()).collect();
+        let sum = joint.add(Op::Reduce { op: ReduceOp::Sum, axes, keepdim: false }, &[weighted], None).ok()?;
+        let sum = joint.cast(sum, DType::F32).ok()?;
+        loss = Some(match loss {
+            Some(total) => joint.add(Op::Binary { op: BinaryOp::Add }, &[total, sum], None).ok()?,
+            None => sum,
+        });
+    }
+    let loss = loss?;
+    let seed = joint.constant(1.0, DType::F32);
+    let grads = backward(&mut joint, &[(loss, seed)], &wrt).expect("float inputs of a well-typed graph");
+    let mut new_outputs = vec![loss];
+    new_outputs.extend(grads.into_iter().flatten());
+    joint.set_outputs(new_outputs);
+    joint.verify().expect("the joint graph is well formed");
+    Some(joint)
+}
+
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
+#[test]
+fn random_gradients_match_the_reference() {
+    install_quiet_panic_hook();
+    let first = env_u64("BRAZE_FUZZ_GRAD_SEED").unwrap_or(0);
+    let graphs = env_u64("BRAZE_FUZZ_GRAD_GRAPHS").unwrap_or(1000);
+    let mut counts = Counts::default();
+    let (mut joint_graphs, mut gradient_ops) = (0, 0);
+    let mut kernels: BTreeMap<&'static str, usize> = BTreeMap::new();
+    let mut failures: Vec<(u64, Stage, String)> = Vec::new();
+    for seed in first..first + graphs {
+        let graph = random_graph(seed, &mut counts);
+        let Some(joint) = gradient_graph(&graph) else { continue };
+        joint_graphs += 1;
+        gradient_ops += joint.op_count() - graph.op_count();
+        match run_graph(&joint, seed, seed % 3 != 0, false) {
+            Ok(produced) => {
+                for (family, n) in produced.kernels {
+                    *kernels.entry(family).or_default() += n;
+                }
+            }
+            Err(failure) => {
+                if failures.len() < 3 {
+                    failures.push((seed, failure.stage, format!("{}\n{}", joint.to_text(), failure.message)));
+                } else {
+                    failures.push((seed, failure.stage, String::new()));
+                }
+            }
+        }
+    }
+    let families: Vec<String> = kernels.iter().map(|(f, n)| format!("{f} {n}")).collect();
+    println!(
+        "gradient fuzz: {graphs} graphs from seed {first}, {joint_graphs} with float inputs and outputs, \
+         {gradient_ops} backward ops; kernels: {}",
+        families.join(", ")
+    );
+    for (seed, stage, report) in failures.iter().filter(|f| !f.2.is_empty()) {
+        println!("seed {seed} fails at {stage}:\n{report}\n");
+    }
+    let seeds: Vec<u64> = failures.iter().map(|f| f.0).collect();
+    assert!(failures.is_empty(), "{} joint graphs failed: seeds {seeds:?}", failures.len());
+}
