@@ -48,6 +48,7 @@ mod host_reads;
 pub mod logging;
 mod mode;
 mod ops;
+pub mod optim;
 mod signature;
 mod tensor;
 mod trace;

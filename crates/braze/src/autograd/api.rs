@@ -43,6 +43,26 @@ impl Tensor {
         }
     }
 
+    /// Replaces the gradient (as assigning `param.grad` in PyTorch), e.g. with a clipped one; it
+    /// must have this tensor's dtype and shape.
+    #[track_caller]
+    pub fn set_grad(&self, grad: Option<&Tensor>) -> Result<()> {
+        let loc = caller();
+        if let Some(g) = grad {
+            if g.dtype() != self.dtype() || g.shape() != self.shape() {
+                return Err(Error::invalid(
+                    "set_grad",
+                    &loc,
+                    format!("the gradient must be {}{}, got {}{}", self.dtype(), self.shape(), g.dtype(), g.shape()),
+                ));
+            }
+        }
+        if trace::set_grad(self, grad).is_none() {
+            self.inner.autograd.set_grad(grad.cloned());
+        }
+        Ok(())
+    }
+
     /// Drops the accumulated gradient (PyTorch's `zero_grad(set_to_none=True)`): the next
     /// `backward()` sets it afresh.
     pub fn zero_grad(&self) {

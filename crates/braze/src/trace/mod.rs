@@ -146,7 +146,12 @@ pub(crate) fn grad_of(t: &Tensor) -> Option<Option<Tensor>> {
 
 /// `t.zero_grad()` inside a compiled function.
 pub(crate) fn zero_grad(t: &Tensor) -> Option<()> {
-    on_trace(|trace| trace.zero_grad(t))
+    on_trace(|trace| trace.set_grad(t, None))
+}
+
+/// `t.set_grad(grad)` inside a compiled function.
+pub(crate) fn set_grad(t: &Tensor, grad: Option<&Tensor>) -> Option<()> {
+    on_trace(|trace| trace.set_grad(t, grad))
 }
 
 /// `target.assign(value)` inside a compiled function.

@@ -254,10 +254,11 @@ impl Trace {
         self.grads[slot].current.clone()
     }
 
-    /// `param.zero_grad()`: later `backward()` calls set the gradient afresh.
-    pub(super) fn zero_grad(&mut self, param: &Tensor) {
+    /// `param.set_grad(grad)` (`zero_grad` when `None`): the gradient from here on, without
+    /// reading the one before.
+    pub(super) fn set_grad(&mut self, param: &Tensor, grad: Option<&Tensor>) {
         let slot = self.grad_slot(param, false);
-        self.grads[slot].current = None;
+        self.grads[slot].current = grad.cloned();
     }
 
     /// `target.assign(value)` inside the function: later ops read the new value, and the target

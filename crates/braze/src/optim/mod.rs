@@ -1,0 +1,77 @@
+//! Optimizers written with the `Tensor` API, so the same code runs eagerly and inside a compiled
+//! training step, where each update is part of the step's one graph: parameters and optimizer
+//! state are captured tensors updated with `assign`, and the learning rate and step count are
+//! device scalars, so a learning-rate schedule that changes every step never retraces.
+//!
+//! State is kept in f32 whatever the parameters' dtype; an update computes in f32 and rounds
+//! once into the parameter. Gradients with a NaN or an infinity skip the whole update on the
+//! device (no host read) and count the skip in [`Optimizer::skipped_steps`].
+
+mod adamw;
+mod clip;
+mod sgd;
+
+pub use adamw::AdamW;
+pub use clip::clip_grad_norm;
+pub use sgd::Sgd;
+
+use crate::{DType, Result, Tensor};
+
+/// What every optimizer here offers.
+pub trait Optimizer {
+    /// One update of every parameter that has a gradient.
+    fn step(&self) -> Result<()>;
+
+    /// Drops every parameter's gradient.
+    fn zero_grad(&self);
+
+    /// Sets the learning rate for the next steps: a device scalar, so compiled steps that read it
+    /// are not traced again.
+    fn set_lr(&self, lr: f64) -> Result<()>;
+
+    /// How many steps were skipped because a gradient held a NaN or an infinity (a device
+    /// scalar; reading it waits for the device).
+    fn skipped_steps(&self) -> &Tensor;
+}
+
+/// A one-element f32 tensor on `like`'s device.
+fn device_scalar(value: f64, like: &Tensor) -> Result<Tensor> {
+    Tensor::full([], value, DType::F32, like.device())
+}
+
+/// Zeros in f32 shaped like `like`, on its device.
+fn f32_zeros_like(like: &Tensor) -> Result<Tensor> {
+    Tensor::zeros(like.shape(), DType::F32, like.device())
+}
+
+/// A bool scalar: whether any gradient of `params` holds a NaN or an infinity.
+fn any_non_finite(params: &[Tensor]) -> Result<Option<Tensor>> {
+    let mut found: Option<Tensor> = None;
+    for p in params {
+        if let Some(g) = p.grad() {
+            let bad = g.isfinite()?.logical_not()?.max_all()?;
+            found = Some(match found {
+                Some(f) => f.logical_or(&bad)?,
+                None => bad,
+            });
+        }
+    }
+    Ok(found)
+}
+
+/// `state.assign(where(skip, state, new))`: the update, unless `skip`.
+fn update(state: &Tensor, new: &Tensor, skip: Option<&Tensor>) -> Result<()> {
+    let kept = match skip {
+        Some(skip) => Tensor::where_(skip, state, new)?,
+        None => new.clone(),
+    };
+    state.assign(&kept)
+}
+
+/// Counts one more skipped step when `skip` is set.
+fn count_skip(skipped: &Tensor, skip: Option<&Tensor>) -> Result<()> {
+    if let Some(skip) = skip {
+        skipped.assign(&skipped.add(&skip.cast(DType::F32)?)?)?;
+    }
+    Ok(())
+}

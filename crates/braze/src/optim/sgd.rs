@@ -1,0 +1,84 @@
+//! Stochastic gradient descent with momentum, Nesterov momentum and weight decay, as
+//! `torch.optim.SGD` defines them.
+
+use super::{any_non_finite, count_skip, device_scalar, f32_zeros_like, update, Optimizer};
+use crate::{DType, Error, Result, Tensor};
+
+pub struct Sgd {
+    params: Vec<Tensor>,
+    lr: Tensor,
+    momentum: f64,
+    nesterov: bool,
+    weight_decay: f64,
+    /// Momentum buffers (f32), zero at first: `momentum * 0 + g` is PyTorch's first buffer.
+    buffers: Vec<Tensor>,
+    skipped: Tensor,
+}
+
+impl Sgd {
+    /// Plain SGD over `params` (float tensors that require grad) with learning rate `lr`.
+    pub fn new(params: &[Tensor], lr: f64) -> Result<Sgd> {
+        let first = params.first().ok_or_else(|| Error::InvalidArgument {
+            op: "Sgd::new".into(),
+            loc: None,
+            detail: "no parameters".into(),
+        })?;
+        Ok(Sgd {
+            params: params.to_vec(),
+            lr: device_scalar(lr, first)?,
+            momentum: 0.0,
+            nesterov: false,
+            weight_decay: 0.0,
+            buffers: Vec::new(),
+            skipped: device_scalar(0.0, first)?,
+        })
+    }
+
+    /// Momentum (and Nesterov momentum when `nesterov`).
+    pub fn momentum(mut self, momentum: f64, nesterov: bool) -> Result<Sgd> {
+        self.momentum = momentum;
+        self.nesterov = nesterov;
+        self.buffers = self.params.iter().map(f32_zeros_like).collect::<Result<_>>()?;
+        Ok(self)
+    }
+
+    /// L2 weight decay added to the gradient.
+    pub fn weight_decay(mut self, weight_decay: f64) -> Sgd {
+        self.weight_decay = weight_decay;
+        self
+    }
+}
+
+impl Optimizer for Sgd {
+    fn step(&self) -> Result<()> {
+        let skip = any_non_finite(&self.params)?;
+        for (i, p) in self.params.iter().enumerate() {
+            let Some(grad) = p.grad() else { continue };
+            let p32 = p.cast(DType::F32)?;
+            let mut g = grad.cast(DType::F32)?;
+            if self.weight_decay != 0.0 {
+                g = g.add(&p32.mul_scalar(self.weight_decay)?)?;
+            }
+            if let Some(buffer) = self.buffers.get(i) {
+                let next = buffer.mul_scalar(self.momentum)?.add(&g)?;
+                update(buffer, &next, skip.as_ref())?;
+                g = if self.nesterov { g.add(&next.mul_scalar(self.momentum)?)? } else { next };
+            }
+            let next = p32.sub(&g.mul(&self.lr)?)?.cast(p.dtype())?;
+            update(p, &next, skip.as_ref())?;
+        }
+        count_skip(&self.skipped, skip.as_ref())
+    }
+
+    fn zero_grad(&self) {
+        self.params.iter().for_each(Tensor::zero_grad);
+    }
+
+    fn set_lr(&self, lr: f64) -> Result<()> {
+        self.lr.assign(&device_scalar(lr, &self.lr)?)
+    }
+
+    fn skipped_steps(&self) -> &Tensor {
+        &self.skipped
+    }
+}

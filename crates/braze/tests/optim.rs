@@ -1,0 +1,166 @@
+//! Optimizers against PyTorch's update rules written out in f64, eagerly and inside a compiled
+//! training step; a learning-rate schedule that never retraces; non-finite gradients skipping
+//! the update on the device; global gradient-norm clipping.
+
+use braze::optim::{clip_grad_norm, AdamW, Optimizer, Sgd};
+use braze::{compile, DType, Result, Tensor};
+
+fn values(t: &Tensor) -> Vec<f64> {
+    t.to_vec::<f64>().unwrap()
+}
+
+fn assert_close(got: &[f64], want: &[f64], what: &str) {
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!((g - w).abs() <= 2e-5 + 2e-5 * w.abs(), "{what}[{i}]: {g} vs {w}");
+    }
+}
+
+fn weight(seed: u64) -> Tensor {
+    let w = Tensor::randn([6], DType::F32, seed).unwrap();
+    w.set_requires_grad(true).unwrap();
+    w
+}
+
+/// `loss = sum((w * x - y)^2)`: its gradient is `2 x (w x - y)`.
+fn loss(w: &Tensor, x: &Tensor, y: &Tensor) -> Result<Tensor> {
+    let r = w.mul(x)?.sub(y)?;
+    r.mul(&r)?.sum_all()
+}
+
+fn grad_ref(w: &[f64], x: &[f64], y: &[f64]) -> Vec<f64> {
+    w.iter().zip(x).zip(y).map(|((w, x), y)| 2.0 * x * (w * x - y)).collect()
+}
+
+/// `torch.optim.AdamW`'s step, in f64.
+fn adamw_ref(w: &mut [f64], m: &mut [f64], v: &mut [f64], g: &[f64], t: i32, lr: f64) {
+    let (b1, b2, eps, wd) = (0.9, 0.999, 1e-8, 0.01);
+    for i in 0..w.len() {
+        w[i] *= 1.0 - lr * wd;
+        m[i] = b1 * m[i] + (1.0 - b1) * g[i];
+        v[i] = b2 * v[i] + (1.0 - b2) * g[i] * g[i];
+        let denom = v[i].sqrt() / (1.0 - b2.powi(t)).sqrt() + eps;
+        w[i] -= lr / (1.0 - b1.powi(t)) * m[i] / denom;
+    }
+}
+
+#[test]
+fn adamw_follows_pytorch_eagerly_and_compiled() -> Result<()> {
+    let (x, y) = (Tensor::randn([6], DType::F32, 1)?, Tensor::randn([6], DType::F32, 2)?);
+    let (xs, ys) = (values(&x), values(&y));
+    let (eager_w, compiled_w) = (weight(3), weight(3));
+    let mut want = values(&eager_w);
+    let (mut m, mut v) = (vec![0.0; 6], vec![0.0; 6]);
+
+    let eager_opt = AdamW::new(std::slice::from_ref(&eager_w), 1e-2)?;
+    let opt = AdamW::new(std::slice::from_ref(&compiled_w), 1e-2)?;
+    let wc = compiled_w.clone();
+    let step = compile(move |a: &[Tensor]| {
+        opt.zero_grad();
+        let l = loss(&wc, &a[0], &a[1])?;
+        l.backward()?;
+        opt.step()?;
+        Ok(vec![l])
+    })
+    .fullgraph(true);
+    for t in 1..=5 {
+        let g = grad_ref(&want, &xs, &ys);
+        adamw_ref(&mut want, &mut m, &mut v, &g, t, 1e-2);
+        eager_opt.zero_grad();
+        loss(&eager_w, &x, &y)?.backward()?;
+        eager_opt.step()?;
+        step.call(&[x.clone(), y.clone()])?;
+        assert_close(&values(&eager_w), &want, &format!("eager step {t}"));
+        assert_close(&values(&compiled_w), &want, &format!("compiled step {t}"));
+    }
+    assert_eq!(step.stats().recompiles, 0);
+    Ok(())
+}
+
+#[test]
+fn sgd_with_nesterov_momentum_and_weight_decay_follows_pytorch() -> Result<()> {
+    let (x, y) = (Tensor::randn([6], DType::F32, 4)?, Tensor::randn([6], DType::F32, 5)?);
+    let (xs, ys) = (values(&x), values(&y));
+    let w = weight(6);
+    let mut want = values(&w);
+    let mut buf = vec![0.0; 6];
+    let opt = Sgd::new(std::slice::from_ref(&w), 0.05)?.momentum(0.9, true)?.weight_decay(0.1);
+    let wc = w.clone();
+    let step = compile(move |a: &[Tensor]| {
+        opt.zero_grad();
+        loss(&wc, &a[0], &a[1])?.backward()?;
+        opt.step()?;
+        Ok(vec![])
+    })
+    .fullgraph(true);
+    for t in 0..4 {
+        let g: Vec<f64> = grad_ref(&want, &xs, &ys).iter().zip(&want).map(|(g, w)| g + 0.1 * w).collect();
+        for i in 0..6 {
+            buf[i] = 0.9 * buf[i] + g[i];
+            want[i] -= 0.05 * (g[i] + 0.9 * buf[i]);
+        }
+        step.call(&[x.clone(), y.clone()])?;
+        assert_close(&values(&w), &want, &format!("step {t}"));
+    }
+    Ok(())
+}
+
+#[test]
+fn a_learning_rate_schedule_over_1000_steps_never_retraces() -> Result<()> {
+    let (x, y) = (Tensor::randn([6], DType::F32, 7)?, Tensor::randn([6], DType::F32, 8)?);
+    let w = weight(9);
+    let opt = std::sync::Arc::new(Sgd::new(std::slice::from_ref(&w), 0.0)?);
+    let (wc, inner) = (w.clone(), opt.clone());
+    let step = compile(move |a: &[Tensor]| {
+        inner.zero_grad();
+        loss(&wc, &a[0], &a[1])?.backward()?;
+        inner.step()?;
+        Ok(vec![])
+    })
+    .fullgraph(true);
+    for i in 0..1000 {
+        // Cosine decay from 1e-2.
+        opt.set_lr(1e-2 * 0.5 * (1.0 + (std::f64::consts::PI * i as f64 / 1000.0).cos()))?;
+        step.call(&[x.clone(), y.clone()])?;
+    }
+    assert_eq!(step.stats().recompiles, 0, "the learning rate is a device scalar");
+    Ok(())
+}
+
+#[test]
+fn non_finite_gradients_skip_the_update_on_the_device() -> Result<()> {
+    let w = weight(10);
+    let before = values(&w);
+    let opt = AdamW::new(std::slice::from_ref(&w), 1e-2)?;
+    let wc = w.clone();
+    let inner = std::sync::Arc::new(opt);
+    let opt2 = inner.clone();
+    let step = compile(move |a: &[Tensor]| {
+        opt2.zero_grad();
+        wc.mul(&a[0])?.sum_all()?.backward()?;
+        opt2.step()?;
+        Ok(vec![])
+    })
+    .fullgraph(true);
+    let poisoned = Tensor::from_vec(vec![1.0f32, f32::NAN, 0.0, 1.0, 2.0, 3.0], [6])?;
+    step.call(&[poisoned])?;
+    assert_eq!(values(&w), before, "the whole update is skipped");
+    assert_eq!(inner.skipped_steps().item::<f64>()?, 1.0);
+    assert_eq!(inner.steps().item::<f64>()?, 0.0, "the step count is not advanced");
+    step.call(&[Tensor::ones([6], DType::F32, braze::Device::Cpu)?])?;
+    assert_ne!(values(&w), before);
+    assert_eq!(inner.skipped_steps().item::<f64>()?, 1.0);
+    Ok(())
+}
+
+#[test]
+fn clipping_scales_every_gradient_by_the_global_norm() -> Result<()> {
+    let (a, b) = (weight(11), weight(12));
+    a.mul_scalar(3.0)?.sum_all()?.backward()?; // grad 3 everywhere: norm sqrt(54)
+    b.mul_scalar(4.0)?.sum_all()?.backward()?; // grad 4: norm sqrt(96); total sqrt(150)
+    let norm = clip_grad_norm(&[a.clone(), b.clone()], 1.0)?.unwrap().item::<f64>()?;
+    assert!((norm - 150f64.sqrt()).abs() < 1e-4, "{norm}");
+    let scale = 1.0 / (150f64.sqrt() + 1e-6);
+    assert_close(&values(&a.grad().unwrap()), &[3.0 * scale; 6], "a");
+    assert_close(&values(&b.grad().unwrap()), &[4.0 * scale; 6], "b");
+    Ok(())
+}
