@@ -82,7 +82,7 @@ fn sgd_with_nesterov_momentum_and_weight_decay_follows_pytorch() -> Result<()> {
     let (xs, ys) = (values(&x), values(&y));
     let w = weight(6);
     let mut want = values(&w);
-    let mut buf = vec![0.0; 6];
+    let mut buf = [0.0; 6];
     let opt = Sgd::new(std::slice::from_ref(&w), 0.05)?.momentum(0.9, true)?.weight_decay(0.1);
     let wc = w.clone();
     let step = compile(move |a: &[Tensor]| {
