@@ -70,6 +70,12 @@ impl Pair {
     /// Workload `name` at `sizes`. `tiny_block` captures its weights, so they are made here on
     /// both devices.
     pub fn build(name: &str, sizes: &Sizes, device: Device) -> Result<Pair> {
+        if name == "mlp_step" {
+            // The parameters are captured and trained in place: each side gets its own copy.
+            let host = workloads::mlp_step(sizes, Device::Cpu)?;
+            let dev = workloads::mlp_step(sizes, device)?;
+            return Ok(Pair { host, dev, device });
+        }
         if name != "tiny_block" {
             return Pair::from_host(workloads::build(name, sizes)?, device);
         }

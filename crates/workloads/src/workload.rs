@@ -8,7 +8,8 @@ use braze::{compile, Compiled, DType, Error, Result, Tensor};
 use std::sync::Arc;
 
 /// Every workload by name, in the order `benches/workloads.md` lists them, then `sync_demo`.
-pub const NAMES: [&str; 6] = ["ln_relu_res", "ew_chain", "multisum", "tiny_block", "mlp_block", "sync_demo"];
+pub const NAMES: [&str; 7] =
+    ["ln_relu_res", "ew_chain", "multisum", "tiny_block", "mlp_block", "sync_demo", "mlp_step"];
 
 pub type WorkloadFn = Arc<dyn Fn(&[Tensor]) -> Result<Vec<Tensor>> + Send + Sync>;
 
@@ -195,6 +196,7 @@ pub fn build(name: &str, sizes: &Sizes) -> Result<Workload> {
             inputs.input("w", dtype, &[hidden, hidden], definition::fan_in_scale(hidden))?;
             Ok(inputs.into_workload("sync_demo", Arc::new(sync_demo)))
         }
+        "mlp_step" => crate::training::mlp_step(sizes, braze::Device::Cpu),
         other => Err(Error::InvalidArgument {
             op: "workload".into(),
             loc: None,
