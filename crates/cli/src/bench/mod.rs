@@ -1,7 +1,7 @@
 //! `braze bench`: the workloads of `benches/workloads.md` at their standard sizes on the GPU,
-//! timed as `benches/torch_baseline.py` times PyTorch (do_bench medians), checked against the CPU reference (with
-//! outputs poisoned on the checked call), and
-//! written as rows with the same workload, shape and dtype keys so `compare.py` can join them.
+//! timed as `benches/torch_baseline.py` times PyTorch (do_bench medians), checked against the CPU
+//! reference (the checked call with outputs poisoned), and written as rows with the same
+//! workload, shape and dtype keys so `compare.py` can join them.
 
 mod cases;
 mod measure;
