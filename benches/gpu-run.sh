@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine from the repository root after benches/stage-gpu.sh staged .stage/.
 # Order: braze benchmarks, then the PyTorch baselines right after on the same GPU and the ratio
-# table, then the GPU tests, then compute-sanitizer (memcheck, racecheck) over the conformance
-# suite's `sanitizer_` tests. Each step is bounded in time so the whole run ends inside one
-# device call; everything is logged under $OUT (at most 7 files).
+# table, then the GPU tests (several tests at once: captures are gated against other threads'
+# launches), then compute-sanitizer (memcheck, racecheck) over the conformance suite's
+# `sanitizer_` tests, one at a time. Each step is bounded in time so the whole run ends inside
+# one device call; everything is logged under $OUT (at most 7 files).
 set -uo pipefail
 out=${OUT:-.stage/out}
 mkdir -p "$out"
@@ -24,7 +25,7 @@ if [ "$what" = all ] || [ "$what" = tests ]; then
   for t in .stage/bin/gpu_* .stage/bin/conformance; do
     [ -x "$t" ] || continue
     echo "== $t" | tee -a "$out/tests.log"
-    timeout 150 "$t" --test-threads=1 >> "$out/tests.log" 2>&1 || status=1
+    timeout 150 "$t" >> "$out/tests.log" 2>&1 || status=1
     grep -E "^test result|FAILED|panicked" "$out/tests.log" | tail -n 5
   done
   if command -v compute-sanitizer >/dev/null && [ -x .stage/bin/conformance ]; then

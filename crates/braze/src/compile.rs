@@ -48,11 +48,17 @@ where
         recompile_limit: 8,
         input_names: Vec::new(),
         state: Mutex::new(CacheState::default()),
+        tracing: Mutex::new(()),
         graphs: Arc::new(GraphCache::default()),
     }
 }
 
 /// A compiled function; see [`compile`].
+///
+/// `Send + Sync` when `F` is: one compiled function may be called from many threads at once.
+/// Cached calls run concurrently up to the executable (a GPU executable runs one call at a time,
+/// its calls ordered on the device's stream); a new signature is traced by one thread while
+/// calls with the same new signature on other threads wait for it and then hit the cache.
 pub struct Compiled<F> {
     f: F,
     name: String,
@@ -61,6 +67,8 @@ pub struct Compiled<F> {
     recompile_limit: usize,
     input_names: Vec<String>,
     state: Mutex<CacheState>,
+    /// Held while tracing a new signature, so concurrent first calls trace it once.
+    tracing: Mutex<()>,
     /// Graphs of functions split by breaks, by structure.
     graphs: Arc<GraphCache>,
 }
@@ -217,31 +225,40 @@ where
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    fn run(&self, args: &[Tensor], mut report: Option<&mut RunReport>) -> Result<Vec<Tensor>> {
+    fn run(&self, args: &[Tensor], report: Option<&mut RunReport>) -> Result<Vec<Tensor>> {
         // Called while another compiled function traces: trace into the caller's graph.
         if trace::is_active() {
             return (self.f)(args);
         }
         self.check_arity(args)?;
         // A cache hit needs no device scan: every input's device is part of the signature.
-        let (hit, reason) = self.lookup(args);
-        match hit {
-            Some(entry) => match &entry.kind {
-                EntryKind::Whole { run, bindings, writes } => {
-                    if let Some(report) = report.as_deref_mut() {
-                        report.runs.push(run.clone());
-                    }
-                    self.run_whole(run, bindings, writes, args)
-                }
-                EntryKind::Replay => {
-                    let target = self.target(args)?;
-                    let split = trace::replay_call(&self.f, args, self.trace_config(target, false, true))?;
-                    Ok(take_split(split, report))
-                }
-            },
-            None => {
+        if let (Some(entry), _) = self.lookup(args) {
+            return self.run_entry(&entry, args, report);
+        }
+        // One thread traces a new signature; others calling with it meanwhile wait here and
+        // then find it cached.
+        let _tracing = self.tracing.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        match self.lookup(args) {
+            (Some(entry), _) => self.run_entry(&entry, args, report),
+            (None, reason) => {
                 let target = self.target(args)?;
                 self.trace_new(args, target, reason, report)
+            }
+        }
+    }
+
+    fn run_entry(&self, entry: &Entry, args: &[Tensor], report: Option<&mut RunReport>) -> Result<Vec<Tensor>> {
+        match &entry.kind {
+            EntryKind::Whole { run, bindings, writes } => {
+                if let Some(report) = report {
+                    report.runs.push(run.clone());
+                }
+                self.run_whole(run, bindings, writes, args)
+            }
+            EntryKind::Replay => {
+                let target = self.target(args)?;
+                let split = trace::replay_call(&self.f, args, self.trace_config(target, false, true))?;
+                Ok(take_split(split, report))
             }
         }
     }

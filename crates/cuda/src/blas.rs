@@ -220,6 +220,20 @@ impl BlasLt {
         bias: Option<MatrixRef<'a>>,
     ) -> Result<()> {
         let (a, b, c) = (a.into(), b.into(), c.into());
+        // Through the capture gate as a whole, before the handle's lock: a capturing thread passes
+        // the gate and may then wait for the lock, so no thread may hold the lock at the gate.
+        self.device.gate.shared(|| self.enqueue_matmul(spec, a, b, c, bias))
+    }
+
+    /// [`BlasLt::matmul`] past the capture gate.
+    fn enqueue_matmul(
+        &self,
+        spec: &MatmulSpec,
+        a: MatrixRef<'_>,
+        b: MatrixRef<'_>,
+        c: MatrixRef<'_>,
+        bias: Option<MatrixRef<'_>>,
+    ) -> Result<()> {
         validate_spec(spec)?;
         let elem = spec.dtype.size_bytes();
         let a_ptr = self.operand_address("A", a, spec.batch, spec.stride_a, spec.m * spec.k, elem)?;

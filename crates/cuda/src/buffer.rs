@@ -4,16 +4,45 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, DevicePtr};
 
+use crate::capture_gate::StreamGate;
+
 /// A block of device memory, untyped because generated kernels and memory plans deal in byte
 /// offsets. Cloning shares the allocation (it does not copy): captured CUDA graphs keep clones
 /// so the memory they read stays alive while they can be replayed.
 ///
 /// All work on a buffer goes through the one stream of the [`crate::CudaDevice`] that allocated
-/// it, so operations on it are ordered without further synchronisation.
+/// it, so operations on it are ordered without further synchronisation. Its memory is freed on
+/// that stream when the last handle goes, from any thread: through the stream's capture gate, so
+/// the free never lands in a CUDA graph another thread is capturing.
 #[derive(Debug, Clone)]
 pub struct DeviceBuffer {
-    pub(crate) slice: Arc<CudaSlice<u8>>,
+    pub(crate) slice: Arc<Allocation>,
     pub(crate) len_bytes: usize,
+}
+
+/// Device memory that is freed through its stream's gate.
+#[derive(Debug)]
+pub(crate) struct Allocation {
+    slice: Option<CudaSlice<u8>>,
+    gate: Arc<StreamGate>,
+}
+
+impl Allocation {
+    pub(crate) fn new(slice: CudaSlice<u8>, gate: Arc<StreamGate>) -> Self {
+        Allocation { slice: Some(slice), gate }
+    }
+
+    fn slice(&self) -> &CudaSlice<u8> {
+        self.slice.as_ref().expect("present until dropped")
+    }
+}
+
+impl Drop for Allocation {
+    fn drop(&mut self) {
+        if let Some(slice) = self.slice.take() {
+            self.gate.drop_outside_capture(slice);
+        }
+    }
 }
 
 impl DeviceBuffer {
@@ -35,7 +64,8 @@ impl DeviceBuffer {
     /// The device address of the first byte, for alignment checks and diagnostics.
     pub fn device_address(&self) -> u64 {
         // The device's contexts track no events, so the returned guard records nothing.
-        let (address, _no_event_to_record) = self.slice.device_ptr(self.slice.stream());
+        let slice = self.slice.slice();
+        let (address, _no_event_to_record) = slice.device_ptr(slice.stream());
         address
     }
 
@@ -46,7 +76,7 @@ impl DeviceBuffer {
 
     /// The CUDA context this memory belongs to, to reject buffers from another device.
     pub(crate) fn cu_context(&self) -> cudarc::driver::sys::CUcontext {
-        self.slice.context().cu_ctx()
+        self.slice.slice().context().cu_ctx()
     }
 
     /// Checks that `offset..offset + len` lies inside the buffer and returns its device address.

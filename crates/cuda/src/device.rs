@@ -3,6 +3,11 @@
 //! Everything a [`CudaDevice`] does is enqueued on one non-default stream, so operations are
 //! ordered by submission and the only calls that wait for the GPU are [`CudaDevice::download`]
 //! (and its variants), [`CudaDevice::synchronize`] and timer reads.
+//!
+//! A `CudaDevice` is shared between threads (`Arc<CudaDevice>` is `Send + Sync`): its operations
+//! may be called from any thread at once, and each is ordered on the stream as a whole. While
+//! one thread captures a CUDA graph on the stream, other threads' operations on it wait at the
+//! device's capture gate (see `capture_gate`) instead of being recorded into the graph.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
@@ -13,8 +18,8 @@ use cudarc::driver::{CudaContext, CudaEvent, CudaStream, PinnedHostSlice};
 
 use braze_codegen::Target;
 
-use crate::buffer::{bytes_of, values_from_bytes, DeviceBuffer, PodScalar};
-use crate::capture_gate::{outside_capture, DropOutsideCapture};
+use crate::buffer::{bytes_of, values_from_bytes, Allocation, DeviceBuffer, PodScalar};
+use crate::capture_gate::{outside_capture, DropOutsideCapture, StreamGate};
 use crate::error::{CudaError, Result};
 use crate::kernel::Kernel;
 
@@ -79,7 +84,11 @@ pub struct CudaDevice {
     /// The device as codegen sees it: name, compute capability, SM count and limits.
     target: Target,
     allocations: AtomicU64,
-    /// Set while a CUDA graph is being captured on `stream`.
+    /// Keeps other threads off `stream` while a CUDA graph is captured on it (see
+    /// `capture_gate`): every operation that enqueues on the stream passes it.
+    pub(crate) gate: Arc<StreamGate>,
+    /// Set while a CUDA graph is being captured on `stream`; only the capturing thread gets past
+    /// the gate to see it.
     pub(crate) capture: Mutex<Option<CaptureRecord>>,
     upload_staging: Mutex<UploadStaging>,
     download_staging: Mutex<Option<DropOutsideCapture<PinnedHostSlice<u8>>>>,
@@ -126,6 +135,7 @@ impl CudaDevice {
             ordinal,
             target,
             allocations: AtomicU64::new(0),
+            gate: Arc::default(),
             capture: Mutex::new(None),
             upload_staging: Mutex::new(UploadStaging::default()),
             download_staging: Mutex::new(None),
@@ -168,7 +178,9 @@ impl CudaDevice {
         &self.ctx
     }
 
-    /// The stream all work of this device is ordered on.
+    /// The stream all work of this device is ordered on. Work enqueued on it directly, rather than
+    /// through this crate, bypasses the capture gate and may land in a graph another thread is
+    /// capturing.
     pub fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
     }
@@ -186,13 +198,15 @@ impl CudaDevice {
 
     /// Allocates `bytes` of uninitialised device memory (stream-ordered).
     pub fn alloc(&self, bytes: usize) -> Result<DeviceBuffer> {
-        self.reject_during_capture("allocating device memory")?;
-        // SAFETY: the memory is uninitialised; it is only exposed as `DeviceBuffer`, whose reads
-        // happen on the device or through explicit downloads, never as typed Rust values
-        // without a copy. A zero-byte request allocates one byte so the pointer is valid.
-        let slice = unsafe { self.stream.alloc::<u8>(bytes.max(1)) }?;
-        self.allocations.fetch_add(1, Ordering::Relaxed);
-        Ok(DeviceBuffer { slice: Arc::new(slice), len_bytes: bytes })
+        self.gate.shared(|| {
+            self.reject_during_capture("allocating device memory")?;
+            // SAFETY: the memory is uninitialised; it is only exposed as `DeviceBuffer`, whose reads
+            // happen on the device or through explicit downloads, never as typed Rust values
+            // without a copy. A zero-byte request allocates one byte so the pointer is valid.
+            let slice = unsafe { self.stream.alloc::<u8>(bytes.max(1)) }?;
+            self.allocations.fetch_add(1, Ordering::Relaxed);
+            Ok(DeviceBuffer { slice: Arc::new(Allocation::new(slice, self.gate.clone())), len_bytes: bytes })
+        })
     }
 
     /// Allocates `bytes` of zeroed device memory.
@@ -210,16 +224,18 @@ impl CudaDevice {
 
     /// Sets `len` bytes of `buffer` starting at `offset` to `value`.
     pub fn memset_d8_range(&self, buffer: &DeviceBuffer, offset: usize, len: usize, value: u8) -> Result<()> {
-        let address = self.checked_range(buffer, offset, len, "memset")?;
-        if len == 0 {
-            return Ok(());
-        }
-        self.ctx.bind_to_thread()?;
-        // SAFETY: `address..address + len` lies inside `buffer`'s live allocation (checked
-        // above), and the memset is ordered on the stream with every other use of the buffer.
-        unsafe { driver_result::memset_d8_async(address, value, len, self.stream.cu_stream()) }?;
-        self.note_captured_buffer(buffer);
-        Ok(())
+        self.gate.shared(|| {
+            let address = self.checked_range(buffer, offset, len, "memset")?;
+            if len == 0 {
+                return Ok(());
+            }
+            self.ctx.bind_to_thread()?;
+            // SAFETY: `address..address + len` lies inside `buffer`'s live allocation (checked
+            // above), and the memset is ordered on the stream with every other use of the buffer.
+            unsafe { driver_result::memset_d8_async(address, value, len, self.stream.cu_stream()) }?;
+            self.note_captured_buffer(buffer);
+            Ok(())
+        })
     }
 
     /// Copies `len` bytes between device buffers (stream-ordered; may be captured in a graph).
@@ -231,19 +247,21 @@ impl CudaDevice {
         dst_offset: usize,
         len: usize,
     ) -> Result<()> {
-        let from = self.checked_range(src, src_offset, len, "copy source")?;
-        let to = self.checked_range(dst, dst_offset, len, "copy destination")?;
-        if len == 0 {
-            return Ok(());
-        }
-        self.ctx.bind_to_thread()?;
-        // SAFETY: both ranges lie inside live allocations of this device (checked above); the
-        // copy is ordered on the stream with all other uses of both buffers. Overlapping ranges
-        // of one allocation are the caller's concern, as with `memcpy`.
-        unsafe { driver_result::memcpy_dtod_async(to, from, len, self.stream.cu_stream()) }?;
-        self.note_captured_buffer(src);
-        self.note_captured_buffer(dst);
-        Ok(())
+        self.gate.shared(|| {
+            let from = self.checked_range(src, src_offset, len, "copy source")?;
+            let to = self.checked_range(dst, dst_offset, len, "copy destination")?;
+            if len == 0 {
+                return Ok(());
+            }
+            self.ctx.bind_to_thread()?;
+            // SAFETY: both ranges lie inside live allocations of this device (checked above); the
+            // copy is ordered on the stream with all other uses of both buffers. Overlapping ranges
+            // of one allocation are the caller's concern, as with `memcpy`.
+            unsafe { driver_result::memcpy_dtod_async(to, from, len, self.stream.cu_stream()) }?;
+            self.note_captured_buffer(src);
+            self.note_captured_buffer(dst);
+            Ok(())
+        })
     }
 
     /// Allocates a buffer and fills it with `data`.
@@ -263,37 +281,39 @@ impl CudaDevice {
     /// `data` at once. Only when more than the staging capacity (32 MiB) is in flight does this
     /// wait for the oldest staged copy to finish.
     pub fn upload_into(&self, dst: &DeviceBuffer, offset: usize, data: &[u8]) -> Result<()> {
-        self.reject_during_capture("uploading from the host")?;
-        let address = self.checked_range(dst, offset, data.len(), "upload")?;
-        let mut staging = lock(&self.upload_staging);
-        let mut done = 0usize;
-        while done < data.len() {
-            let piece = &data[done..(done + UPLOAD_CHUNK_BYTES).min(data.len())];
-            let index = staging.next % UPLOAD_CHUNKS;
-            staging.next = staging.next.wrapping_add(1);
-            if index == staging.chunks.len() {
-                // SAFETY: the pinned memory is uninitialised; it is only written (below) before
-                // being read by a copy of exactly the written prefix.
-                let host = outside_capture(|| unsafe { self.ctx.alloc_pinned::<u8>(UPLOAD_CHUNK_BYTES) })?;
-                let copied = self.ctx.new_event(None)?;
-                staging.chunks.push(StagingChunk { host: DropOutsideCapture::new(host), copied });
+        self.gate.shared(|| {
+            self.reject_during_capture("uploading from the host")?;
+            let address = self.checked_range(dst, offset, data.len(), "upload")?;
+            let mut staging = lock(&self.upload_staging);
+            let mut done = 0usize;
+            while done < data.len() {
+                let piece = &data[done..(done + UPLOAD_CHUNK_BYTES).min(data.len())];
+                let index = staging.next % UPLOAD_CHUNKS;
+                staging.next = staging.next.wrapping_add(1);
+                if index == staging.chunks.len() {
+                    // SAFETY: the pinned memory is uninitialised; it is only written (below) before
+                    // being read by a copy of exactly the written prefix.
+                    let host = outside_capture(|| unsafe { self.ctx.alloc_pinned::<u8>(UPLOAD_CHUNK_BYTES) })?;
+                    let copied = self.ctx.new_event(None)?;
+                    staging.chunks.push(StagingChunk { host: DropOutsideCapture::new(host), copied });
+                }
+                let chunk = &mut staging.chunks[index];
+                // Wait until the previous copy out of this chunk has read it.
+                chunk.copied.synchronize()?;
+                chunk.host.as_mut_slice()?[..piece.len()].copy_from_slice(piece);
+                let staged = &chunk.host.as_slice()?[..piece.len()];
+                self.ctx.bind_to_thread()?;
+                // SAFETY: the destination range lies inside `dst` (checked above); the source is
+                // pinned memory owned by `chunk`, which stays allocated (it lives in
+                // `self.upload_staging`, and dropping the device synchronises the stream first) and
+                // is not written again until `chunk.copied`, recorded right after this copy, has
+                // completed.
+                unsafe { driver_result::memcpy_htod_async(address + done as u64, staged, self.stream.cu_stream()) }?;
+                chunk.copied.record(&self.stream)?;
+                done += piece.len();
             }
-            let chunk = &mut staging.chunks[index];
-            // Wait until the previous copy out of this chunk has read it.
-            chunk.copied.synchronize()?;
-            chunk.host.as_mut_slice()?[..piece.len()].copy_from_slice(piece);
-            let staged = &chunk.host.as_slice()?[..piece.len()];
-            self.ctx.bind_to_thread()?;
-            // SAFETY: the destination range lies inside `dst` (checked above); the source is
-            // pinned memory owned by `chunk`, which stays allocated (it lives in
-            // `self.upload_staging`, and dropping the device synchronises the stream first) and
-            // is not written again until `chunk.copied`, recorded right after this copy, has
-            // completed.
-            unsafe { driver_result::memcpy_htod_async(address + done as u64, staged, self.stream.cu_stream()) }?;
-            chunk.copied.record(&self.stream)?;
-            done += piece.len();
-        }
-        Ok(())
+            Ok(())
+        })
     }
 
     /// Reads a whole buffer back to the host; waits for all work enqueued before it.
@@ -310,42 +330,46 @@ impl CudaDevice {
 
     /// Reads `out.len()` bytes of `src` starting at `offset` into `out`, through pinned memory.
     pub fn download_into(&self, src: &DeviceBuffer, offset: usize, out: &mut [u8]) -> Result<()> {
-        self.reject_during_capture("downloading to the host")?;
-        let address = self.checked_range(src, offset, out.len(), "download")?;
-        if out.is_empty() {
-            return Ok(());
-        }
-        let mut staging = lock(&self.download_staging);
-        let wanted = out.len().min(DOWNLOAD_STAGING_MAX_BYTES);
-        if staging.as_ref().is_none_or(|host| host.len() < wanted) {
-            *staging = None;
-            // SAFETY: uninitialised pinned memory, only read after a copy has filled the part
-            // that is read. Flags 0 (not write-combined) keep host reads of it fast.
-            let host = outside_capture(|| unsafe { self.ctx.alloc_pinned_with_flags::<u8>(wanted, 0) })?;
-            *staging = Some(DropOutsideCapture::new(host));
-        }
-        let host = staging.as_mut().expect("staging buffer allocated above");
-        for (index, piece) in out.chunks_mut(host.len()).enumerate() {
-            let piece_offset = (index * host.len()) as u64;
-            let landing = &mut host.as_mut_slice()?[..piece.len()];
-            self.ctx.bind_to_thread()?;
-            // SAFETY: the source range lies inside `src` (checked above); the destination is
-            // pinned memory of exactly `piece.len()` bytes, exclusively borrowed here, and the
-            // stream is synchronised before it is read or reused.
-            unsafe { driver_result::memcpy_dtoh_async(landing, address + piece_offset, self.stream.cu_stream()) }?;
-            self.stream.synchronize()?;
-            piece.copy_from_slice(&host.as_slice()?[..piece.len()]);
-        }
-        Ok(())
+        self.gate.shared(|| {
+            self.reject_during_capture("downloading to the host")?;
+            let address = self.checked_range(src, offset, out.len(), "download")?;
+            if out.is_empty() {
+                return Ok(());
+            }
+            let mut staging = lock(&self.download_staging);
+            let wanted = out.len().min(DOWNLOAD_STAGING_MAX_BYTES);
+            if staging.as_ref().is_none_or(|host| host.len() < wanted) {
+                *staging = None;
+                // SAFETY: uninitialised pinned memory, only read after a copy has filled the part
+                // that is read. Flags 0 (not write-combined) keep host reads of it fast.
+                let host = outside_capture(|| unsafe { self.ctx.alloc_pinned_with_flags::<u8>(wanted, 0) })?;
+                *staging = Some(DropOutsideCapture::new(host));
+            }
+            let host = staging.as_mut().expect("staging buffer allocated above");
+            for (index, piece) in out.chunks_mut(host.len()).enumerate() {
+                let piece_offset = (index * host.len()) as u64;
+                let landing = &mut host.as_mut_slice()?[..piece.len()];
+                self.ctx.bind_to_thread()?;
+                // SAFETY: the source range lies inside `src` (checked above); the destination is
+                // pinned memory of exactly `piece.len()` bytes, exclusively borrowed here, and the
+                // stream is synchronised before it is read or reused.
+                unsafe { driver_result::memcpy_dtoh_async(landing, address + piece_offset, self.stream.cu_stream()) }?;
+                self.stream.synchronize()?;
+                piece.copy_from_slice(&host.as_slice()?[..piece.len()]);
+            }
+            Ok(())
+        })
     }
 
     /// Waits until all work enqueued on the device's stream has finished, and reports any
     /// asynchronous error it raised (e.g. an illegal address in an earlier kernel).
     pub fn synchronize(&self) -> Result<()> {
-        self.reject_during_capture("synchronizing")?;
-        self.stream.synchronize()?;
-        self.ctx.check_err()?;
-        Ok(())
+        self.gate.shared(|| {
+            self.reject_during_capture("synchronizing")?;
+            self.stream.synchronize()?;
+            self.ctx.check_err()?;
+            Ok(())
+        })
     }
 
     /// A pair of timing events on this device's stream.
@@ -355,17 +379,20 @@ impl CudaDevice {
             start: self.ctx.new_event(timing)?,
             end: self.ctx.new_event(timing)?,
             stream: self.stream.clone(),
+            gate: self.gate.clone(),
         })
     }
 
     /// GPU time, in milliseconds, of the work `enqueue` puts on the stream (waits for it).
     pub fn time_ms(&self, enqueue: impl FnOnce() -> Result<()>) -> Result<f32> {
-        self.reject_during_capture("timing")?;
-        let timer = self.event_timer()?;
-        timer.start()?;
-        enqueue()?;
-        timer.stop()?;
-        timer.elapsed_ms()
+        self.gate.shared(|| {
+            self.reject_during_capture("timing")?;
+            let timer = self.event_timer()?;
+            timer.start()?;
+            enqueue()?;
+            timer.stop()?;
+            timer.elapsed_ms()
+        })
     }
 
     pub(crate) fn checked_range(&self, buffer: &DeviceBuffer, offset: usize, len: usize, what: &str) -> Result<u64> {
@@ -412,17 +439,18 @@ pub struct EventTimer {
     start: CudaEvent,
     end: CudaEvent,
     stream: Arc<CudaStream>,
+    gate: Arc<StreamGate>,
 }
 
 impl EventTimer {
     /// Marks the start point (enqueued, does not wait).
     pub fn start(&self) -> Result<()> {
-        Ok(self.start.record(&self.stream)?)
+        Ok(self.gate.shared(|| self.start.record(&self.stream))?)
     }
 
     /// Marks the end point (enqueued, does not wait).
     pub fn stop(&self) -> Result<()> {
-        Ok(self.end.record(&self.stream)?)
+        Ok(self.gate.shared(|| self.end.record(&self.stream))?)
     }
 
     /// Milliseconds between start and stop; waits for the stop point to be reached.

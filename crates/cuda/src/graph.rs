@@ -1,13 +1,13 @@
 //! CUDA graph capture and replay: record a sequence of launches once, then submit the whole
 //! sequence with one driver call, removing per-launch CPU overhead.
 
-use std::sync::{Arc, PoisonError};
+use std::sync::Arc;
 
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::CudaGraph;
 
 use crate::buffer::DeviceBuffer;
-use crate::capture_gate::{CapturingHere, CAPTURE_GATE, CAPTURING_ON_THIS_THREAD};
+use crate::capture_gate::DropOutsideCapture;
 use crate::device::{lock, CaptureRecord, CudaDevice};
 use crate::error::{CudaError, Result};
 use crate::kernel::Kernel;
@@ -18,7 +18,8 @@ use crate::kernel::Kernel;
 /// `Send` but not `Sync`: CUDA graph objects may move between threads but must not be used from
 /// several threads at once.
 pub struct CapturedGraph {
-    graph: CudaGraph,
+    /// Destroying it is a context-wide call, kept out of other threads' captures.
+    graph: DropOutsideCapture<CudaGraph>,
     device: Arc<CudaDevice>,
     buffers: Vec<DeviceBuffer>,
     kernels: Vec<Kernel>,
@@ -42,13 +43,13 @@ impl std::fmt::Debug for CapturedGraph {
 impl CapturedGraph {
     /// Enqueues one replay of the whole graph on the device's stream (does not wait).
     pub fn replay(&self) -> Result<()> {
-        self.graph.launch()?;
+        self.device.gate.shared(|| self.graph.launch())?;
         Ok(())
     }
 
     /// Uploads the graph to the device ahead of the first replay, so that replay is not slower.
     pub fn prepare(&self) -> Result<()> {
-        self.graph.upload()?;
+        self.device.gate.shared(|| self.graph.upload())?;
         Ok(())
     }
 
@@ -72,31 +73,28 @@ impl CudaDevice {
     /// Captures the work `record` enqueues on this device into a CUDA graph, without running
     /// it. Inside `record`, launches, memsets, device copies and cuBLASLt matmuls are allowed;
     /// allocation, uploads, downloads, synchronisation and timing are rejected with
-    /// [`CudaError::Capture`], since a graph cannot replay them correctly. Capture is
-    /// thread-local, and operations of this crate on other threads that could invalidate it
-    /// (pinned memory, module and cuBLASLt handle lifetimes, opening and closing devices) wait
-    /// until it ends; other threads should not enqueue work on this device meanwhile.
+    /// [`CudaError::Capture`], since a graph cannot replay them correctly. Buffers and modules
+    /// that `record` drops are freed after the capture. Other threads may keep using this device
+    /// meanwhile: their operations on it (and context-wide calls such as loading modules) wait
+    /// until the capture ends, so nothing of theirs is recorded into the graph (see
+    /// `capture_gate`). A capture cannot start on a thread that is already capturing, nor from
+    /// inside another operation of this crate (such as [`CudaDevice::time_ms`]'s closure).
     pub fn capture_graph(self: &Arc<Self>, record: impl FnOnce() -> Result<()>) -> Result<CapturedGraph> {
-        if CAPTURING_ON_THIS_THREAD.get() {
-            return Err(CudaError::Capture("a capture is already in progress on this thread".into()));
-        }
-        let _exclusive = CAPTURE_GATE.write().unwrap_or_else(PoisonError::into_inner);
-        {
-            let mut state = lock(&self.capture);
-            if state.is_some() {
-                return Err(CudaError::Capture("a capture is already in progress on this device".into()));
-            }
-            *state = Some(CaptureRecord::default());
-        }
+        self.gate
+            .exclusive(|| self.capture_exclusively(record))
+            .map_err(|reason| CudaError::Capture(reason.to_string()))?
+    }
+
+    /// [`CudaDevice::capture_graph`] with the stream and the context to itself.
+    fn capture_exclusively(self: &Arc<Self>, record: impl FnOnce() -> Result<()>) -> Result<CapturedGraph> {
+        *lock(&self.capture) = Some(CaptureRecord::default());
+        // Thread-local mode: only this thread is barred from calls unsafe during a capture;
+        // other threads stay free to work on other streams.
         if let Err(err) = self.stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) {
             *lock(&self.capture) = None;
             return Err(err.into());
         }
-
-        let recorded = {
-            let _capturing = CapturingHere::enter();
-            record()
-        };
+        let recorded = record();
         // The capture must end on every path, or the stream stays unusable.
         let ended = self.stream.end_capture(CUgraphInstantiate_flags(0));
         let kept = lock(&self.capture).take().unwrap_or_default();
@@ -106,6 +104,6 @@ impl CudaDevice {
             .map_err(|err| CudaError::Capture(format!("ending the capture failed: {err}")))?
             .ok_or_else(|| CudaError::Capture("the capture produced no graph".into()))?;
         let (buffers, kernels) = kept.into_parts();
-        Ok(CapturedGraph { graph, device: self.clone(), buffers, kernels })
+        Ok(CapturedGraph { graph: DropOutsideCapture::new(graph), device: self.clone(), buffers, kernels })
     }
 }

@@ -86,6 +86,18 @@ impl CudaDevice {
         dynamic_shared_bytes: u32,
         args: &[KernelArg<'_>],
     ) -> Result<()> {
+        self.gate.shared(|| self.launch_on_stream(kernel, grid, block, dynamic_shared_bytes, args))
+    }
+
+    /// [`CudaDevice::launch`] past the capture gate.
+    fn launch_on_stream(
+        &self,
+        kernel: &Kernel,
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        dynamic_shared_bytes: u32,
+        args: &[KernelArg<'_>],
+    ) -> Result<()> {
         let fail = |reason: String| CudaError::Launch { kernel: kernel.name().to_string(), reason };
         if kernel.inner.context.cu_ctx() != self.ctx.cu_ctx() {
             return Err(fail("kernel was loaded on another device".into()));

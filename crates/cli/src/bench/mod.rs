@@ -1,6 +1,7 @@
 //! `braze bench`: the workloads of `benches/workloads.md` at their standard sizes on the GPU,
-//! timed as `benches/torch_baseline.py` times PyTorch (do_bench medians), checked against the CPU reference, and
-//! written as rows with the same workload, shape and dtype keys so `compare.py` can join them.
+//! timed as `benches/torch_baseline.py` times PyTorch (do_bench medians), checked against the CPU
+//! reference (the checked call with outputs poisoned), and written as rows with the same
+//! workload, shape and dtype keys so `compare.py` can join them.
 
 mod cases;
 mod measure;
@@ -123,4 +124,19 @@ fn ran(outputs: braze::Result<Vec<Tensor>>) -> Result<()> {
 
 fn micros(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
+}
+
+/// Runs `f` with `BRAZE_POISON_OUTPUTS=1`: GPU executables built inside it fill their outputs
+/// with NaN before every run. The variable is read when an executable is built and is restored
+/// afterwards; no other thread runs while it is changed (the reference threads run inside `f`).
+pub(super) fn with_poisoned_outputs<R>(f: impl FnOnce() -> R) -> R {
+    const POISON: &str = "BRAZE_POISON_OUTPUTS";
+    let previous = std::env::var_os(POISON);
+    std::env::set_var(POISON, "1");
+    let result = f();
+    match previous {
+        Some(value) => std::env::set_var(POISON, value),
+        None => std::env::remove_var(POISON),
+    }
+    result
 }
