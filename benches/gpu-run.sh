@@ -4,7 +4,9 @@
 # table, then the GPU tests (several tests at once: captures are gated against other threads'
 # launches), then compute-sanitizer (memcheck, racecheck) over the conformance suite's
 # `sanitizer_` tests, one at a time. Each step is bounded in time so the whole run ends inside
-# one device call; everything is logged under $OUT (at most 7 files).
+# one device call; everything is logged under $OUT (at most 7 files). `fuzz` (not part of `all`:
+# it takes a device call of its own) runs the random-graph fuzz on 10,000 graphs
+# (BRAZE_FUZZ_GPU_GRAPHS, from BRAZE_FUZZ_SEED, default 0) and logs it to $OUT/fuzz.log.
 set -uo pipefail
 out=${OUT:-.stage/out}
 mkdir -p "$out"
@@ -36,5 +38,12 @@ if [ "$what" = all ] || [ "$what" = tests ]; then
       echo "exit $? ($tool)"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|test result" "$out/sanitizer-$tool.log" | tail -n 3
     done
   fi
+fi
+if [ "$what" = fuzz ]; then
+  echo "== .stage/bin/fuzz gpu_random_graphs_match_the_reference" | tee "$out/fuzz.log"
+  BRAZE_FUZZ_GPU_GRAPHS=${BRAZE_FUZZ_GPU_GRAPHS:-10000} timeout 560 .stage/bin/fuzz --exact \
+    gpu_random_graphs_match_the_reference --nocapture >> "$out/fuzz.log" 2>&1 || status=1
+  echo "exit status $status" >> "$out/fuzz.log"
+  grep -vE "^(  |graph|input|\})" "$out/fuzz.log" | tail -n 30
 fi
 exit $status

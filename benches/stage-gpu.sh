@@ -4,6 +4,7 @@
 # the run script. Then, on the GPU machine, from the repository root:
 #
 #     bash .stage/gpu-run.sh            # conformance, sanitizer, benchmarks, PyTorch baselines
+#     bash .stage/gpu-run.sh fuzz       # 10,000 random graphs on the GPU (a device call of its own)
 #
 # Results land in $OUT (or .stage/out when $OUT is unset).
 set -euo pipefail
@@ -13,7 +14,7 @@ mkdir -p .stage/bin
 cargo build --release -p braze-cli
 cp "${CARGO_TARGET_DIR:-target}/release/braze" .stage/bin/
 # Test binaries that hold GPU tests; each skips cleanly where there is no device.
-cargo test --release --no-run --message-format=json -p braze-cuda -p braze -p braze-suite --test 'gpu_*' --test conformance 2>/dev/null |
+cargo test --release --no-run --message-format=json -p braze-cuda -p braze -p braze-suite --test 'gpu_*' --test conformance --test fuzz 2>/dev/null |
   python3 -c '
 import json, sys, shutil, os
 for line in sys.stdin:
@@ -24,7 +25,7 @@ for line in sys.stdin:
     if m.get("reason") != "compiler-artifact" or not m.get("executable") or not m.get("profile", {}).get("test"):
         continue
     name = m["target"]["name"]
-    if name.startswith("gpu_") or name in ("conformance",):
+    if name.startswith("gpu_") or name in ("conformance", "fuzz"):
         shutil.copy(m["executable"], os.path.join(".stage/bin", name))
         print("staged test binary", name)
 '

@@ -140,6 +140,11 @@ pub fn compile_for_sm90(kernel: &GeneratedKernel) -> Result<(), String> {
     use braze_cuda::nvrtc::{compile, CompileOptions};
     let module = compile(&kernel.source, &format!("{}.cu", kernel.name), &CompileOptions::default())
         .map_err(|e| format!("{}: {e}", kernel.name))?;
+    check_module(kernel, &module)
+}
+
+/// Checks a kernel's compiled module: every launched entry exists and no entry spills.
+pub fn check_module(kernel: &GeneratedKernel, module: &braze_cuda::CompiledModule) -> Result<(), String> {
     for launch in &kernel.launches {
         if module.resources_of(&launch.entry).is_none() {
             return Err(format!("{}: ptxas reports no entry `{}`", kernel.name, launch.entry));

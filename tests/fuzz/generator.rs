@@ -37,6 +37,16 @@ pub struct Counts {
     pub skipped: BTreeMap<Skip, usize>,
 }
 
+impl Counts {
+    /// Adds what another run of the generator counted.
+    pub fn merge(&mut self, other: Counts) {
+        self.ops += other.ops;
+        for (why, n) in other.skipped {
+            *self.skipped.entry(why).or_default() += n;
+        }
+    }
+}
+
 struct Generator {
     rng: Rng,
     g: Graph,

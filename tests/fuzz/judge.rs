@@ -292,7 +292,7 @@ fn noise_tensor(&(dtype, ref shape, size): &Noise, run: u64, index: usize) -> Ho
 
 /// Whether `a` is within `rtol`, `atol` and `widen` of `r`; a NaN or an infinity on either side
 /// only matches the same.
-fn close(a: f64, r: f64, (rtol, atol): (f64, f64), widen: f64) -> bool {
+pub fn close(a: f64, r: f64, (rtol, atol): (f64, f64), widen: f64) -> bool {
     if !a.is_finite() || !r.is_finite() {
         return a == r || (a.is_nan() && r.is_nan());
     }

@@ -33,11 +33,34 @@
 //! with the command that reruns that range; it stands aside when `BRAZE_FUZZ_SEED` is set. A
 //! failure is shrunk ([`shrink`]) and the minimal graph's text and small inputs are printed;
 //! fixed failures are kept in [`regressions`].
+//!
+//! On the GPU. `gpu_random_graphs_match_the_reference` runs `BRAZE_FUZZ_GPU_GRAPHS` graphs
+//! (default 200) from `BRAZE_FUZZ_SEED` (default 0) through the CPU pipeline and then braze-cuda
+//! ([`gpu`], [`gpu_fuzz`]): every kernel compiled by NVRTC for the device (no entry may spill),
+//! the plan launched directly and replayed as a CUDA graph captured on other data (so a stale
+//! replay fails), outputs poisoned with NaN before every run, both judged like the CPU plan
+//! executor, and the direct launches compared with the CPU plan executor: outputs the exactness
+//! tables call exact must agree exactly, other differences are counted. `BRAZE_FUZZ_THREADS`
+//! threads (default: the machine's parallelism) prepare and compile the graphs; one thread runs
+//! them on the device. Failures are shrunk with the GPU in the loop; every regression graph also
+//! runs on the GPU when there is one. Without a GPU the test prints `skipped: no CUDA device`
+//! (with `BRAZE_REQUIRE_CUDA=1` it fails instead). The documented run, 10,000 graphs on the H200
+//! in one device call (`benches/RESULTS.md`):
+//!
+//! ```text
+//! bash benches/stage-gpu.sh                  # here: builds and stages .stage/bin/fuzz
+//! bash .stage/gpu-run.sh fuzz                # on the GPU machine; log in $OUT/fuzz.log
+//! ```
+//!
+//! which runs `BRAZE_REQUIRE_CUDA=1 BRAZE_FUZZ_GPU_GRAPHS=10000 .stage/bin/fuzz --exact
+//! gpu_random_graphs_match_the_reference --nocapture`.
 
 #[path = "../common/mod.rs"]
 mod common;
 mod exactness;
 mod generator;
+mod gpu;
+mod gpu_fuzz;
 mod gradients;
 mod judge;
 mod regressions;
@@ -47,6 +70,7 @@ mod shrink;
 
 use common::{nvrtc_enabled, random_inputs};
 use generator::{random_graph, Counts};
+use gpu_fuzz::gpu_fuzz;
 use run::{install_quiet_panic_hook, run_graph, run_graph_on, Stage, STAGES};
 use shrink::{shrink, Repro};
 use std::collections::BTreeMap;
@@ -155,4 +179,13 @@ fn random_graphs_from_a_fresh_seed_range() {
          BRAZE_FUZZ_SEED={first} BRAZE_FUZZ_GRAPHS={graphs} cargo test --release --test fuzz random_graphs"
     );
     fuzz(first, graphs);
+}
+
+/// The fixed range on the GPU (default seeds 0..200; `BRAZE_FUZZ_SEED` and
+/// `BRAZE_FUZZ_GPU_GRAPHS` name another): each graph compiled by NVRTC, launched directly and
+/// replayed as a CUDA graph, judged like the CPU plan executor and compared with it. Skips
+/// without a GPU.
+#[test]
+fn gpu_random_graphs_match_the_reference() {
+    gpu_fuzz(env_u64("BRAZE_FUZZ_SEED").unwrap_or(0), env_u64("BRAZE_FUZZ_GPU_GRAPHS").unwrap_or(200));
 }

@@ -1,6 +1,7 @@
 //! Graphs the fuzzer failed on, named for the bug, each run through the same checks.
 
 use crate::common::{nvrtc_enabled, random_inputs, Builder};
+use crate::gpu::{gpu, run_everywhere};
 use crate::judge::References;
 use crate::run::run_graph_on;
 use braze_codegen::{default_config, generate, KernelCode, Target};
@@ -9,9 +10,10 @@ use braze_ir::{DType, Graph, HostTensor, NodeId, Op, ReduceOp, UnaryOp};
 use braze_passes::{compile_to_plan, FusionOptions};
 
 /// Runs a fixed graph through the same checks: on `inputs`, or on the inputs of a few seeds with
-/// and without NaN and Inf.
+/// and without NaN and Inf; and, where there is a GPU, through the GPU fuzz's checks too.
 fn check_fixed(graph: &Graph, inputs: Option<Vec<HostTensor>>) {
     let nvrtc = nvrtc_enabled();
+    let gpu_target = gpu().map(|device| device.target().clone());
     let runs: Vec<Vec<HostTensor>> = match inputs {
         Some(inputs) => vec![inputs],
         None => (0..4).map(|seed| random_inputs(graph, seed, |_| seed % 2 == 1)).collect(),
@@ -19,6 +21,11 @@ fn check_fixed(graph: &Graph, inputs: Option<Vec<HostTensor>>) {
     for inputs in runs {
         if let Err(failure) = run_graph_on(graph, &inputs, nvrtc) {
             panic!("fails at {}: {}\n{}", failure.stage, failure.message, graph.to_text());
+        }
+        if let Some(target) = &gpu_target {
+            if let Err(failure) = run_everywhere(graph, &inputs, 0, target) {
+                panic!("fails on the GPU at {}: {}\n{}", failure.stage, failure.message, graph.to_text());
+            }
         }
     }
 }
@@ -197,4 +204,19 @@ fn regression_bf16_intermediates_kept_in_f32_before_a_cancelling_matmul() {
     assert_eq!((actual, expected, wide), (-1.828125, -1.7421875, -1.84375));
     assert!((actual - expected).abs() > atol + rtol * expected.abs());
     assert!((actual - wide).abs() <= atol + rtol * wide.abs());
+}
+
+/// Seen in the PTX of a fused kernel: NVRTC contracts `x * y + x` into one fused multiply-add
+/// (`fma.rn.f32`, one rounding) where the reference and the CPU plan executor round the product
+/// first. The exactness tables call mul and add exact, so the GPU fuzz requires the GPU and the
+/// CPU plan executor to agree exactly on this output (and a comparison of such a value would
+/// flip on the GPU).
+#[test]
+fn regression_a_product_then_a_sum_rounds_twice_on_the_gpu() {
+    let mut b = Builder::new();
+    let x = b.input(DType::F32, [64]);
+    let y = b.input(DType::F32, [64]);
+    let xy = b.mul(x, y);
+    let z = b.add(xy, x);
+    check_fixed(&b.finish(vec![z]), None);
 }

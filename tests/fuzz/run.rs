@@ -6,6 +6,7 @@ use braze_codegen::{default_config, generate, KernelCode, Target};
 use braze_cpu::eval_plan;
 use braze_ir::{Graph, HostTensor};
 use braze_passes::{compile_to_plan, FusionOptions};
+use braze_plan::Plan;
 use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -20,9 +21,38 @@ pub enum Stage {
     Compile,
     Run,
     Compare,
+    /// Loading the compiled kernels and allocating: `PlanExecutable::new` on the GPU.
+    GpuBuild,
+    /// Uploading, launching directly and downloading.
+    GpuRun,
+    /// Judging the direct launches' outputs against the references.
+    GpuCompare,
+    /// Capturing a CUDA graph and replaying it on new data.
+    GraphRun,
+    /// Judging the replay's outputs against the references.
+    GraphCompare,
+    /// The GPU against the CPU plan executor, on outputs whose bits must agree.
+    Agreement,
 }
 
+/// The stages of the CPU pipeline.
 pub const STAGES: [Stage; 6] = [Stage::Build, Stage::Fuse, Stage::Codegen, Stage::Compile, Stage::Run, Stage::Compare];
+
+/// The stages of the CPU pipeline followed by those on the GPU.
+pub const GPU_STAGES: [Stage; 12] = [
+    Stage::Build,
+    Stage::Fuse,
+    Stage::Codegen,
+    Stage::Compile,
+    Stage::Run,
+    Stage::Compare,
+    Stage::GpuBuild,
+    Stage::GpuRun,
+    Stage::GpuCompare,
+    Stage::GraphRun,
+    Stage::GraphCompare,
+    Stage::Agreement,
+];
 
 impl fmt::Display for Stage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -33,6 +63,12 @@ impl fmt::Display for Stage {
             Stage::Compile => "compile",
             Stage::Run => "run",
             Stage::Compare => "compare",
+            Stage::GpuBuild => "gpu build",
+            Stage::GpuRun => "gpu run",
+            Stage::GpuCompare => "gpu compare",
+            Stage::GraphRun => "graph replay",
+            Stage::GraphCompare => "graph compare",
+            Stage::Agreement => "gpu vs cpu plan",
         };
         f.write_str(name)
     }
@@ -71,7 +107,7 @@ pub fn install_quiet_panic_hook() {
 }
 
 /// Runs `f` as `stage`: an error or a panic is that stage's failure.
-fn stage<T>(stage: Stage, f: impl FnOnce() -> Result<T, String>) -> Result<T, Failure> {
+pub fn stage<T>(stage: Stage, f: impl FnOnce() -> Result<T, String>) -> Result<T, Failure> {
     QUIET.with(|q| q.set(true));
     let result = catch_unwind(AssertUnwindSafe(f));
     QUIET.with(|q| q.set(false));
@@ -97,6 +133,21 @@ pub fn run_graph(graph: &Graph, seed: u64, specials: bool, nvrtc: bool) -> Resul
 
 /// [`run_graph`] on given inputs.
 pub fn run_graph_on(graph: &Graph, inputs: &[HostTensor], nvrtc: bool) -> Result<Produced, Failure> {
+    run_on_cpu(graph, inputs, nvrtc).map(|run| run.produced)
+}
+
+/// What the CPU pipeline made of one graph, for the GPU stages to reuse.
+pub struct CpuRun {
+    pub refs: References,
+    pub plan: Plan,
+    /// The plan's outputs from `eval_plan`.
+    pub actual: Vec<HostTensor>,
+    pub produced: Produced,
+}
+
+/// The pipeline on the CPU: references, fusion, codegen, NVRTC when `nvrtc` is set, `eval_plan`
+/// and the judge.
+pub fn run_on_cpu(graph: &Graph, inputs: &[HostTensor], nvrtc: bool) -> Result<CpuRun, Failure> {
     let refs = stage(Stage::Build, || {
         graph.verify().map_err(|e| e.to_string())?;
         References::of(graph, inputs)
@@ -131,5 +182,5 @@ pub fn run_graph_on(graph: &Graph, inputs: &[HostTensor], nvrtc: bool) -> Result
     }
     let actual = stage(Stage::Run, || eval_plan(&plan, inputs).map_err(|e| e.to_string()))?;
     produced.verdict = stage(Stage::Compare, || judge(&actual, &refs).map_err(|e| format!("{e}\nplan:\n{plan}")))?;
-    Ok(produced)
+    Ok(CpuRun { refs, plan, actual, produced })
 }
