@@ -184,7 +184,12 @@ impl BinaryOp {
                 continuous: true,
                 commutative: true,
                 semantics: semantics!((F(a), F(b)) => F(a * b), (I(a), I(b)) => I(a.wrapping_mul(b))),
-                cuda: |a, b, ty| arithmetic_c(a, "*", b, ty),
+                // `__fmul_rn`: NVRTC would contract `a * b + c` into one fused multiply-add,
+                // rounding once where the op graph (and the reference) rounds twice.
+                cuda: |a, b, ty| match ty {
+                    CType::Float => Some(CudaExpr::plain(format!("__fmul_rn({a}, {b})"))),
+                    _ => arithmetic_c(a, "*", b, ty),
+                },
                 partials: Partials::Formula(|_, a, b, _| (b, a)),
             },
             BinaryOp::Div => BinaryDef {

@@ -556,7 +556,8 @@ impl UnaryOp {
                 continuous: true,
                 semantics: semantics!(F(x) => F(x * x), I(x) => I(x.wrapping_mul(x))),
                 cuda: |x, ty| match ty {
-                    CType::Float => Some(CudaExpr::plain(format!("{x} * {x}"))),
+                    // Not contracted into a following add (see `BinaryOp::Mul`).
+                    CType::Float => Some(CudaExpr::plain(format!("__fmul_rn({x}, {x})"))),
                     CType::I32 | CType::I64 => {
                         let (t, u) = (ty.signed(), ty.unsigned());
                         Some(CudaExpr::plain(format!("({t})(({u}){x} * ({u}){x})")))
