@@ -3,7 +3,10 @@
 per workload: braze's time, PyTorch eager / torch.compile / best library path, the speedups, and
 the fraction of the copy bandwidth measured in the same run.
 
-    python3 compare.py braze.json torch.json
+    python3 compare.py braze.json torch.json [base.json]
+
+With a third file (`braze bench` of an earlier build, run in the same call), a last column gives
+this build's speed relative to that one (above 1: faster now).
 """
 import json, sys
 
@@ -15,13 +18,15 @@ def load(path):
 
 def main():
     braze, torch = load(sys.argv[1]), load(sys.argv[2])
+    base = {(r["workload"], r["shape"], r["dtype"], r["variant"]): r for r in load(sys.argv[3])} if len(sys.argv) > 3 else {}
     copy = next((r["gbps"] for r in torch if r["workload"] == "copy"), None)
     keyed = {}
     for r in torch:
         keyed.setdefault((r["workload"], r["shape"], r["dtype"]), {})[r["variant"]] = r
     print(f"copy bandwidth this run: {copy:.0f} GB/s" if copy else "copy bandwidth: not measured")
     head = f"{'workload':12s} {'shape':24s} {'dtype':5s} {'braze variant':22s} {'braze us':>10s} {'%copy':>6s} " \
-           f"{'eager us':>10s} {'compile us':>10s} {'x eager':>8s} {'x compile':>9s} {'best lib':>10s} {'x lib':>7s}"
+           f"{'eager us':>10s} {'compile us':>10s} {'x eager':>8s} {'x compile':>9s} {'best lib':>10s} {'x lib':>7s}" \
+           + (f" {'base us':>10s} {'x base':>7s}" if base else "")
     print(head)
     for r in braze:
         if r["variant"].startswith("info"):
@@ -34,8 +39,10 @@ def main():
         pct = f"{100 * r['gbps'] / copy:5.1f}%" if r.get("gbps") and copy else "     -"
         f = lambda x: f"{x['us']:10.1f}" if x else f"{'-':>10s}"
         ratio = lambda x, w: f"{x['us'] / r['us']:{w}.2f}" if x else f"{'-':>{w}s}"
+        old = base.get((r["workload"], r["shape"], r["dtype"], r["variant"]))
+        versus_base = f" {f(old)} {ratio(old, 7)}" if base else ""
         print(f"{r['workload']:12s} {r['shape']:24s} {r['dtype']:5s} {r['variant']:22s} {r['us']:10.1f} {pct} "
-              f"{f(eager)} {f(comp)} {ratio(eager, 8)} {ratio(comp, 9)} {f(lib)} {ratio(lib, 7)}")
+              f"{f(eager)} {f(comp)} {ratio(eager, 8)} {ratio(comp, 9)} {f(lib)} {ratio(lib, 7)}{versus_base}")
     for r in braze:
         if r["variant"].startswith("info"):
             print(f"{r['workload']:12s} {r['shape']:24s} {r['variant']:22s} {r.get('note', '')}")

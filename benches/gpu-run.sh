@@ -21,7 +21,13 @@ if [ "$what" = all ] || [ "$what" = bench ]; then
   timeout 240 .stage/bin/braze bench --json "$out/braze.json" >> "$out/bench.log" 2>&1 || status=1
   tail -n 40 "$out/bench.log"
   timeout 240 python3 .stage/torch_baseline.py --json "$out/torch.json" 2>&1 | tail -n 30 || status=1
-  python3 .stage/compare.py "$out/braze.json" "$out/torch.json" | tee "$out/compare.txt"
+  base=()
+  if [ -x .stage/bin/braze-base ]; then
+    # An earlier build (BRAZE_BASE_BIN at staging), timed in the same call for before/after ratios.
+    timeout 240 .stage/bin/braze-base bench --json "$out/base.json" > "$out/base.log" 2>&1 || status=1
+    base=("$out/base.json")
+  fi
+  python3 .stage/compare.py "$out/braze.json" "$out/torch.json" "${base[@]}" | tee "$out/compare.txt"
 fi
 if [ "$what" = all ] || [ "$what" = tests ]; then
   for t in .stage/bin/gpu_* .stage/bin/conformance; do

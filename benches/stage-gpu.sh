@@ -13,6 +13,10 @@ rm -rf .stage
 mkdir -p .stage/bin
 cargo build --release -p braze-cli
 cp "${CARGO_TARGET_DIR:-target}/release/braze" .stage/bin/
+# An earlier build's binary to time beside this one (before/after ratios), when given.
+if [ -n "${BRAZE_BASE_BIN:-}" ]; then
+  cp "$BRAZE_BASE_BIN" .stage/bin/braze-base
+fi
 # Test binaries that hold GPU tests; each skips cleanly where there is no device.
 cargo test --release --no-run --message-format=json -p braze-cuda -p braze -p braze-suite --test 'gpu_*' --test conformance --test fuzz 2>/dev/null |
   python3 -c '
