@@ -16,12 +16,10 @@
 pub mod definition;
 pub mod graph;
 mod sizes;
-mod training;
 mod workload;
 
 pub use sizes::{multisum_sizes, Mt19937};
-pub use training::{mlp_step, MLP_STEP_LAYERS};
 pub use workload::{
-    build, ew_chain, ln_relu_res, mlp_block, multisum, sync_demo, tiny_block, tiny_block_inputs, Sizes, Workload,
-    WorkloadFn, NAMES,
+    build, ew_chain, ln_relu_res, mlp_block, mlp_step, multisum, sync_demo, tiny_block, tiny_block_inputs, Sizes,
+    Workload, WorkloadFn, MLP_STEP_LAYERS, NAMES,
 };

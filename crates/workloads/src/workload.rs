@@ -4,7 +4,8 @@
 
 use crate::definition::{self, Inputs, TensorOps};
 use crate::multisum_sizes;
-use braze::{compile, Compiled, DType, Error, Result, Tensor};
+use braze::optim::{AdamW, Optimizer};
+use braze::{compile, Compiled, DType, Device, Error, Result, Tensor};
 use std::sync::Arc;
 
 /// Every workload by name, in the order `benches/workloads.md` lists them, then `sync_demo`.
@@ -196,7 +197,7 @@ pub fn build(name: &str, sizes: &Sizes) -> Result<Workload> {
             inputs.input("w", dtype, &[hidden, hidden], definition::fan_in_scale(hidden))?;
             Ok(inputs.into_workload("sync_demo", Arc::new(sync_demo)))
         }
-        "mlp_step" => crate::training::mlp_step(sizes, braze::Device::Cpu),
+        "mlp_step" => mlp_step(sizes, Device::Cpu),
         other => Err(Error::InvalidArgument {
             op: "workload".into(),
             loc: None,
@@ -264,4 +265,63 @@ pub fn sync_demo(a: &[Tensor]) -> Result<Vec<Tensor>> {
     // Host control flow on the value read above.
     let scale = if loss_value > 1.0 { 1.0 / loss_value as f64 } else { 1.0 };
     Ok(vec![updated.mul_scalar(scale)?, loss])
+}
+
+// ---- training ------------------------------------------------------------------------------
+
+/// Layers of `mlp_step`.
+pub const MLP_STEP_LAYERS: usize = 4;
+
+/// `mlp_step`: [`MLP_STEP_LAYERS`] layers of `x = layer_norm(x + gelu(x @ W1 + b1) @ W2 + b2)`
+/// (hidden `4 * sizes.hidden`), the mean squared error against a target, `backward()`, and an
+/// AdamW step (lr 1e-3) over every parameter; parameters in `sizes.dtype`, optimizer state in
+/// f32. Inputs: `x` and `target`, `[rows, hidden]`; the parameters (seeded, the same for the
+/// same `sizes` on every device) and the optimizer live on `device` and are captured, so each
+/// call trains one step.
+pub fn mlp_step(sizes: &Sizes, device: Device) -> Result<Workload> {
+    let Sizes { rows, hidden, dtype, seed, .. } = *sizes;
+    let inner = 4 * hidden;
+    let param = |t: Tensor| -> Result<Tensor> {
+        let t = t.to_device(device)?;
+        t.set_requires_grad(true)?;
+        Ok(t)
+    };
+    let mut next_seed = seed;
+    let mut random = |shape: &[usize], scale: f64| -> Result<Tensor> {
+        next_seed += 1;
+        param(Tensor::randn(shape.to_vec(), dtype, next_seed)?.mul_scalar(scale)?)
+    };
+    let mut layers = Vec::with_capacity(MLP_STEP_LAYERS);
+    for _ in 0..MLP_STEP_LAYERS {
+        layers.push([
+            random(&[hidden, inner], definition::fan_in_scale(hidden))?,
+            param(Tensor::zeros([inner], dtype, Device::Cpu)?)?,
+            random(&[inner, hidden], definition::fan_in_scale(inner))?,
+            param(Tensor::zeros([hidden], dtype, Device::Cpu)?)?,
+            param(Tensor::ones([hidden], dtype, Device::Cpu)?)?,
+            param(Tensor::zeros([hidden], dtype, Device::Cpu)?)?,
+        ]);
+    }
+    let params: Vec<Tensor> = layers.iter().flatten().cloned().collect();
+    let optimizer = AdamW::new(&params, 1e-3)?;
+    let function = move |a: &[Tensor]| -> Result<Vec<Tensor>> {
+        optimizer.zero_grad();
+        let mut x = a[0].clone();
+        for [w1, b1, w2, b2, g, beta] in &layers {
+            x = definition::mlp_block(&x, w1, b1, w2, b2, g, beta)?;
+        }
+        let error = x.sub(&a[1])?;
+        let loss = error.mul(&error)?.mean_all()?;
+        loss.backward()?;
+        optimizer.step()?;
+        Ok(vec![loss])
+    };
+    let x = Tensor::randn([rows, hidden], dtype, seed + 1000)?.to_device(device)?;
+    let target = Tensor::randn([rows, hidden], dtype, seed + 1001)?.to_device(device)?;
+    Ok(Workload {
+        name: "mlp_step",
+        input_names: vec!["x".into(), "target".into()],
+        inputs: vec![x, target],
+        function: Arc::new(function),
+    })
 }

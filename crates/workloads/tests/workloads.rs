@@ -103,3 +103,23 @@ fn graph_forms_reject_what_the_ops_reject() {
     // Integer layer norm is not defined.
     assert!(graph::ln_relu_res(DType::I32, 2, 4).is_err());
 }
+
+#[test]
+fn mlp_step_is_one_graph_without_breaks_and_its_loss_falls() {
+    let sizes = Sizes { rows: 8, hidden: 16, ..Sizes::default() };
+    let step = braze_workloads::mlp_step(&sizes, braze::Device::Cpu).unwrap();
+    let compiled = step.compile().fullgraph(true);
+    let explanation = compiled.explain(&step.inputs).unwrap();
+    assert_eq!(explanation.graphs.len(), 1);
+    assert!(explanation.breaks.is_empty());
+    let text = explanation.to_string();
+    assert!(text.contains("graphs: 1") && text.contains("breaks: 0") && text.contains("host syncs: 0"), "{text}");
+    let loss = |c: &braze::Compiled<_>| c.call(&step.inputs).unwrap()[0].item::<f64>().unwrap();
+    let first = loss(&compiled);
+    let mut last = first;
+    for _ in 0..20 {
+        last = loss(&compiled);
+    }
+    assert!(last < 0.9 * first, "AdamW on a fixed batch lowers the loss: {first} -> {last}");
+    assert_eq!(compiled.stats().recompiles, 0);
+}

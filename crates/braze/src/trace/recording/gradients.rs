@@ -1,0 +1,261 @@
+//! Gradients and assignments inside a trace: `backward()` appended to the segment, each
+//! parameter's gradient kept in a slot, `detach`, `assign` of captured tensors, and what a call
+//! writes back after it ran.
+
+use super::{Origin, Trace, Value, ValueState};
+use crate::signature::TensorSig;
+use crate::tensor::Storage;
+use crate::{Error, Result, Tensor};
+use braze_ir::{NodeId, Op, SourceLoc};
+use std::sync::{Arc, Weak};
+
+/// What a compiled function assumed about a parameter's gradient when the call began.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum GradAtEntry {
+    /// Not looked at: the function dropped or replaced the gradient before reading it.
+    Unread,
+    Absent,
+    Present(TensorSig),
+}
+
+/// A parameter whose gradient the function read, set or dropped.
+pub(super) struct GradSlot {
+    pub(super) param: Tensor,
+    /// Its gradient so far in this call (`None` after `zero_grad`).
+    pub(super) current: Option<Tensor>,
+    pub(super) entry: GradAtEntry,
+}
+
+/// What a call writes besides its results: gradients and assigned tensors.
+#[derive(Clone, Default)]
+pub(crate) struct WriteBacks {
+    pub grads: Vec<GradEffect>,
+    /// `target` takes graph output `output` (an `assign` inside the function).
+    pub assigns: Vec<(Tensor, usize)>,
+}
+
+impl WriteBacks {
+    /// Graph outputs before the first write-back are the function's results.
+    pub(crate) fn first_output(&self) -> Option<usize> {
+        self.grads.iter().filter_map(|g| g.output).chain(self.assigns.iter().map(|a| a.1)).min()
+    }
+
+    /// Writes the write-back outputs to their tensors.
+    pub(crate) fn apply(&self, outputs: &[Tensor]) -> Result<()> {
+        for effect in &self.grads {
+            effect.param.inner.autograd.set_grad(effect.output.map(|i| outputs[i].clone()));
+        }
+        for (target, output) in &self.assigns {
+            target.replace_storage(outputs[*output].storage().clone(), crate::tensor::caller())?;
+        }
+        Ok(())
+    }
+}
+
+/// A gradient to write back after each call: `param.grad` becomes graph output `output`, or
+/// is dropped when `None`.
+#[derive(Clone)]
+pub(crate) struct GradEffect {
+    pub param: Tensor,
+    pub output: Option<usize>,
+    pub entry: GradAtEntry,
+}
+
+impl Trace {
+    /// The gradient slot of `param`, created on first use. Creating it reads the gradient the
+    /// parameter has now, unless `read` is false (the caller replaces it without reading it).
+    pub(super) fn grad_slot(&mut self, param: &Tensor, read: bool) -> usize {
+        if let Some(i) = self.grads.iter().position(|s| s.param.same_tensor(param)) {
+            return i;
+        }
+        let (current, entry) = match (read, param.inner.autograd.grad()) {
+            (false, _) => (None, GradAtEntry::Unread),
+            (true, None) => (None, GradAtEntry::Absent),
+            (true, Some(grad)) => {
+                // Bound to whatever gradient the parameter has at each call, not to this tensor.
+                let value = self.values.len();
+                self.values.push(Value {
+                    dtype: grad.dtype(),
+                    shape: grad.shape(),
+                    state: ValueState::Concrete(grad.clone()),
+                    origin: Origin::GradOf(param.clone()),
+                    handle: Weak::new(),
+                });
+                self.captured.insert(Arc::as_ptr(&grad.inner), value);
+                let sig = TensorSig::of(&grad);
+                (Some(grad), GradAtEntry::Present(sig))
+            }
+        };
+        self.grads.push(GradSlot { param: param.clone(), current, entry });
+        self.grads.len() - 1
+    }
+
+    /// `param.grad()`: the gradient so far in this call.
+    pub(in crate::trace) fn grad_of(&mut self, param: &Tensor) -> Option<Tensor> {
+        let slot = self.grad_slot(param, true);
+        self.grads[slot].current.clone()
+    }
+
+    /// `param.set_grad(grad)` (`zero_grad` when `None`): the gradient from here on, without
+    /// reading the one before.
+    pub(in crate::trace) fn set_grad(&mut self, param: &Tensor, grad: Option<&Tensor>) {
+        let slot = self.grad_slot(param, false);
+        self.grads[slot].current = grad.cloned();
+    }
+
+    /// `target.assign(value)` inside the function: later ops read the new value, and the target
+    /// holds it after the call.
+    pub(in crate::trace) fn assign(&mut self, target: &Tensor, value: &Tensor, loc: &SourceLoc) -> Result<()> {
+        const OP: &str = "assign";
+        self.check_aborted()?;
+        if target.is_traced() {
+            return Err(Error::invalid(
+                OP,
+                loc,
+                "only tensors the function captures (weights, optimizer state) can be assigned inside it; \
+                 this one is an argument or a value computed in the call",
+            ));
+        }
+        if target.dtype() != value.dtype() || target.shape() != value.shape() {
+            return Err(Error::invalid(
+                OP,
+                loc,
+                format!(
+                    "inside a compiled function the new value must keep the type {}{}, got {}{}",
+                    target.dtype(),
+                    target.shape(),
+                    value.dtype(),
+                    value.shape()
+                ),
+            ));
+        }
+        // The target's value as the function saw it so far is registered first, so the graph
+        // still reads the old data where it was used before the assignment.
+        self.value_of(target, OP, Some(loc))?;
+        let new_value = self.value_of(value, OP, Some(loc))?;
+        self.captured.insert(Arc::as_ptr(&target.inner), new_value);
+        self.assigns.retain(|(t, _)| !t.same_tensor(target));
+        self.assigns.push((target.clone(), value.clone()));
+        Ok(())
+    }
+
+    /// `t.detach()`: the same values as a new node gradients do not flow through.
+    pub(in crate::trace) fn detach(&mut self, t: &Tensor, loc: &SourceLoc) -> Result<Tensor> {
+        let shape = t.shape();
+        let handle = self.record("detach", &[t], loc, &|b, ids| b.reshape(ids[0], shape.clone()))?;
+        if let Storage::Traced(r) = &*handle.storage() {
+            if let ValueState::Pending(node) = self.values[r.value].state {
+                self.segment.stopped.insert(node);
+            }
+        }
+        Ok(handle)
+    }
+
+    /// Gradients of the one-element `root` with respect to the values of `wrt` (the functional
+    /// form: no slots, no write-backs).
+    pub(in crate::trace) fn gradients(
+        &mut self,
+        root: &Tensor,
+        wrt: &[Tensor],
+        loc: &SourceLoc,
+    ) -> Result<Vec<Option<Tensor>>> {
+        const OP: &str = "value_and_grad";
+        self.check_aborted()?;
+        let (root_node, seed_node) = self.root_and_seed(root, None, OP, loc)?;
+        let mut nodes = Vec::with_capacity(wrt.len());
+        for t in wrt {
+            let value = self.value_of(t, OP, Some(loc))?;
+            nodes.push(self.node_for(value, OP, Some(loc))?);
+        }
+        let stopped = self.segment.stopped.clone();
+        let grads =
+            braze_autodiff::backward_stopping(&mut self.segment.graph, &[(root_node, seed_node)], &nodes, &stopped)
+                .map_err(|e| Error::Gradient { op: OP.into(), loc: Some(loc.clone()), autodiff: Box::new(e) })?;
+        Ok(grads.into_iter().map(|g| g.map(|node| self.pending_value(node))).collect())
+    }
+
+    /// The node of `root` and of the gradient flowing into it (`seed`, or 1 for a one-element
+    /// root), refusing a root whose graph was split by a break before it.
+    fn root_and_seed(
+        &mut self,
+        root: &Tensor,
+        seed: Option<&Tensor>,
+        op: &str,
+        loc: &SourceLoc,
+    ) -> Result<(NodeId, NodeId)> {
+        let root_value = self.value_of(root, op, Some(loc))?;
+        let root_node = self.node_for(root_value, op, Some(loc))?;
+        // Values computed by graphs that already ran (before a graph break) are inputs here;
+        // gradients cannot flow back into those graphs.
+        if self.segment.bindings.iter().any(|&v| matches!(self.values[v].origin, Origin::Computed)) {
+            return Err(Error::invalid(
+                op,
+                loc,
+                "a graph break before backward() split this function, and gradients do not flow back \
+                 across a graph break; move the host read after backward() or compile with fullgraph(true) \
+                 to see the break",
+            ));
+        }
+        let seed_node = match seed {
+            Some(s) => {
+                let v = self.value_of(s, op, Some(loc))?;
+                self.node_for(v, op, Some(loc))?
+            }
+            None if root.numel() == 1 => {
+                let c = self.segment.graph.constant(1.0, root.dtype());
+                self.segment.graph.set_loc(c, Some(loc.clone()));
+                c
+            }
+            None => {
+                return Err(Error::invalid(
+                    op,
+                    loc,
+                    format!(
+                        "a gradient can be seeded implicitly only for a one-element result, this one is {}{}; \
+                         use backward_with(grad)",
+                        root.dtype(),
+                        root.shape()
+                    ),
+                ))
+            }
+        };
+        Ok((root_node, seed_node))
+    }
+
+    /// `root.backward()`: appends the backward of the current segment to it and accumulates
+    /// each parameter's gradient in its slot.
+    pub(in crate::trace) fn backward(&mut self, root: &Tensor, seed: Option<&Tensor>, loc: &SourceLoc) -> Result<()> {
+        const OP: &str = "backward";
+        self.check_aborted()?;
+        let (root_node, seed_node) = self.root_and_seed(root, seed, OP, loc)?;
+        let mut params = Vec::new();
+        let mut wrt = Vec::new();
+        for &value in &self.segment.bindings {
+            if let (ValueState::Concrete(t), Origin::Arg(_) | Origin::Captured(_)) =
+                (&self.values[value].state, &self.values[value].origin)
+            {
+                if t.requires_grad() {
+                    params.push(t.clone());
+                    wrt.push(self.segment.input_nodes[&value]);
+                }
+            }
+        }
+        let stopped = self.segment.stopped.clone();
+        let grads =
+            braze_autodiff::backward_stopping(&mut self.segment.graph, &[(root_node, seed_node)], &wrt, &stopped)
+                .map_err(|e| Error::Gradient { op: OP.into(), loc: Some(loc.clone()), autodiff: Box::new(e) })?;
+        for (param, grad) in params.iter().zip(grads) {
+            let Some(grad) = grad else { continue };
+            let fresh = self.pending_value(grad);
+            let slot = self.grad_slot(param, true);
+            let total = match self.grads[slot].current.clone() {
+                Some(previous) => self.record(OP, &[&previous, &fresh], loc, &|b, ids| {
+                    b.op(Op::Binary { op: braze_ir::BinaryOp::Add }, ids)
+                })?,
+                None => fresh,
+            };
+            self.grads[slot].current = Some(total);
+        }
+        Ok(())
+    }
+}
