@@ -169,7 +169,7 @@ pub fn wide_graph(graph: &Graph) -> Graph {
         let node = graph.node(id);
         let new = match node.op {
             Op::Input { .. } => g.input(node.dtype, node.shape.clone()),
-            Op::Constant { value } => g.constant(value, node.dtype),
+            Op::Constant { value } => g.literal(value, node.dtype),
             Op::Cast if g.node(map[&node.operands[0]]).dtype == node.dtype => map[&node.operands[0]],
             Op::Cast => g.cast(map[&node.operands[0]], node.dtype).expect("the same cast"),
             _ => {
@@ -258,7 +258,7 @@ fn perturbed_graph(graph: &Graph) -> (Graph, Vec<Noise>) {
         let node = graph.node(id);
         let new = match node.op {
             Op::Input { .. } => g.input(node.dtype, node.shape.clone()),
-            Op::Constant { value } => g.constant(value, node.dtype),
+            Op::Constant { value } => g.literal(value, node.dtype),
             _ => {
                 let source = rounds_differently(graph, id);
                 let n = combined(graph, id);

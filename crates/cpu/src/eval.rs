@@ -87,7 +87,7 @@ fn eval_node(node: &Node, operands: &[&HostTensor]) -> Result<HostTensor> {
         Op::Input { .. } => unreachable!("inputs are bound, not evaluated"),
         Op::Constant { value } => {
             let mut data = empty_data(dtype, 1);
-            push(&mut data, Scalar::Float(*value));
+            push(&mut data, *value);
             data
         }
         Op::Cast => elementwise(dtype, shape, [operands[0]], |[x]| x),

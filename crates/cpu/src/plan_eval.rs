@@ -6,11 +6,11 @@
 //! to f16/bf16 rounds, a store narrows); integers compute in their own width (i64 wrapped to
 //! i32 for i32 values); bools are bools.
 
-use crate::scalar::{self, Scalar};
+use crate::scalar;
 use crate::{CpuError, Result};
 use braze_ir::elementwise::{nan_max, nan_min, Elem};
 use braze_ir::rounding::i64_to_f32_round_to_odd;
-use braze_ir::{DType, HostData, HostTensor, ReduceOp, UnaryOp};
+use braze_ir::{DType, HostData, HostTensor, Literal, ReduceOp, UnaryOp};
 use braze_plan::{
     Activation, BufferRole, Concat, Expr, Kernel, KernelKind, MatMul, MultiReduce, Plan, Pointwise, RowKernel, ValueId,
 };
@@ -215,9 +215,9 @@ fn compute(expr: &Expr, dtype: DType, arg: impl Fn(ValueId) -> Val) -> Val {
 }
 
 /// The constant `c` as a value of `dtype` (cast semantics from the exact f64).
-fn cast_const(c: f64, dtype: DType) -> Val {
+fn cast_const(c: Literal, dtype: DType) -> Val {
     let mut one = crate::scalar::empty_data(dtype, 1);
-    scalar::push(&mut one, Scalar::Float(c));
+    scalar::push(&mut one, c);
     load(&one, 0)
 }
 

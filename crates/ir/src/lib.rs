@@ -14,6 +14,7 @@ mod graph;
 mod host;
 pub mod infer;
 mod json;
+mod literal;
 mod op;
 pub mod rounding;
 mod shape;
@@ -25,6 +26,7 @@ pub use elementwise::{BinaryOp, UnaryOp};
 pub use error::{IrError, Result};
 pub use graph::{Graph, Node, NodeId, SourceLoc};
 pub use host::{HostData, HostTensor};
+pub use literal::Literal;
 pub use op::{format_f64, Op, ReduceOp};
 pub use shape::Shape;
 

@@ -1,7 +1,7 @@
 //! The operation set: a small list of primitives plus composites (norms, softmax) that the
 //! passes either match whole or decompose into primitives.
 
-use crate::{BinaryOp, UnaryOp};
+use crate::{BinaryOp, Literal, UnaryOp};
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -34,9 +34,9 @@ pub enum Op {
     Input {
         index: usize,
     },
-    /// A scalar (rank 0) of the node's dtype (no operands).
+    /// A scalar (rank 0) of the node's dtype (no operands); the value's kind matches the dtype.
     Constant {
-        value: f64,
+        value: Literal,
     },
     /// Converts its operand to the node's dtype.
     Cast,
@@ -144,7 +144,7 @@ impl Op {
         let list = |v: &[usize]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(",");
         match self {
             Op::Input { index } => format!("#{index}"),
-            Op::Constant { value } => format_f64(*value),
+            Op::Constant { value } => value.to_string(),
             Op::Reduce { axes, keepdim, .. } => {
                 format!("axes=[{}]{}", list(axes), if *keepdim { ", keepdim" } else { "" })
             }

@@ -22,7 +22,7 @@ struct ValueKey {
 fn value_key(node: &Node) -> ValueKey {
     // Float attributes compare by bits; the other ops have no floats in their Debug form.
     let op = match &node.op {
-        Op::Constant { value } => format!("const {:016x}", value.to_bits()),
+        Op::Constant { value } => format!("const {:?}", value.bit_key()),
         Op::LayerNorm { eps } | Op::RmsNorm { eps } => format!("{} {:016x}", node.op.name(), eps.to_bits()),
         other => format!("{other:?}"),
     };

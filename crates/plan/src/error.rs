@@ -51,7 +51,8 @@ pub enum Rule {
     /// In a kernel body, values refer only to earlier values (SSA), and stores to existing ones.
     ValueOrder,
     /// Unary, binary, where and reduce values have the dtype the IR's typing rules
-    /// (`braze_ir::infer`) give their operands.
+    /// (`braze_ir::infer`) give their operands, and a constant's value is of its dtype's kind
+    /// (`Literal::fits`).
     ValueTypes,
     /// A load names an input slot of its kernel, has that buffer's dtype, gives one stride per
     /// domain dim, and stays inside the buffer whenever it runs (a load of an empty domain, or

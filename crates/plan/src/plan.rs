@@ -11,7 +11,7 @@
 //! dtype. Integers compute in their own width, bools as bools. Op semantics are those of
 //! `braze-cpu`'s reference (NaN-propagating max/min, relu(-0.0) = +0.0, int x/0 = 0, ...).
 
-use braze_ir::{BinaryOp, DType, ReduceOp, Shape, SourceLoc, UnaryOp};
+use braze_ir::{BinaryOp, DType, Literal, ReduceOp, Shape, SourceLoc, UnaryOp};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -144,9 +144,9 @@ pub enum Expr {
         offset: usize,
         strides: Vec<usize>,
     },
-    /// A scalar of the value's dtype.
+    /// A scalar of the value's dtype; the literal's kind matches it.
     Const {
-        value: f64,
+        value: Literal,
     },
     /// Converts `x` to the value's dtype.
     Cast {

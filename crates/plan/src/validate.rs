@@ -198,7 +198,12 @@ impl Plan {
                         }
                     }
                 }
-                Expr::Const { .. } | Expr::Cast { .. } => {}
+                Expr::Const { value: c } => {
+                    if !c.fits(value.dtype) {
+                        return Err(here(Rule::ValueTypes, format!("constant {c} is not a {} value", value.dtype)));
+                    }
+                }
+                Expr::Cast { .. } => {}
                 Expr::Unary { op, x } => typed(Op::Unary { op: *op }, &[*x])?,
                 Expr::Binary { op, a, b } => typed(Op::Binary { op: *op }, &[*a, *b])?,
                 Expr::Where { cond, a, b } => typed(Op::Where, &[*cond, *a, *b])?,

@@ -2,7 +2,7 @@
 
 #![allow(dead_code)]
 
-use braze_ir::{BinaryOp, DType, ReduceOp, Shape, SourceLoc, UnaryOp};
+use braze_ir::{BinaryOp, DType, Literal, ReduceOp, Shape, SourceLoc, UnaryOp};
 use braze_plan::{
     Body, Buffer, BufferId, BufferRole, Concat, Expr, Kernel, KernelKind, MatMul, MultiReduce, Plan, PlanOutput,
     Pointwise, RowKernel, SourceOp, Store, ValueId,
@@ -67,7 +67,7 @@ fn un(body: &mut Body, op: UnaryOp, x: ValueId) -> ValueId {
 }
 
 fn constant(body: &mut Body, value: f64, dtype: DType) -> ValueId {
-    body.push(Expr::Const { value }, dtype)
+    body.push(Expr::Const { value: Literal::of_f64(value, dtype) }, dtype)
 }
 
 fn reduce(body: &mut Body, op: ReduceOp, x: ValueId) -> ValueId {
