@@ -10,9 +10,9 @@ use crate::scalar;
 use crate::{CpuError, Result};
 use braze_ir::elementwise::{nan_max, nan_min, Elem};
 use braze_ir::rounding::i64_to_f32_round_to_odd;
-use braze_ir::{DType, HostData, HostTensor, Literal, ReduceOp, UnaryOp};
+use braze_ir::{DType, HostData, HostTensor, Literal, ReduceOp};
 use braze_plan::{
-    Activation, BufferRole, Concat, Expr, Kernel, KernelKind, MatMul, MultiReduce, Plan, Pointwise, RowKernel, ValueId,
+    BufferRole, Concat, Expr, Kernel, KernelKind, MatMul, MultiReduce, Plan, Pointwise, RowKernel, ValueId,
 };
 use half::{bf16, f16};
 use std::borrow::Cow;
@@ -431,8 +431,7 @@ fn run_matmul(mm: &MatMul, inputs: &[&HostData], outputs: &mut [HostData]) {
                 }
                 let y = match mm.activation {
                     None => acc,
-                    Some(Activation::Relu) => float_of(UnaryOp::Relu.eval_f32(Val::Float(acc))),
-                    Some(Activation::GeluTanh) => float_of(UnaryOp::GeluTanh.eval_f32(Val::Float(acc))),
+                    Some(op) => float_of(op.eval_f32(Val::Float(acc))),
                 };
                 store(&mut outputs[0], (batch * m + i) * n + j, Val::Float(y));
             }

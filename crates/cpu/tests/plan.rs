@@ -7,8 +7,8 @@ mod common;
 use braze_cpu::{assert_close, eval_graph, eval_plan, inject_specials, random_tensor};
 use braze_ir::{BinaryOp, DType, Graph, HostTensor, Literal, NodeId, Op, ReduceOp, Shape, UnaryOp};
 use braze_plan::{
-    Activation, Body, Buffer, BufferId, BufferRole, Concat, Expr, Kernel, KernelKind, MatMul, MultiReduce, Plan,
-    PlanOutput, Pointwise, RowKernel, Store, ValueId,
+    Body, Buffer, BufferId, BufferRole, Concat, Expr, Kernel, KernelKind, MatMul, MultiReduce, Plan, PlanOutput,
+    Pointwise, RowKernel, Store, ValueId,
 };
 
 /// Runs `plan` and `graph` on `inputs` and requires every output to agree within the dtype's
@@ -329,7 +329,7 @@ fn matmul_with_bias_activation_broadcast_and_transposes() {
         a_transposed,
         b_transposed,
         bias: true,
-        activation: Some(Activation::Relu),
+        activation: Some(UnaryOp::Relu),
     };
     let plan = |a_transposed, b_transposed| Plan {
         buffers: vec![

@@ -73,7 +73,7 @@ pub enum Rule {
     MultiReduce,
     /// A matmul has inputs A, B (and the bias when it has one) and one output, all of its float
     /// dtype; every batch of A and B lies inside its buffer, the bias holds `n` elements and the
-    /// output `batch * m * n`.
+    /// output `batch * m * n`; its activation is one of `MatMul::EPILOGUE_ACTIVATIONS`.
     MatMul,
     /// A concat's axis is a dim of its shape; it has one input per extent and one output, all
     /// of its dtype; the extents add up to the shape's extent along the axis, input `i` holds

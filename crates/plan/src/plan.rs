@@ -243,12 +243,6 @@ pub struct MultiReduce {
     pub dtype: DType,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum Activation {
-    Relu,
-    GeluTanh,
-}
-
 /// `out[b] = act(A[b] @ B[b] + bias)`, with row-major A `[m, k]` and B `[k, n]` per batch
 /// (or their transposes when the flags say the buffer holds `[k, m]` / `[n, k]`). Kernel inputs:
 /// 0 = A, 1 = B, 2 = bias `[n]` when `bias`. Output 0 is `[batch.., m, n]`.
@@ -265,7 +259,14 @@ pub struct MatMul {
     pub a_transposed: bool,
     pub b_transposed: bool,
     pub bias: bool,
-    pub activation: Option<Activation>,
+    /// Applied to every element after the bias; one of [`MatMul::EPILOGUE_ACTIVATIONS`].
+    pub activation: Option<UnaryOp>,
+}
+
+impl MatMul {
+    /// The activations a matmul's epilogue applies: those cuBLASLt's epilogues compute (its
+    /// GELU is the tanh approximation).
+    pub const EPILOGUE_ACTIVATIONS: &'static [UnaryOp] = &[UnaryOp::Relu, UnaryOp::GeluTanh];
 }
 
 /// Joins contiguous inputs along `axis`: input `i` has shape `shape` except `extents[i]` along

@@ -16,7 +16,7 @@
 //!
 //! Buffers print their element count: the plan keeps no shapes for them, only for its outputs.
 
-use crate::plan::{Activation, Body, BufferId, BufferRole, Expr, Kernel, KernelKind, Plan, RowKernel, SourceOp};
+use crate::plan::{Body, BufferId, BufferRole, Expr, Kernel, KernelKind, Plan, RowKernel, SourceOp};
 use std::fmt::{self, Write};
 
 /// Longest list of buffers or item sizes printed in full; longer ones are elided in the middle.
@@ -128,10 +128,8 @@ impl Plan {
                 if mm.bias {
                     s.push_str(" +bias");
                 }
-                match mm.activation {
-                    Some(Activation::Relu) => s.push_str(" +relu"),
-                    Some(Activation::GeluTanh) => s.push_str(" +gelu_tanh"),
-                    None => {}
+                if let Some(op) = mm.activation {
+                    let _ = write!(s, " +{}", op.name());
                 }
                 s
             }

@@ -337,6 +337,9 @@ impl Plan {
         if self.buffer(kernel.outputs[0]).numel != batches * mm.m * mm.n {
             return fail(format!("the output must hold {batches} x {} x {} elements", mm.m, mm.n));
         }
+        if let Some(op) = mm.activation.filter(|op| !crate::plan::MatMul::EPILOGUE_ACTIVATIONS.contains(op)) {
+            return fail(format!("{} is not an epilogue activation", op.name()));
+        }
         Ok(())
     }
 

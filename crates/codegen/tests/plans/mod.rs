@@ -428,7 +428,7 @@ pub fn matmul() -> Plan {
         a_transposed: false,
         b_transposed: false,
         bias: true,
-        activation: Some(braze_plan::Activation::GeluTanh),
+        activation: Some(UnaryOp::GeluTanh),
     });
     p.kernel("matmul_bias_gelu_bf16_k0", kind, vec![a, bm, bias], vec![out], &["matmul", "add", "gelu_tanh"])
 }

@@ -546,11 +546,8 @@ impl Fuser<'_> {
                 if mm.bias.is_some() {
                     parts.push("bias".into());
                 }
-                if let Some(act) = mm.activation {
-                    parts.push(match act {
-                        braze_plan::Activation::Relu => "relu".into(),
-                        braze_plan::Activation::GeluTanh => "gelu_tanh".into(),
-                    });
+                if let Some(op) = mm.activation {
+                    parts.push(op.name().into());
                 }
                 ("matmul", Vec::new())
             }
