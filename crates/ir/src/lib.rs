@@ -62,6 +62,19 @@ mod tests {
     }
 
     #[test]
+    fn topo_order_puts_inputs_first_then_ready_nodes_by_creation() {
+        let mut g = Graph::new();
+        let x = g.input(DType::F32, [4]);
+        let c = g.constant(2.0, DType::F32);
+        let y = g.input(DType::F32, [4]);
+        let a = g.add(Op::Binary { op: BinaryOp::Mul }, &[y, c], None).unwrap();
+        let b = g.add(Op::Binary { op: BinaryOp::Add }, &[x, x], None).unwrap();
+        let d = g.add(Op::Binary { op: BinaryOp::Sub }, &[b, a], None).unwrap();
+        g.set_outputs(vec![d]);
+        assert_eq!(g.topo_order(), vec![x, y, c, a, b, d]);
+    }
+
+    #[test]
     fn json_round_trips() {
         let g = ln_relu_res();
         let back = Graph::from_json(&g.to_json()).unwrap();

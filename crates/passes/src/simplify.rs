@@ -4,7 +4,6 @@
 //! than it found. So `x + 0.0` on floats stays (it turns -0.0 into +0.0), as do `x * 0` (NaN, inf)
 //! and `x / x`.
 
-use crate::topo::topo_order;
 use crate::{Pass, Result};
 use braze_ir::{BinaryOp, DType, Graph, Literal, NodeId, Op, ReduceOp, UnaryOp};
 
@@ -41,7 +40,7 @@ impl Pass for Simplify {
 
     fn run(&self, g: &mut Graph) -> Result<bool> {
         let mut changed = false;
-        for id in topo_order(g) {
+        for id in g.topo_order() {
             if !g.contains(id) {
                 continue;
             }
