@@ -11,12 +11,11 @@ mod common;
 
 use braze_codegen::{default_config, generate, KernelCode, Target};
 use braze_cpu::{eval_graph, eval_plan};
-use braze_cuda::nvrtc::nvrtc_available;
 use braze_ir::{BinaryOp, DType, Graph, HostData, HostTensor, Literal, NodeId, Op, ReduceOp, UnaryOp};
 use braze_passes::{compile_to_plan, optimize, FusionOptions, PassManager};
 use braze_plan::Plan;
 use braze_workloads::graph;
-use common::{compare_outputs, compile_for_sm90, narrowest_float, random_inputs, Builder};
+use common::{compare_outputs, compile_for_sm90, narrowest_float, nvrtc_enabled, random_inputs, Builder};
 use std::collections::BTreeSet;
 use std::fmt::Write;
 
@@ -437,20 +436,6 @@ fn settings() -> insta::Settings {
     settings
 }
 
-/// Whether generated kernels are compiled: NVRTC found, or a skip printed; a missing NVRTC fails
-/// under `BRAZE_REQUIRE_NVRTC=1`.
-fn nvrtc_enabled() -> bool {
-    if nvrtc_available() {
-        return true;
-    }
-    assert!(
-        std::env::var("BRAZE_REQUIRE_NVRTC").as_deref() != Ok("1"),
-        "NVRTC not found, and BRAZE_REQUIRE_NVRTC=1 requires it (set LD_LIBRARY_PATH to its lib folder)"
-    );
-    println!("skipped: NVRTC not found");
-    false
-}
-
 /// The optimized IR of every pass that changed the graph, after the IR as built.
 fn pass_history(graph: &Graph) -> String {
     let mut manager = PassManager::standard().recording();
@@ -628,6 +613,6 @@ fn i64_constants_above_2_pow_53_are_exact() {
     assert_eq!(reference[0].data(), &HostData::I64(expected.clone()));
     assert_eq!(fused[0].data(), &HostData::I64(expected));
 
-    let sources = kernel_sources(&plan, common::nvrtc_enabled());
+    let sources = kernel_sources(&plan, nvrtc_enabled());
     assert!(sources.contains(&format!("{BIG}LL")), "{sources}");
 }

@@ -285,8 +285,8 @@ fn perturbed_graph(graph: &Graph) -> (Graph, Vec<Noise>) {
 
 /// Noise input `index` of perturbed run `run`: `1 + e` with `|e| <= size`.
 fn noise_tensor(&(dtype, ref shape, size): &Noise, run: u64, index: usize) -> HostTensor {
-    let mut rng = Rng(run.wrapping_mul(0x1000_0001).wrapping_add(index as u64));
-    let values: Vec<f64> = (0..shape.numel()).map(|_| 1.0 + size * (2.0 * rng.unit() - 1.0)).collect();
+    let mut rng = Rng::new(run.wrapping_mul(0x1000_0001).wrapping_add(index as u64));
+    let values: Vec<f64> = (0..shape.numel()).map(|_| 1.0 + size * (2.0 * rng.next_unit() - 1.0)).collect();
     HostTensor::from_f64(dtype, shape.clone(), &values).expect("one value per element")
 }
 
