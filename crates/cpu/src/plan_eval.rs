@@ -242,20 +242,9 @@ fn reduce(op: ReduceOp, dtype: DType, count: usize, values: impl Iterator<Item =
             Val::Float(if op == ReduceOp::Mean { total / count as f32 } else { total })
         }
         DType::I32 | DType::I64 => {
-            let (min, max) =
-                if dtype == DType::I32 { (i32::MIN as i64, i32::MAX as i64) } else { (i64::MIN, i64::MAX) };
-            let identity = match op {
-                ReduceOp::Sum | ReduceOp::Mean => 0,
-                ReduceOp::Max => min,
-                ReduceOp::Min => max,
-            };
-            let total = values.fold(identity, |acc: i64, v| {
+            let total = values.fold(op.int_identity(dtype), |acc, v| {
                 let Val::Int(x) = v else { unreachable!("integer reduction over {v:?}") };
-                match op {
-                    ReduceOp::Sum | ReduceOp::Mean => acc.wrapping_add(x),
-                    ReduceOp::Max => acc.max(x),
-                    ReduceOp::Min => acc.min(x),
-                }
+                op.combine_int(acc, x)
             });
             settle(Val::Int(total), dtype)
         }

@@ -1,7 +1,7 @@
 //! The operation set: a small list of primitives plus composites (norms, softmax) that the
 //! passes either match whole or decompose into primitives.
 
-use crate::{BinaryOp, Literal, UnaryOp};
+use crate::{BinaryOp, DType, Literal, UnaryOp};
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -22,6 +22,25 @@ impl ReduceOp {
             ReduceOp::Mean => "mean",
             ReduceOp::Max => "max",
             ReduceOp::Min => "min",
+        }
+    }
+
+    /// The identity of an integer reduction of `dtype` (i32 or i64), widened to i64.
+    pub fn int_identity(self, dtype: DType) -> i64 {
+        let (min, max) = if dtype == DType::I32 { (i32::MIN.into(), i32::MAX.into()) } else { (i64::MIN, i64::MAX) };
+        match self {
+            ReduceOp::Sum | ReduceOp::Mean => 0,
+            ReduceOp::Max => min,
+            ReduceOp::Min => max,
+        }
+    }
+
+    /// One step of an integer reduction in i64: sums wrap (the caller narrows to the dtype).
+    pub fn combine_int(self, acc: i64, x: i64) -> i64 {
+        match self {
+            ReduceOp::Sum | ReduceOp::Mean => acc.wrapping_add(x),
+            ReduceOp::Max => acc.max(x),
+            ReduceOp::Min => acc.min(x),
         }
     }
 }
