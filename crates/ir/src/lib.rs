@@ -26,8 +26,8 @@ pub use elementwise::{BinaryOp, UnaryOp};
 pub use error::{IrError, Result};
 pub use graph::{Graph, Node, NodeId, SourceLoc};
 pub use host::{HostData, HostTensor};
-pub use literal::Literal;
-pub use op::{format_f64, Op, ReduceOp};
+pub use literal::{format_f64, Literal};
+pub use op::{Op, ReduceOp};
 pub use shape::Shape;
 
 #[cfg(test)]

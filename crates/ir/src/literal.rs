@@ -1,8 +1,7 @@
 //! The exact value of a constant: a float, an integer or a bool, whichever the constant's dtype
-//! holds, so an i64 above 2^53 is kept to the last bit.
+//! holds, so an i64 above 2^53 is kept to the last bit; and the text form of floats ([`format_f64`]).
 
 use crate::elementwise::Elem;
-use crate::op::format_f64;
 use crate::DType;
 use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -134,6 +133,23 @@ impl Visitor<'_> for LiteralVisitor {
     /// Older dumps wrote non-finite floats as `null`; their value is lost, so they read as NaN.
     fn visit_unit<E: de::Error>(self) -> Result<Literal, E> {
         Ok(Literal::Float(f64::NAN))
+    }
+}
+
+/// Shortest text that reads back to the same f64, with a decimal point or exponent so it reads
+/// as a float; NaN and infinities spelled out.
+pub fn format_f64(v: f64) -> String {
+    if v.is_nan() {
+        "nan".into()
+    } else if v.is_infinite() {
+        if v > 0.0 {
+            "inf".into()
+        } else {
+            "-inf".into()
+        }
+    } else {
+        let s = format!("{v:?}");
+        s
     }
 }
 

@@ -1,6 +1,7 @@
 //! The operation set: a small list of primitives plus composites (norms, softmax) that the
 //! passes either match whole or decompose into primitives.
 
+use crate::literal::format_f64;
 use crate::{BinaryOp, DType, Literal, UnaryOp};
 use serde::{Deserialize, Serialize};
 
@@ -175,22 +176,5 @@ impl Op {
             Op::LayerNorm { eps } | Op::RmsNorm { eps } => format!("eps={}", format_f64(*eps)),
             _ => String::new(),
         }
-    }
-}
-
-/// Shortest text that reads back to the same f64, with a decimal point or exponent so it reads
-/// as a float; NaN and infinities spelled out.
-pub fn format_f64(v: f64) -> String {
-    if v.is_nan() {
-        "nan".into()
-    } else if v.is_infinite() {
-        if v > 0.0 {
-            "inf".into()
-        } else {
-            "-inf".into()
-        }
-    } else {
-        let s = format!("{v:?}");
-        s
     }
 }
