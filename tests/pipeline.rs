@@ -11,12 +11,11 @@ mod common;
 
 use braze_codegen::{default_config, generate, KernelCode, Target};
 use braze_cpu::{eval_graph, eval_plan};
-use braze_cuda::nvrtc::nvrtc_available;
-use braze_ir::{BinaryOp, DType, Graph, NodeId, Op, ReduceOp, UnaryOp};
+use braze_ir::{BinaryOp, DType, Graph, HostData, HostTensor, Literal, NodeId, Op, ReduceOp, UnaryOp};
 use braze_passes::{compile_to_plan, optimize, FusionOptions, PassManager};
 use braze_plan::Plan;
 use braze_workloads::graph;
-use common::{compare_outputs, compile_for_sm90, narrowest_float, random_inputs, Builder};
+use common::{compare_outputs, compile_for_sm90, narrowest_float, nvrtc_enabled, random_inputs, Builder};
 use std::collections::BTreeSet;
 use std::fmt::Write;
 
@@ -437,20 +436,6 @@ fn settings() -> insta::Settings {
     settings
 }
 
-/// Whether generated kernels are compiled: NVRTC found, or a skip printed; a missing NVRTC fails
-/// under `BRAZE_REQUIRE_NVRTC=1`.
-fn nvrtc_enabled() -> bool {
-    if nvrtc_available() {
-        return true;
-    }
-    assert!(
-        std::env::var("BRAZE_REQUIRE_NVRTC").as_deref() != Ok("1"),
-        "NVRTC not found, and BRAZE_REQUIRE_NVRTC=1 requires it (set LD_LIBRARY_PATH to its lib folder)"
-    );
-    println!("skipped: NVRTC not found");
-    false
-}
-
 /// The optimized IR of every pass that changed the graph, after the IR as built.
 fn pass_history(graph: &Graph) -> String {
     let mut manager = PassManager::standard().recording();
@@ -598,4 +583,36 @@ fn cases_cover_every_kernel_family() {
     assert_eq!(seen, all);
     let names: BTreeSet<&str> = CASES.iter().map(|c| c.name).collect();
     assert_eq!(names.len(), CASES.len(), "case names are snapshot names and must be unique");
+}
+
+// ---- exact integer constants ------------------------------------------------------------------
+
+/// An i64 constant above 2^53 (not an f64) keeps every bit through the IR's text and JSON, the
+/// plan, the reference, the plan executor and the generated CUDA C.
+#[test]
+fn i64_constants_above_2_pow_53_are_exact() {
+    const BIG: i64 = (1 << 62) + 1;
+    let mut b = Builder::new();
+    let x = b.input(DType::I64, [5]);
+    let c = b.g.literal(Literal::Int(BIG), DType::I64);
+    let sum = b.add(x, c);
+    let graph = b.finish(vec![sum]);
+    assert!(graph.to_text().contains(&format!("const {BIG} : i64")), "{}", graph.to_text());
+    assert_eq!(Graph::from_json(&graph.to_json()).unwrap().to_text(), graph.to_text());
+
+    let plan = fuse("i64 + 2^62 + 1", &graph);
+    assert!(plan.to_string().contains(&format!("const {BIG}")), "{plan}");
+    assert_eq!(Plan::from_json(&plan.to_json()).unwrap(), plan);
+
+    let xs = [0, 1, -1, 3 << 60, i64::MAX - BIG + 1];
+    let input = HostTensor::new([5], HostData::I64(xs.to_vec())).unwrap();
+    let expected: Vec<i64> = xs.iter().map(|v| v.wrapping_add(BIG)).collect();
+    assert_eq!(expected[1], BIG + 1, "the sum is not an f64");
+    let reference = eval_graph(&graph, std::slice::from_ref(&input)).unwrap();
+    let fused = eval_plan(&plan, &[input]).unwrap();
+    assert_eq!(reference[0].data(), &HostData::I64(expected.clone()));
+    assert_eq!(fused[0].data(), &HostData::I64(expected));
+
+    let sources = kernel_sources(&plan, nvrtc_enabled());
+    assert!(sources.contains(&format!("{BIG}LL")), "{sources}");
 }

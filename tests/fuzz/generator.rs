@@ -60,7 +60,7 @@ struct Generator {
 
 impl Generator {
     fn new(seed: u64) -> Generator {
-        Generator { rng: Rng(seed), g: Graph::new(), values: Vec::new(), exact: HashSet::new(), cap: MAX_NUMEL }
+        Generator { rng: Rng::new(seed), g: Graph::new(), values: Vec::new(), exact: HashSet::new(), cap: MAX_NUMEL }
     }
 
     fn random_dtype(&mut self) -> DType {

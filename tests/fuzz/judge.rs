@@ -169,7 +169,7 @@ pub fn wide_graph(graph: &Graph) -> Graph {
         let node = graph.node(id);
         let new = match node.op {
             Op::Input { .. } => g.input(node.dtype, node.shape.clone()),
-            Op::Constant { value } => g.constant(value, node.dtype),
+            Op::Constant { value } => g.literal(value, node.dtype),
             Op::Cast if g.node(map[&node.operands[0]]).dtype == node.dtype => map[&node.operands[0]],
             Op::Cast => g.cast(map[&node.operands[0]], node.dtype).expect("the same cast"),
             _ => {
@@ -258,7 +258,7 @@ fn perturbed_graph(graph: &Graph) -> (Graph, Vec<Noise>) {
         let node = graph.node(id);
         let new = match node.op {
             Op::Input { .. } => g.input(node.dtype, node.shape.clone()),
-            Op::Constant { value } => g.constant(value, node.dtype),
+            Op::Constant { value } => g.literal(value, node.dtype),
             _ => {
                 let source = rounds_differently(graph, id);
                 let n = combined(graph, id);
@@ -285,8 +285,8 @@ fn perturbed_graph(graph: &Graph) -> (Graph, Vec<Noise>) {
 
 /// Noise input `index` of perturbed run `run`: `1 + e` with `|e| <= size`.
 fn noise_tensor(&(dtype, ref shape, size): &Noise, run: u64, index: usize) -> HostTensor {
-    let mut rng = Rng(run.wrapping_mul(0x1000_0001).wrapping_add(index as u64));
-    let values: Vec<f64> = (0..shape.numel()).map(|_| 1.0 + size * (2.0 * rng.unit() - 1.0)).collect();
+    let mut rng = Rng::new(run.wrapping_mul(0x1000_0001).wrapping_add(index as u64));
+    let values: Vec<f64> = (0..shape.numel()).map(|_| 1.0 + size * (2.0 * rng.next_unit() - 1.0)).collect();
     HostTensor::from_f64(dtype, shape.clone(), &values).expect("one value per element")
 }
 

@@ -173,7 +173,7 @@ fn random_graphs_from_a_fresh_seed_range() {
     let graphs = env_u64("BRAZE_FUZZ_FRESH_GRAPHS").unwrap_or(300);
     let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
     // Past the fixed range, below 2^40 so it reads and types easily.
-    let first = 1_000_000 + rng::Rng(nanos).next() % (1 << 40);
+    let first = 1_000_000 + rng::Rng::new(nanos).next_u64() % (1 << 40);
     println!(
         "fresh seed range: {graphs} graphs from seed {first}; rerun with \
          BRAZE_FUZZ_SEED={first} BRAZE_FUZZ_GRAPHS={graphs} cargo test --release --test fuzz random_graphs"

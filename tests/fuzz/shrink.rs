@@ -53,7 +53,7 @@ fn rebuild(
                 sources.push(Source::Input(index));
                 g.input(node.dtype, node.shape.clone())
             }
-            Op::Constant { value } => g.constant(value, node.dtype),
+            Op::Constant { value } => g.literal(value, node.dtype),
             _ => {
                 let operands: Vec<NodeId> = node.operands.iter().map(|&o| map[&resolve(o)]).collect();
                 g.add_declared(node.op.clone(), &operands, node.dtype, node.shape.clone(), None).ok()?

@@ -18,7 +18,8 @@
 //! # Ok::<(), braze::Error>(())
 //! ```
 //!
-//! Outside `compile` the same ops run eagerly, one graph per op, on the CPU reference.
+//! Outside `compile` the same ops run eagerly, one graph per op: on the CPU reference for CPU
+//! tensors, as one cached kernel per op structure for GPU tensors.
 //!
 //! Code map, in the order a call goes through it:
 //! - `tensor`, `ops`: the [`Tensor`] handle and every op as a method, each recording the caller's
@@ -27,8 +28,9 @@
 //!   execution outside one.
 //! - `breaks`, `custom_op`: everything that needs values on the host ([`BreakKind`]).
 //! - `compile`: [`compile`] and [`Compiled`], the cache per input signature and its guards.
-//! - [`backend`]: the seam where graphs become runnable ([`backend::Executable`]); today the CPU
-//!   reference, later fusion, codegen and CUDA.
+//! - [`backend`]: the seam where graphs become runnable ([`backend::Executable`]): traced graphs
+//!   are fused into a plan and run by the CPU plan executor or as NVRTC-compiled CUDA kernels;
+//!   eager one-op graphs run on the CPU reference or as one kernel on the GPU.
 //! - `explain`, [`logging`]: [`Explanation`], `BRAZE_LOG` and `BRAZE_DUMP`.
 //!
 //! **Invariant:** no user input makes the library panic: every op returns `Result`.

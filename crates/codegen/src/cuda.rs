@@ -5,7 +5,7 @@
 use crate::writer::CodeWriter;
 use braze_ir::elementwise::CudaHelper;
 use braze_ir::rounding::{f64_to_bf16, f64_to_f16};
-use braze_ir::DType;
+use braze_ir::{DType, Literal};
 use std::collections::BTreeSet;
 
 /// The C type a value of `dtype` has in registers: f16/bf16 compute in float.
@@ -62,16 +62,17 @@ fn i64_literal(v: i64) -> String {
     }
 }
 
-/// A constant of `dtype`, rounded to that dtype as the reference stores it.
-pub(crate) fn const_literal(value: f64, dtype: DType) -> String {
-    match dtype {
-        DType::F32 => f32_literal(value as f32),
-        DType::F16 => f32_literal(f64_to_f16(value).to_f32()),
-        DType::BF16 => f32_literal(f64_to_bf16(value).to_f32()),
-        // Float -> int casts truncate and saturate (NaN -> 0), as `as` does.
-        DType::I32 => i32_literal(value as i32),
-        DType::I64 => i64_literal(value as i64),
-        DType::Bool => if value != 0.0 { "true" } else { "false" }.to_string(),
+/// A constant of `dtype`, rounded to that dtype as the reference stores it; integers exactly.
+pub(crate) fn const_literal(value: Literal, dtype: DType) -> String {
+    match (dtype, value.to_dtype(dtype)) {
+        (DType::F32, Literal::Float(v)) => f32_literal(v as f32),
+        (DType::F16, Literal::Float(v)) => f32_literal(f64_to_f16(v).to_f32()),
+        (DType::BF16, Literal::Float(v)) => f32_literal(f64_to_bf16(v).to_f32()),
+        // `to_dtype` wrapped the value into i32's range.
+        (DType::I32, Literal::Int(i)) => i32_literal(i as i32),
+        (DType::I64, Literal::Int(i)) => i64_literal(i),
+        (DType::Bool, Literal::Bool(b)) => b.to_string(),
+        (dtype, value) => unreachable!("Literal::to_dtype gave {value:?} for {dtype}"),
     }
 }
 
@@ -417,8 +418,11 @@ mod tests {
         assert_eq!(f32_literal(1e-5), "1e-5f");
         assert_eq!(f32_literal(-0.0), "-0.0f");
         assert_eq!(f32_literal(f32::INFINITY), "__int_as_float(0x7f800000)");
-        assert_eq!(const_literal(0.1, DType::BF16), "0.100097656f");
-        assert_eq!(const_literal(-2147483648.0, DType::I32), "(-2147483647 - 1)");
-        assert_eq!(const_literal(3.9, DType::I64), "3LL");
+        assert_eq!(const_literal(Literal::Float(0.1), DType::BF16), "0.100097656f");
+        assert_eq!(const_literal(Literal::Int(-2147483648), DType::I32), "(-2147483647 - 1)");
+        assert_eq!(const_literal(Literal::of_f64(3.9, DType::I64), DType::I64), "3LL");
+        assert_eq!(const_literal(Literal::Int((1 << 62) + 1), DType::I64), "4611686018427387905LL");
+        assert_eq!(const_literal(Literal::Int(i64::MIN), DType::I64), "(-9223372036854775807LL - 1)");
+        assert_eq!(const_literal(Literal::Bool(true), DType::Bool), "true");
     }
 }

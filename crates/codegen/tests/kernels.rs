@@ -36,39 +36,9 @@ fn snapshot(name: &str, plan: &Plan) -> GeneratedKernel {
     snapshot_with(name, plan, &default_config(plan, 0, &Target::h200()))
 }
 
-/// Every hand-built plan, named as its snapshot.
-fn all_plans() -> Vec<(&'static str, Plan)> {
-    vec![
-        ("pointwise_broadcast_f32", plans::pointwise_broadcast_f32()),
-        ("pointwise_ew_chain_f32", plans::ew_chain(DType::F32, 1 << 26)),
-        ("pointwise_bf16_vectorized", plans::ew_chain(DType::BF16, 1_000_003)),
-        ("pointwise_multi_output", plans::pointwise_multi_output()),
-        ("pointwise_every_float_op", plans::pointwise_every_float_op()),
-        ("pointwise_int_ops", plans::pointwise_int_ops()),
-        ("pointwise_64bit_index", plans::pointwise_huge()),
-        ("pointwise_empty", plans::pointwise_empty()),
-        ("row_ln_relu_res_f32", plans::ln_relu_res(DType::F32, 16_384, 4096)),
-        ("row_ln_relu_res_bf16", plans::ln_relu_res(DType::BF16, 16_384, 4096)),
-        ("row_ln_relu_res_f32_1024", plans::ln_relu_res(DType::F32, 65_536, 1024)),
-        ("row_two_layers", plans::chained_layers(2, 64, 256)),
-        ("row_tiny_block_16_layers", plans::chained_layers(16, 64, 256)),
-        ("row_softmax", plans::softmax(1024, 1000)),
-        ("row_mean_middle_axis", plans::mean_middle_axis(32, 1000, 64)),
-        ("row_softmax_zero_columns", plans::softmax(4, 0)),
-        ("row_rms_norm_per_row_scale_bf16", plans::rms_norm_scaled(4096, 2048)),
-        ("row_int_count_and_max", plans::count_positive(1000, 300)),
-        ("multi_reduce_sum_5", plans::multi_sum(&[100_000, 0, 37, 5000, 16_385], DType::F32)),
-        ("multi_reduce_max_abs_bf16", plans::multi_max_abs(&[70_000, 3, 0, 2_000, 1_024])),
-        ("multi_reduce_mean_square", plans::multi_mean_square(&[10, 300, 0])),
-        ("concat_3", plans::concat(&[10, 6, 16], DType::F32)),
-        ("concat_20_bf16", plans::concat(&[3; 20], DType::BF16)),
-        ("multi_reduce_no_items", plans::multi_sum(&[], DType::F32)),
-    ]
-}
-
 #[test]
 fn snapshots_of_every_family() {
-    for (name, plan) in all_plans() {
+    for (name, plan) in plans::all_plans() {
         snapshot(name, &plan);
     }
 }
@@ -90,7 +60,7 @@ fn snapshot_of_a_sub_warp_row_kernel() {
 
 #[test]
 fn generation_is_deterministic() {
-    for (name, plan) in all_plans() {
+    for (name, plan) in plans::all_plans() {
         for config in candidate_configs(&plan, 0, &Target::h200()) {
             let first = generate(&plan, 0, &config, &Target::h200()).unwrap();
             let second = generate(&plan.clone(), 0, &config, &Target::h200()).unwrap();
@@ -101,7 +71,7 @@ fn generation_is_deterministic() {
 
 #[test]
 fn every_candidate_config_generates() {
-    for (name, plan) in all_plans() {
+    for (name, plan) in plans::all_plans() {
         let candidates = candidate_configs(&plan, 0, &Target::h200());
         assert!((1..=8).contains(&candidates.len()), "{name}: {} candidates", candidates.len());
         assert_eq!(candidates[0], default_config(&plan, 0, &Target::h200()));
@@ -121,7 +91,7 @@ fn every_candidate_config_generates() {
 
 #[test]
 fn index_math_is_64_bit_exactly_when_needed() {
-    for (name, plan) in all_plans() {
+    for (name, plan) in plans::all_plans() {
         let kernel = cuda(&plan, &default_config(&plan, 0, &Target::h200()));
         let largest = plan.buffers.iter().map(|b| b.numel).max().unwrap();
         let wide = kernel.source.contains("typedef unsigned long long idx_t;");

@@ -87,13 +87,8 @@ impl fmt::Display for CompareReport {
     }
 }
 
-/// Compares element by element with the given tolerances. `Err` when dtype or shape differ.
-pub fn compare(
-    actual: &HostTensor,
-    expected: &HostTensor,
-    rtol: f64,
-    atol: f64,
-) -> std::result::Result<CompareReport, String> {
+/// `Err` naming both when the dtypes or shapes differ.
+fn same_type(actual: &HostTensor, expected: &HostTensor) -> std::result::Result<(), String> {
     if actual.dtype() != expected.dtype() || actual.shape() != expected.shape() {
         return Err(format!(
             "expected {}{}, got {}{}",
@@ -103,6 +98,17 @@ pub fn compare(
             actual.shape()
         ));
     }
+    Ok(())
+}
+
+/// Compares element by element with the given tolerances. `Err` when dtype or shape differ.
+pub fn compare(
+    actual: &HostTensor,
+    expected: &HostTensor,
+    rtol: f64,
+    atol: f64,
+) -> std::result::Result<CompareReport, String> {
+    same_type(actual, expected)?;
     let mut report = CompareReport {
         numel: actual.numel(),
         rtol,
@@ -242,15 +248,7 @@ pub fn assert_close_bounded(
     if !expected.dtype().is_float() {
         return assert_close_with(actual, expected, 0.0, 0.0);
     }
-    if actual.dtype() != expected.dtype() || actual.shape() != expected.shape() {
-        return Err(format!(
-            "expected {}{}, got {}{}",
-            expected.dtype(),
-            expected.shape(),
-            actual.dtype(),
-            actual.shape()
-        ));
-    }
+    same_type(actual, expected)?;
     if let Some(w) = wide.filter(|w| w.shape() != expected.shape()) {
         return Err(format!("the wide reference is {}{}, the reference {}", w.dtype(), w.shape(), expected.shape()));
     }

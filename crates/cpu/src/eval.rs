@@ -87,7 +87,7 @@ fn eval_node(node: &Node, operands: &[&HostTensor]) -> Result<HostTensor> {
         Op::Input { .. } => unreachable!("inputs are bound, not evaluated"),
         Op::Constant { value } => {
             let mut data = empty_data(dtype, 1);
-            push(&mut data, Scalar::Float(*value));
+            push(&mut data, *value);
             data
         }
         Op::Cast => elementwise(dtype, shape, [operands[0]], |[x]| x),
@@ -182,22 +182,11 @@ fn reduce(op: ReduceOp, x: &HostTensor, axes: &[usize]) -> HostData {
             }
         }
         DType::I32 | DType::I64 => {
-            let (min, max) =
-                if dtype == DType::I32 { (i32::MIN as i64, i32::MAX as i64) } else { (i64::MIN, i64::MAX) };
-            let identity = match op {
-                ReduceOp::Sum | ReduceOp::Mean => 0,
-                ReduceOp::Max => min,
-                ReduceOp::Min => max,
-            };
-            let mut acc = vec![identity; outputs];
+            let mut acc = vec![op.int_identity(dtype); outputs];
             walk(x.shape().dims(), [&out_strides], |[o]| {
                 let Scalar::Int(v) = Scalar::read(x.data(), input_index) else { unreachable!("integer data") };
                 input_index += 1;
-                acc[o] = match op {
-                    ReduceOp::Sum | ReduceOp::Mean => acc[o].wrapping_add(v),
-                    ReduceOp::Max => acc[o].max(v),
-                    ReduceOp::Min => acc[o].min(v),
-                };
+                acc[o] = op.combine_int(acc[o], v);
             });
             for a in acc {
                 push(&mut out, Scalar::Int(a));

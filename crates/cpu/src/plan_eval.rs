@@ -6,13 +6,13 @@
 //! to f16/bf16 rounds, a store narrows); integers compute in their own width (i64 wrapped to
 //! i32 for i32 values); bools are bools.
 
-use crate::scalar::{self, Scalar};
+use crate::scalar;
 use crate::{CpuError, Result};
 use braze_ir::elementwise::{nan_max, nan_min, Elem};
 use braze_ir::rounding::i64_to_f32_round_to_odd;
-use braze_ir::{DType, HostData, HostTensor, ReduceOp, UnaryOp};
+use braze_ir::{DType, HostData, HostTensor, Literal, ReduceOp};
 use braze_plan::{
-    Activation, BufferRole, Concat, Expr, Kernel, KernelKind, MatMul, MultiReduce, Plan, Pointwise, RowKernel, ValueId,
+    BufferRole, Concat, Expr, Kernel, KernelKind, MatMul, MultiReduce, Plan, Pointwise, RowKernel, ValueId,
 };
 use half::{bf16, f16};
 use std::borrow::Cow;
@@ -215,9 +215,9 @@ fn compute(expr: &Expr, dtype: DType, arg: impl Fn(ValueId) -> Val) -> Val {
 }
 
 /// The constant `c` as a value of `dtype` (cast semantics from the exact f64).
-fn cast_const(c: f64, dtype: DType) -> Val {
+fn cast_const(c: Literal, dtype: DType) -> Val {
     let mut one = crate::scalar::empty_data(dtype, 1);
-    scalar::push(&mut one, Scalar::Float(c));
+    scalar::push(&mut one, c);
     load(&one, 0)
 }
 
@@ -242,20 +242,9 @@ fn reduce(op: ReduceOp, dtype: DType, count: usize, values: impl Iterator<Item =
             Val::Float(if op == ReduceOp::Mean { total / count as f32 } else { total })
         }
         DType::I32 | DType::I64 => {
-            let (min, max) =
-                if dtype == DType::I32 { (i32::MIN as i64, i32::MAX as i64) } else { (i64::MIN, i64::MAX) };
-            let identity = match op {
-                ReduceOp::Sum | ReduceOp::Mean => 0,
-                ReduceOp::Max => min,
-                ReduceOp::Min => max,
-            };
-            let total = values.fold(identity, |acc: i64, v| {
+            let total = values.fold(op.int_identity(dtype), |acc, v| {
                 let Val::Int(x) = v else { unreachable!("integer reduction over {v:?}") };
-                match op {
-                    ReduceOp::Sum | ReduceOp::Mean => acc.wrapping_add(x),
-                    ReduceOp::Max => acc.max(x),
-                    ReduceOp::Min => acc.min(x),
-                }
+                op.combine_int(acc, x)
             });
             settle(Val::Int(total), dtype)
         }
@@ -431,8 +420,7 @@ fn run_matmul(mm: &MatMul, inputs: &[&HostData], outputs: &mut [HostData]) {
                 }
                 let y = match mm.activation {
                     None => acc,
-                    Some(Activation::Relu) => float_of(UnaryOp::Relu.eval_f32(Val::Float(acc))),
-                    Some(Activation::GeluTanh) => float_of(UnaryOp::GeluTanh.eval_f32(Val::Float(acc))),
+                    Some(op) => float_of(op.eval_f32(Val::Float(acc))),
                 };
                 store(&mut outputs[0], (batch * m + i) * n + j, Val::Float(y));
             }

@@ -39,6 +39,11 @@ impl SplitMix64 {
         self.next_unit() < p
     }
 
+    /// One of `items` (not empty), uniformly: `items[self.below(items.len())]`.
+    pub fn pick<T: Copy>(&mut self, items: &[T]) -> T {
+        items[self.below(items.len())]
+    }
+
     /// A pair of independent standard normals (Box-Muller).
     pub fn next_normal_pair(&mut self) -> (f64, f64) {
         let u1 = 1.0 - self.next_unit(); // in (0, 1], so the log is finite

@@ -5,10 +5,10 @@
 mod common;
 
 use braze_cpu::{assert_close, eval_graph, eval_plan, inject_specials, random_tensor};
-use braze_ir::{BinaryOp, DType, Graph, HostTensor, NodeId, Op, ReduceOp, Shape, UnaryOp};
+use braze_ir::{BinaryOp, DType, Graph, HostTensor, Literal, NodeId, Op, ReduceOp, Shape, UnaryOp};
 use braze_plan::{
-    Activation, Body, Buffer, BufferId, BufferRole, Concat, Expr, Kernel, KernelKind, MatMul, MultiReduce, Plan,
-    PlanOutput, Pointwise, RowKernel, Store, ValueId,
+    Body, Buffer, BufferId, BufferRole, Concat, Expr, Kernel, KernelKind, MatMul, MultiReduce, Plan, PlanOutput,
+    Pointwise, RowKernel, Store, ValueId,
 };
 
 /// Runs `plan` and `graph` on `inputs` and requires every output to agree within the dtype's
@@ -104,9 +104,9 @@ fn pointwise_slice_offset_and_mixed_dtypes() {
     let mut body = Body::default();
     let x = load(&mut body, 0, 2, &[4, 1], DType::F32);
     let narrowed = body.push(Expr::Cast { x }, DType::BF16);
-    let two = body.push(Expr::Const { value: 2.0 }, DType::BF16);
+    let two = body.push(Expr::Const { value: Literal::Float(2.0) }, DType::BF16);
     let out = bin(&mut body, BinaryOp::Mul, narrowed, two, DType::BF16);
-    let positive = body.push(Expr::Const { value: 0.0 }, DType::BF16);
+    let positive = body.push(Expr::Const { value: Literal::Float(0.0) }, DType::BF16);
     let flag = bin(&mut body, BinaryOp::Gt, out, positive, DType::Bool);
     body.stores.push(Store { value: out, output: 0 });
     body.stores.push(Store { value: flag, output: 1 });
@@ -152,13 +152,13 @@ fn layer_norm_row_kernel(dtype: DType, outer: &[usize], cols: usize, eps: f64) -
     let loaded = load(&mut body, 0, 0, &element_strides, dtype);
     let x = body.push(Expr::Cast { x: loaded }, f);
     let sum = body.push(Expr::Reduce { op: ReduceOp::Sum, x }, f);
-    let inv_n = body.push(Expr::Const { value: 1.0 / cols as f64 }, f);
+    let inv_n = body.push(Expr::Const { value: Literal::Float(1.0 / cols as f64) }, f);
     let mean = bin(&mut body, BinaryOp::Mul, sum, inv_n, f);
     let centered = bin(&mut body, BinaryOp::Sub, x, mean, f);
     let squared = bin(&mut body, BinaryOp::Mul, centered, centered, f);
     let sum_sq = body.push(Expr::Reduce { op: ReduceOp::Sum, x: squared }, f);
     let var = bin(&mut body, BinaryOp::Mul, sum_sq, inv_n, f);
-    let eps = body.push(Expr::Const { value: eps }, f);
+    let eps = body.push(Expr::Const { value: Literal::Float(eps) }, f);
     let var_eps = bin(&mut body, BinaryOp::Add, var, eps, f);
     let rstd = body.push(Expr::Unary { op: UnaryOp::Rsqrt, x: var_eps }, f);
     let normalized = bin(&mut body, BinaryOp::Mul, centered, rstd, f);
@@ -329,7 +329,7 @@ fn matmul_with_bias_activation_broadcast_and_transposes() {
         a_transposed,
         b_transposed,
         bias: true,
-        activation: Some(Activation::Relu),
+        activation: Some(UnaryOp::Relu),
     };
     let plan = |a_transposed, b_transposed| Plan {
         buffers: vec![

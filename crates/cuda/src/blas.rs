@@ -31,6 +31,7 @@ use crate::buffer::DeviceBuffer;
 use crate::capture_gate::outside_capture;
 use crate::device::{lock, CudaDevice};
 use crate::error::{CudaError, Result};
+use braze_ir::UnaryOp;
 
 /// Element type of A, B, C and the bias.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -58,14 +59,22 @@ impl MatmulDtype {
     }
 }
 
-/// Activation applied to the result in the matmul's epilogue (after the bias).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum Activation {
-    #[default]
-    None,
-    Relu,
-    /// tanh approximation (see the module documentation).
-    Gelu,
+/// cuBLASLt's epilogue for an activation (after the bias, when there is one). The activations
+/// it computes are those of `braze_plan::MatMul::EPILOGUE_ACTIVATIONS`; any other unary op is an
+/// error.
+fn epilogue(activation: Option<UnaryOp>, bias: bool) -> Result<cublasLtEpilogue_t> {
+    use cublasLtEpilogue_t as E;
+    Ok(match (activation, bias) {
+        (None, false) => E::CUBLASLT_EPILOGUE_DEFAULT,
+        (Some(UnaryOp::Relu), false) => E::CUBLASLT_EPILOGUE_RELU,
+        (Some(UnaryOp::GeluTanh), false) => E::CUBLASLT_EPILOGUE_GELU,
+        (None, true) => E::CUBLASLT_EPILOGUE_BIAS,
+        (Some(UnaryOp::Relu), true) => E::CUBLASLT_EPILOGUE_RELU_BIAS,
+        (Some(UnaryOp::GeluTanh), true) => E::CUBLASLT_EPILOGUE_GELU_BIAS,
+        (Some(op), _) => {
+            return Err(CudaError::InvalidArgument(format!("matmul: cuBLASLt has no {} epilogue", op.name())))
+        }
+    })
 }
 
 /// Shape and options of one (possibly batched) row-major matmul.
@@ -93,8 +102,8 @@ pub struct MatmulSpec {
     pub dtype: MatmulDtype,
     /// For f32: allow TF32 tensor cores (faster, ~1e-3 relative error). Ignored for f16/bf16.
     pub allow_tf32: bool,
-    /// Fused activation.
-    pub activation: Activation,
+    /// Fused activation: relu or gelu_tanh (see [`epilogue`]).
+    pub activation: Option<UnaryOp>,
     /// Add into C (`C = A@B + C ...`) instead of overwriting it.
     pub accumulate: bool,
 }
@@ -114,7 +123,7 @@ impl MatmulSpec {
             transpose_b: false,
             dtype,
             allow_tf32: false,
-            activation: Activation::None,
+            activation: None,
             accumulate: false,
         }
     }
@@ -427,14 +436,7 @@ impl Problem {
         let desc = Desc::new(compute_type)?;
         desc.set(DescAttr::CUBLASLT_MATMUL_DESC_TRANSA, &(spec.transpose_b as i32))?;
         desc.set(DescAttr::CUBLASLT_MATMUL_DESC_TRANSB, &(spec.transpose_a as i32))?;
-        let epilogue = match (spec.activation, bias.is_some()) {
-            (Activation::None, false) => cublasLtEpilogue_t::CUBLASLT_EPILOGUE_DEFAULT,
-            (Activation::Relu, false) => cublasLtEpilogue_t::CUBLASLT_EPILOGUE_RELU,
-            (Activation::Gelu, false) => cublasLtEpilogue_t::CUBLASLT_EPILOGUE_GELU,
-            (Activation::None, true) => cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BIAS,
-            (Activation::Relu, true) => cublasLtEpilogue_t::CUBLASLT_EPILOGUE_RELU_BIAS,
-            (Activation::Gelu, true) => cublasLtEpilogue_t::CUBLASLT_EPILOGUE_GELU_BIAS,
-        };
+        let epilogue = epilogue(spec.activation, bias.is_some())?;
         desc.set(DescAttr::CUBLASLT_MATMUL_DESC_EPILOGUE, &(epilogue as u32))?;
         if let Some(bias) = bias {
             // The bias has one entry per row of the column-major output, i.e. per column n of
@@ -572,5 +574,17 @@ mod tests {
         let mut overlapping = MatmulSpec::new(2, 3, 4, MatmulDtype::F16).batched(2);
         overlapping.stride_c = 1;
         assert!(matches!(validate_spec(&overlapping), Err(CudaError::ShapeMismatch { .. })));
+    }
+
+    #[test]
+    fn epilogues_cover_exactly_the_plan_activations() {
+        for &op in UnaryOp::ALL {
+            let allowed = braze_plan::MatMul::EPILOGUE_ACTIVATIONS.contains(&op);
+            for bias in [false, true] {
+                assert_eq!(epilogue(Some(op), bias).is_ok(), allowed, "{} bias={bias}", op.name());
+            }
+        }
+        assert_eq!(epilogue(Some(UnaryOp::GeluTanh), true).unwrap(), cublasLtEpilogue_t::CUBLASLT_EPILOGUE_GELU_BIAS);
+        assert_eq!(epilogue(None, false).unwrap(), cublasLtEpilogue_t::CUBLASLT_EPILOGUE_DEFAULT);
     }
 }

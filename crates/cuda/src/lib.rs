@@ -21,7 +21,7 @@ pub mod launch;
 pub mod nvrtc;
 
 pub use autotune::{AutotuneRecord, AutotuneStore};
-pub use blas::{Activation, BlasLt, MatmulDtype, MatmulSpec, MatrixRef};
+pub use blas::{BlasLt, MatmulDtype, MatmulSpec, MatrixRef};
 pub use buffer::{bytes_of, values_from_bytes, DeviceBuffer, PodScalar};
 pub use cache::{CacheKey, CacheStats, KernelCache};
 pub use device::{cuda_available, device_count, driver_available, CudaDevice, EventTimer};

@@ -2,7 +2,8 @@
 
 mod common;
 
-use braze_cuda::{Activation, BlasLt, CudaDevice, CudaError, DeviceBuffer, MatmulDtype, MatmulSpec, MatrixRef};
+use braze_cuda::{BlasLt, CudaDevice, CudaError, DeviceBuffer, MatmulDtype, MatmulSpec, MatrixRef};
+use braze_ir::UnaryOp;
 use half::{bf16, f16};
 
 /// Host values of one operand, rounded to the operand type, plus their device bytes.
@@ -87,9 +88,10 @@ fn reference(
                     size += c[p * spec.stride_c + i * n + j].abs();
                 }
                 out[at] = match spec.activation {
-                    Activation::None => sum,
-                    Activation::Relu => sum.max(0.0),
-                    Activation::Gelu => gelu_tanh(sum),
+                    None => sum,
+                    Some(UnaryOp::Relu) => sum.max(0.0),
+                    Some(UnaryOp::GeluTanh) => gelu_tanh(sum),
+                    Some(op) => unreachable!("{} is not an epilogue activation", op.name()),
                 };
                 magnitude[at] = size;
             }
@@ -177,7 +179,7 @@ fn f32_with_bias_relu_accumulate_and_transposes() {
         let spec = MatmulSpec {
             transpose_a,
             transpose_b,
-            activation: Activation::Relu,
+            activation: Some(UnaryOp::Relu),
             accumulate: seed % 2 == 1,
             ..MatmulSpec::new(33, 70, 48, MatmulDtype::F32)
         };
@@ -195,7 +197,7 @@ fn bf16_batched_with_shared_weight_bias_and_gelu() {
     let Some((device, blas)) = blas() else { return };
     let mut spec = MatmulSpec {
         transpose_b: true,
-        activation: Activation::Gelu,
+        activation: Some(UnaryOp::GeluTanh),
         ..MatmulSpec::new(64, 96, 128, MatmulDtype::BF16).batched(3)
     };
     spec.stride_b = 0; // one weight for the whole batch
@@ -205,7 +207,8 @@ fn bf16_batched_with_shared_weight_bias_and_gelu() {
 #[test]
 fn f16_batched_with_bias_and_relu() {
     let Some((device, blas)) = blas() else { return };
-    let spec = MatmulSpec { activation: Activation::Relu, ..MatmulSpec::new(40, 24, 200, MatmulDtype::F16).batched(4) };
+    let spec =
+        MatmulSpec { activation: Some(UnaryOp::Relu), ..MatmulSpec::new(40, 24, 200, MatmulDtype::F16).batched(4) };
     run_case(&device, &blas, &Case { spec, with_bias: true, accumulate_rel: 1e-4, output_rel: 2e-3 }, 30);
 }
 
@@ -254,7 +257,7 @@ fn shape_and_alignment_errors_are_reported() {
 #[test]
 fn matmul_inside_a_captured_graph() {
     let Some((device, blas)) = blas() else { return };
-    let spec = MatmulSpec { activation: Activation::Relu, ..MatmulSpec::new(128, 64, 96, MatmulDtype::BF16) };
+    let spec = MatmulSpec { activation: Some(UnaryOp::Relu), ..MatmulSpec::new(128, 64, 96, MatmulDtype::BF16) };
     let a = operand(spec.dtype, spec.m * spec.k, 50);
     let b = operand(spec.dtype, spec.k * spec.n, 51);
     let a_buffer = device.upload(&a.bytes).unwrap();

@@ -17,6 +17,8 @@ pub enum IrError {
     BadAxis { op: String, axis: i64, rank: usize },
     #[error("{op}: not defined for dtype {dtype}")]
     UnsupportedDType { op: String, dtype: DType },
+    #[error("const: {value} is not a value of dtype {dtype}")]
+    ConstantKind { value: String, dtype: DType },
     #[error("graph verification failed at {node}: {detail}")]
     Verify { node: String, detail: String },
     #[error("graph JSON: {0}")]

@@ -2,7 +2,7 @@
 //! edges (operand -> user, weighted by operand slot) mirror it so users can be found quickly.
 
 use crate::infer::{infer, Declared};
-use crate::{DType, IrError, Op, Result, Shape};
+use crate::{DType, IrError, Literal, Op, Result, Shape};
 use petgraph::stable_graph::{NodeIndex, StableGraph};
 use petgraph::visit::EdgeRef;
 use petgraph::Direction;
@@ -77,7 +77,16 @@ impl Graph {
         id
     }
 
+    /// A scalar constant of `dtype` from an f64, converted with cast semantics (an integral value
+    /// converts to an integer dtype exactly); see [`Graph::literal`] for integers beyond 2^53.
     pub fn constant(&mut self, value: f64, dtype: DType) -> NodeId {
+        self.literal(Literal::of_f64(value, dtype), dtype)
+    }
+
+    /// A scalar constant of `dtype` holding `value` converted to the dtype's kind
+    /// ([`Literal::to_dtype`]), so an i64 keeps every bit.
+    pub fn literal(&mut self, value: Literal, dtype: DType) -> NodeId {
+        let value = value.to_dtype(dtype);
         self.push(Node { op: Op::Constant { value }, operands: vec![], dtype, shape: Shape::scalar(), loc: None })
     }
 

@@ -26,13 +26,16 @@ pub fn infer(op: &Op, operands: &[(DType, &Shape)], declared: Option<Declared<'_
             let d = need_declared()?;
             Ok((d.dtype, d.shape.clone()))
         }
-        Op::Constant { .. } => {
+        Op::Constant { value } => {
             let d = need_declared()?;
             if d.shape.rank() != 0 {
                 return Err(IrError::ShapeMismatch {
                     op: name.into(),
                     detail: format!("a constant is a scalar, got shape {}", d.shape),
                 });
+            }
+            if !value.fits(d.dtype) {
+                return Err(IrError::ConstantKind { value: value.to_string(), dtype: d.dtype });
             }
             Ok((d.dtype, Shape::scalar()))
         }

@@ -65,7 +65,7 @@ impl Graph {
                     }
                     graph.input(n.dtype, n.shape)
                 }
-                Op::Constant { value } => graph.constant(value, n.dtype),
+                Op::Constant { value } => graph.literal(value, n.dtype),
                 op => graph.add_declared(op, &operands, n.dtype, n.shape, None)?,
             };
             graph.set_loc(id, n.loc);

@@ -14,6 +14,7 @@ mod graph;
 mod host;
 pub mod infer;
 mod json;
+mod literal;
 mod op;
 pub mod rounding;
 mod shape;
@@ -25,7 +26,8 @@ pub use elementwise::{BinaryOp, UnaryOp};
 pub use error::{IrError, Result};
 pub use graph::{Graph, Node, NodeId, SourceLoc};
 pub use host::{HostData, HostTensor};
-pub use op::{format_f64, Op, ReduceOp};
+pub use literal::{format_f64, Literal};
+pub use op::{Op, ReduceOp};
 pub use shape::Shape;
 
 #[cfg(test)]
@@ -57,6 +59,19 @@ mod tests {
              %6 = add %5, %3 : f32[64,256]\n  \
              return %6\n}\n"
         );
+    }
+
+    #[test]
+    fn topo_order_puts_inputs_first_then_ready_nodes_by_creation() {
+        let mut g = Graph::new();
+        let x = g.input(DType::F32, [4]);
+        let c = g.constant(2.0, DType::F32);
+        let y = g.input(DType::F32, [4]);
+        let a = g.add(Op::Binary { op: BinaryOp::Mul }, &[y, c], None).unwrap();
+        let b = g.add(Op::Binary { op: BinaryOp::Add }, &[x, x], None).unwrap();
+        let d = g.add(Op::Binary { op: BinaryOp::Sub }, &[b, a], None).unwrap();
+        g.set_outputs(vec![d]);
+        assert_eq!(g.topo_order(), vec![x, y, c, a, b, d]);
     }
 
     #[test]

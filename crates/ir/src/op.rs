@@ -1,7 +1,8 @@
 //! The operation set: a small list of primitives plus composites (norms, softmax) that the
 //! passes either match whole or decompose into primitives.
 
-use crate::{BinaryOp, UnaryOp};
+use crate::literal::format_f64;
+use crate::{BinaryOp, DType, Literal, UnaryOp};
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -24,6 +25,25 @@ impl ReduceOp {
             ReduceOp::Min => "min",
         }
     }
+
+    /// The identity of an integer reduction of `dtype` (i32 or i64), widened to i64.
+    pub fn int_identity(self, dtype: DType) -> i64 {
+        let (min, max) = if dtype == DType::I32 { (i32::MIN.into(), i32::MAX.into()) } else { (i64::MIN, i64::MAX) };
+        match self {
+            ReduceOp::Sum | ReduceOp::Mean => 0,
+            ReduceOp::Max => min,
+            ReduceOp::Min => max,
+        }
+    }
+
+    /// One step of an integer reduction in i64: sums wrap (the caller narrows to the dtype).
+    pub fn combine_int(self, acc: i64, x: i64) -> i64 {
+        match self {
+            ReduceOp::Sum | ReduceOp::Mean => acc.wrapping_add(x),
+            ReduceOp::Max => acc.max(x),
+            ReduceOp::Min => acc.min(x),
+        }
+    }
 }
 
 /// One IR operation. Operand counts and meanings are listed per variant.
@@ -34,9 +54,9 @@ pub enum Op {
     Input {
         index: usize,
     },
-    /// A scalar (rank 0) of the node's dtype (no operands).
+    /// A scalar (rank 0) of the node's dtype (no operands); the value's kind matches the dtype.
     Constant {
-        value: f64,
+        value: Literal,
     },
     /// Converts its operand to the node's dtype.
     Cast,
@@ -144,7 +164,7 @@ impl Op {
         let list = |v: &[usize]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(",");
         match self {
             Op::Input { index } => format!("#{index}"),
-            Op::Constant { value } => format_f64(*value),
+            Op::Constant { value } => value.to_string(),
             Op::Reduce { axes, keepdim, .. } => {
                 format!("axes=[{}]{}", list(axes), if *keepdim { ", keepdim" } else { "" })
             }
@@ -156,22 +176,5 @@ impl Op {
             Op::LayerNorm { eps } | Op::RmsNorm { eps } => format!("eps={}", format_f64(*eps)),
             _ => String::new(),
         }
-    }
-}
-
-/// Shortest text that reads back to the same f64, with a decimal point or exponent so it reads
-/// as a float; NaN and infinities spelled out.
-pub fn format_f64(v: f64) -> String {
-    if v.is_nan() {
-        "nan".into()
-    } else if v.is_infinite() {
-        if v > 0.0 {
-            "inf".into()
-        } else {
-            "-inf".into()
-        }
-    } else {
-        let s = format!("{v:?}");
-        s
     }
 }

@@ -2,7 +2,6 @@
 //! order for commutative ops), same dtype and shape. Constants are equal when their values have
 //! the same bits (so NaN equals NaN, and 0.0 differs from -0.0).
 
-use crate::topo::topo_order;
 use crate::{Pass, Result};
 use braze_ir::{DType, Graph, Node, NodeId, Op, Shape};
 use std::collections::HashMap;
@@ -22,7 +21,7 @@ struct ValueKey {
 fn value_key(node: &Node) -> ValueKey {
     // Float attributes compare by bits; the other ops have no floats in their Debug form.
     let op = match &node.op {
-        Op::Constant { value } => format!("const {:016x}", value.to_bits()),
+        Op::Constant { value } => format!("const {:?}", value.bit_key()),
         Op::LayerNorm { eps } | Op::RmsNorm { eps } => format!("{} {:016x}", node.op.name(), eps.to_bits()),
         other => format!("{other:?}"),
     };
@@ -44,7 +43,7 @@ impl Pass for CommonSubexpressions {
         let mut first: HashMap<ValueKey, NodeId> = HashMap::new();
         let mut changed = false;
         // Topological order: a node's operands are already merged when its key is built.
-        for id in topo_order(g) {
+        for id in g.topo_order() {
             if matches!(g.node(id).op, Op::Input { .. }) {
                 continue;
             }

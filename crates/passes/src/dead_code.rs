@@ -1,6 +1,5 @@
 //! Removes nodes that no graph output depends on. Inputs stay: they are part of the signature.
 
-use crate::topo::topo_order;
 use crate::{Pass, Result};
 use braze_ir::{Graph, NodeId, Op};
 use std::collections::HashSet;
@@ -22,7 +21,8 @@ impl Pass for DeadCode {
             }
         }
         // Users before operands, so every node is unused when its turn comes.
-        let dead: Vec<NodeId> = topo_order(g)
+        let dead: Vec<NodeId> = g
+            .topo_order()
             .into_iter()
             .rev()
             .filter(|id| !live.contains(id) && !matches!(g.node(*id).op, Op::Input { .. }))

@@ -3,7 +3,6 @@
 //! composite's source location. f16/bf16 composites compute in f32: the decomposition casts to
 //! f32 first and back at the end, so a fused kernel does not round every intermediate.
 
-use crate::topo::topo_order;
 use crate::{Pass, PassError, Result};
 use braze_ir::{BinaryOp, DType, Graph, NodeId, Op, ReduceOp, Shape, SourceLoc, UnaryOp};
 use std::collections::HashMap;
@@ -43,7 +42,7 @@ fn decomposed_name(op: &Op) -> Option<&'static str> {
 /// Decomposes every composite, recording where each new node came from.
 pub(crate) fn decompose(g: &mut Graph, origins: &mut Origins) -> Result<bool> {
     let mut changed = false;
-    for id in topo_order(g) {
+    for id in g.topo_order() {
         let Some(origin) = decomposed_name(&g.node(id).op) else { continue };
         let node = g.node(id).clone();
         let mut b = Builder { g, loc: node.loc.clone(), origin, origins };

@@ -23,7 +23,6 @@ mod fusion;
 mod pass;
 mod pipeline;
 mod simplify;
-mod topo;
 
 pub use common_subexpressions::CommonSubexpressions;
 pub use dead_code::DeadCode;

@@ -4,9 +4,8 @@
 //! than it found. So `x + 0.0` on floats stays (it turns -0.0 into +0.0), as do `x * 0` (NaN, inf)
 //! and `x / x`.
 
-use crate::topo::topo_order;
 use crate::{Pass, Result};
-use braze_ir::{BinaryOp, DType, Graph, NodeId, Op, ReduceOp, UnaryOp};
+use braze_ir::{BinaryOp, DType, Graph, Literal, NodeId, Op, ReduceOp, UnaryOp};
 
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Simplify;
@@ -41,7 +40,7 @@ impl Pass for Simplify {
 
     fn run(&self, g: &mut Graph) -> Result<bool> {
         let mut changed = false;
-        for id in topo_order(g) {
+        for id in g.topo_order() {
             if !g.contains(id) {
                 continue;
             }
@@ -65,7 +64,7 @@ impl Pass for Simplify {
 }
 
 /// The value of a scalar constant, seen through views (a broadcast constant is still one value).
-fn constant_value(g: &Graph, mut id: NodeId) -> Option<f64> {
+fn constant_value(g: &Graph, mut id: NodeId) -> Option<Literal> {
     loop {
         match &g.node(id).op {
             Op::Constant { value } => return Some(*value),
@@ -88,33 +87,42 @@ fn identity_operand(
     id: NodeId,
     op: BinaryOp,
     either_side: bool,
-    is_identity: impl Fn(f64, DType) -> bool,
+    is_identity: impl Fn(Literal) -> bool,
 ) -> Option<NodeId> {
     let (a, b) = binary_operands(g, id, op)?;
-    let dtype = g.node(id).dtype;
-    if constant_value(g, b).is_some_and(|c| is_identity(c, dtype)) {
+    if constant_value(g, b).is_some_and(&is_identity) {
         return Some(a);
     }
-    if either_side && constant_value(g, a).is_some_and(|c| is_identity(c, dtype)) {
+    if either_side && constant_value(g, a).is_some_and(is_identity) {
         return Some(b);
     }
     None
 }
 
+fn is_one(c: Literal) -> bool {
+    c == Literal::Float(1.0) || c == Literal::Int(1)
+}
+
 fn mul_one(g: &mut Graph, id: NodeId) -> Result<Option<NodeId>> {
-    Ok(identity_operand(g, id, BinaryOp::Mul, true, |c, _| c == 1.0))
+    Ok(identity_operand(g, id, BinaryOp::Mul, true, is_one))
 }
 
 fn div_one(g: &mut Graph, id: NodeId) -> Result<Option<NodeId>> {
-    Ok(identity_operand(g, id, BinaryOp::Div, false, |c, _| c == 1.0))
+    Ok(identity_operand(g, id, BinaryOp::Div, false, is_one))
 }
 
 fn sub_zero(g: &mut Graph, id: NodeId) -> Result<Option<NodeId>> {
-    Ok(identity_operand(g, id, BinaryOp::Sub, false, |c, dt| c == 0.0 && (!dt.is_float() || c.is_sign_positive())))
+    Ok(identity_operand(g, id, BinaryOp::Sub, false, |c| match c {
+        Literal::Float(v) => v == 0.0 && v.is_sign_positive(),
+        c => c == Literal::Int(0),
+    }))
 }
 
 fn add_zero(g: &mut Graph, id: NodeId) -> Result<Option<NodeId>> {
-    Ok(identity_operand(g, id, BinaryOp::Add, true, |c, dt| c == 0.0 && (!dt.is_float() || c.is_sign_negative())))
+    Ok(identity_operand(g, id, BinaryOp::Add, true, |c| match c {
+        Literal::Float(v) => v == 0.0 && v.is_sign_negative(),
+        c => c == Literal::Int(0),
+    }))
 }
 
 fn neg_neg(g: &mut Graph, id: NodeId) -> Result<Option<NodeId>> {

@@ -51,7 +51,8 @@ pub enum Rule {
     /// In a kernel body, values refer only to earlier values (SSA), and stores to existing ones.
     ValueOrder,
     /// Unary, binary, where and reduce values have the dtype the IR's typing rules
-    /// (`braze_ir::infer`) give their operands.
+    /// (`braze_ir::infer`) give their operands, and a constant's value is of its dtype's kind
+    /// (`Literal::fits`).
     ValueTypes,
     /// A load names an input slot of its kernel, has that buffer's dtype, gives one stride per
     /// domain dim, and stays inside the buffer whenever it runs (a load of an empty domain, or
@@ -72,7 +73,7 @@ pub enum Rule {
     MultiReduce,
     /// A matmul has inputs A, B (and the bias when it has one) and one output, all of its float
     /// dtype; every batch of A and B lies inside its buffer, the bias holds `n` elements and the
-    /// output `batch * m * n`.
+    /// output `batch * m * n`; its activation is one of `MatMul::EPILOGUE_ACTIVATIONS`.
     MatMul,
     /// A concat's axis is a dim of its shape; it has one input per extent and one output, all
     /// of its dtype; the extents add up to the shape's extent along the axis, input `i` holds

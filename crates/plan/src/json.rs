@@ -4,7 +4,7 @@ use crate::error::{PlanError, Result};
 use crate::plan::Plan;
 
 impl Plan {
-    /// The JSON form. Non-finite constants serialize as `null`.
+    /// The JSON form; constants read back exactly (`Literal`'s serde form).
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).expect("plan JSON serialization cannot fail")
     }

@@ -11,7 +11,7 @@
 //! dtype. Integers compute in their own width, bools as bools. Op semantics are those of
 //! `braze-cpu`'s reference (NaN-propagating max/min, relu(-0.0) = +0.0, int x/0 = 0, ...).
 
-use braze_ir::{BinaryOp, DType, ReduceOp, Shape, SourceLoc, UnaryOp};
+use braze_ir::{BinaryOp, DType, Literal, ReduceOp, Shape, SourceLoc, UnaryOp};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -144,9 +144,9 @@ pub enum Expr {
         offset: usize,
         strides: Vec<usize>,
     },
-    /// A scalar of the value's dtype.
+    /// A scalar of the value's dtype; the literal's kind matches it.
     Const {
-        value: f64,
+        value: Literal,
     },
     /// Converts `x` to the value's dtype.
     Cast {
@@ -243,12 +243,6 @@ pub struct MultiReduce {
     pub dtype: DType,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum Activation {
-    Relu,
-    GeluTanh,
-}
-
 /// `out[b] = act(A[b] @ B[b] + bias)`, with row-major A `[m, k]` and B `[k, n]` per batch
 /// (or their transposes when the flags say the buffer holds `[k, m]` / `[n, k]`). Kernel inputs:
 /// 0 = A, 1 = B, 2 = bias `[n]` when `bias`. Output 0 is `[batch.., m, n]`.
@@ -265,7 +259,14 @@ pub struct MatMul {
     pub a_transposed: bool,
     pub b_transposed: bool,
     pub bias: bool,
-    pub activation: Option<Activation>,
+    /// Applied to every element after the bias; one of [`MatMul::EPILOGUE_ACTIVATIONS`].
+    pub activation: Option<UnaryOp>,
+}
+
+impl MatMul {
+    /// The activations a matmul's epilogue applies: those cuBLASLt's epilogues compute (its
+    /// GELU is the tanh approximation).
+    pub const EPILOGUE_ACTIVATIONS: &'static [UnaryOp] = &[UnaryOp::Relu, UnaryOp::GeluTanh];
 }
 
 /// Joins contiguous inputs along `axis`: input `i` has shape `shape` except `extents[i]` along

@@ -16,8 +16,7 @@
 //!
 //! Buffers print their element count: the plan keeps no shapes for them, only for its outputs.
 
-use crate::plan::{Activation, Body, BufferId, BufferRole, Expr, Kernel, KernelKind, Plan, RowKernel, SourceOp};
-use braze_ir::format_f64;
+use crate::plan::{Body, BufferId, BufferRole, Expr, Kernel, KernelKind, Plan, RowKernel, SourceOp};
 use std::fmt::{self, Write};
 
 /// Longest list of buffers or item sizes printed in full; longer ones are elided in the middle.
@@ -129,10 +128,8 @@ impl Plan {
                 if mm.bias {
                     s.push_str(" +bias");
                 }
-                match mm.activation {
-                    Some(Activation::Relu) => s.push_str(" +relu"),
-                    Some(Activation::GeluTanh) => s.push_str(" +gelu_tanh"),
-                    None => {}
+                if let Some(op) = mm.activation {
+                    let _ = write!(s, " +{}", op.name());
                 }
                 s
             }
@@ -203,7 +200,7 @@ fn fmt_body(f: &mut fmt::Formatter<'_>, body: &Body, per_row: Option<&[bool]>) -
             Expr::Load { input, offset, strides } => {
                 format!("load in{input} offset={offset} strides={}", dims(strides))
             }
-            Expr::Const { value } => format!("const {}", format_f64(*value)),
+            Expr::Const { value } => format!("const {value}"),
             Expr::Cast { x } => format!("cast {x}"),
             Expr::Unary { op, x } => format!("{} {x}", op.name()),
             Expr::Binary { op, a, b } => format!("{} {a}, {b}", op.name()),

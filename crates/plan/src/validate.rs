@@ -198,7 +198,12 @@ impl Plan {
                         }
                     }
                 }
-                Expr::Const { .. } | Expr::Cast { .. } => {}
+                Expr::Const { value: c } => {
+                    if !c.fits(value.dtype) {
+                        return Err(here(Rule::ValueTypes, format!("constant {c} is not a {} value", value.dtype)));
+                    }
+                }
+                Expr::Cast { .. } => {}
                 Expr::Unary { op, x } => typed(Op::Unary { op: *op }, &[*x])?,
                 Expr::Binary { op, a, b } => typed(Op::Binary { op: *op }, &[*a, *b])?,
                 Expr::Where { cond, a, b } => typed(Op::Where, &[*cond, *a, *b])?,
@@ -331,6 +336,9 @@ impl Plan {
         }
         if self.buffer(kernel.outputs[0]).numel != batches * mm.m * mm.n {
             return fail(format!("the output must hold {batches} x {} x {} elements", mm.m, mm.n));
+        }
+        if let Some(op) = mm.activation.filter(|op| !crate::plan::MatMul::EPILOGUE_ACTIVATIONS.contains(op)) {
+            return fail(format!("{} is not an epilogue activation", op.name()));
         }
         Ok(())
     }

@@ -2,7 +2,7 @@
 //! mutation that breaks one rule is rejected with that rule (a test cannot pass because some
 //! other rule fired first).
 
-use braze_ir::{BinaryOp, DType, ReduceOp, Shape, UnaryOp};
+use braze_ir::{BinaryOp, DType, Literal, ReduceOp, Shape, UnaryOp};
 use braze_plan::{
     Body, Buffer, BufferId, BufferRole, Concat, Expr, Kernel, KernelKind, MatMul, MultiReduce, Plan, PlanError,
     PlanOutput, Pointwise, RowKernel, Rule, Store, ValueId,
@@ -328,6 +328,25 @@ fn value_order() {
 #[test]
 fn value_types() {
     check(&with(pointwise(), |p| pointwise_body(p).values[1].dtype = DType::F16), Some(Rule::ValueTypes));
+    // A constant's literal is of its dtype's kind.
+    check(
+        &with(pointwise(), |p| {
+            pointwise_body(p).push(Expr::Const { value: Literal::Float(2.0) }, F);
+        }),
+        None,
+    );
+    check(
+        &with(pointwise(), |p| {
+            pointwise_body(p).push(Expr::Const { value: Literal::Int(2) }, F);
+        }),
+        Some(Rule::ValueTypes),
+    );
+    check(
+        &with(pointwise(), |p| {
+            pointwise_body(p).push(Expr::Const { value: Literal::Int(1 << 40) }, DType::I32);
+        }),
+        Some(Rule::ValueTypes),
+    );
     // where needs a bool condition.
     check(
         &with(pointwise(), |p| {
@@ -529,6 +548,9 @@ fn matmul_rule() {
         Some(Rule::MatMul),
     );
     check(&with(matmul(), |p| p.buffers[1].dtype = DType::BF16), Some(Rule::MatMul));
+    // Only the activations cuBLASLt's epilogues compute.
+    check(&with(matmul(), |p| mm(p).activation = Some(UnaryOp::GeluTanh)), None);
+    check(&with(matmul(), |p| mm(p).activation = Some(UnaryOp::Exp)), Some(Rule::MatMul));
     // Transposed operands need the same sizes.
     check(
         &with(matmul(), |p| {

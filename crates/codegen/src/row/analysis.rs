@@ -103,7 +103,7 @@ impl RowAnalysis {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use braze_ir::{BinaryOp, DType, ReduceOp};
+    use braze_ir::{BinaryOp, DType, Literal, ReduceOp};
 
     #[test]
     fn layer_norm_caches_the_input_and_the_centred_values() {
@@ -111,7 +111,7 @@ mod tests {
         let mut body = Body::default();
         let x = body.push(Expr::Load { input: 0, offset: 0, strides: vec![8, 1] }, DType::F32);
         let s = body.push(Expr::Reduce { op: ReduceOp::Sum, x }, DType::F32);
-        let c = body.push(Expr::Const { value: 0.125 }, DType::F32);
+        let c = body.push(Expr::Const { value: Literal::Float(0.125) }, DType::F32);
         let mean = body.push(Expr::Binary { op: BinaryOp::Mul, a: s, b: c }, DType::F32);
         let d = body.push(Expr::Binary { op: BinaryOp::Sub, a: x, b: mean }, DType::F32);
         let dd = body.push(Expr::Binary { op: BinaryOp::Mul, a: d, b: d }, DType::F32);

@@ -2,7 +2,7 @@
 
 #![allow(dead_code)]
 
-use braze_ir::{BinaryOp, DType, ReduceOp, Shape, SourceLoc, UnaryOp};
+use braze_ir::{BinaryOp, DType, Literal, ReduceOp, Shape, SourceLoc, UnaryOp};
 use braze_plan::{
     Body, Buffer, BufferId, BufferRole, Concat, Expr, Kernel, KernelKind, MatMul, MultiReduce, Plan, PlanOutput,
     Pointwise, RowKernel, SourceOp, Store, ValueId,
@@ -67,7 +67,7 @@ fn un(body: &mut Body, op: UnaryOp, x: ValueId) -> ValueId {
 }
 
 fn constant(body: &mut Body, value: f64, dtype: DType) -> ValueId {
-    body.push(Expr::Const { value }, dtype)
+    body.push(Expr::Const { value: Literal::of_f64(value, dtype) }, dtype)
 }
 
 fn reduce(body: &mut Body, op: ReduceOp, x: ValueId) -> ValueId {
@@ -428,7 +428,7 @@ pub fn matmul() -> Plan {
         a_transposed: false,
         b_transposed: false,
         bias: true,
-        activation: Some(braze_plan::Activation::GeluTanh),
+        activation: Some(UnaryOp::GeluTanh),
     });
     p.kernel("matmul_bias_gelu_bf16_k0", kind, vec![a, bm, bias], vec![out], &["matmul", "add", "gelu_tanh"])
 }
@@ -482,4 +482,34 @@ pub fn count_positive(rows: usize, cols: usize) -> Plan {
     b.stores.push(Store { value: m, output: 1 });
     let kind = KernelKind::Row(RowKernel { outer: vec![rows], inner: vec![cols], body: b });
     p.kernel("row_count_gt_max_i32_k0", kind, vec![x], vec![count, largest], &["gt", "sum", "amax"])
+}
+
+/// Every hand-built plan, named as its snapshot.
+pub fn all_plans() -> Vec<(&'static str, Plan)> {
+    vec![
+        ("pointwise_broadcast_f32", pointwise_broadcast_f32()),
+        ("pointwise_ew_chain_f32", ew_chain(DType::F32, 1 << 26)),
+        ("pointwise_bf16_vectorized", ew_chain(DType::BF16, 1_000_003)),
+        ("pointwise_multi_output", pointwise_multi_output()),
+        ("pointwise_every_float_op", pointwise_every_float_op()),
+        ("pointwise_int_ops", pointwise_int_ops()),
+        ("pointwise_64bit_index", pointwise_huge()),
+        ("pointwise_empty", pointwise_empty()),
+        ("row_ln_relu_res_f32", ln_relu_res(DType::F32, 16_384, 4096)),
+        ("row_ln_relu_res_bf16", ln_relu_res(DType::BF16, 16_384, 4096)),
+        ("row_ln_relu_res_f32_1024", ln_relu_res(DType::F32, 65_536, 1024)),
+        ("row_two_layers", chained_layers(2, 64, 256)),
+        ("row_tiny_block_16_layers", chained_layers(16, 64, 256)),
+        ("row_softmax", softmax(1024, 1000)),
+        ("row_mean_middle_axis", mean_middle_axis(32, 1000, 64)),
+        ("row_softmax_zero_columns", softmax(4, 0)),
+        ("row_rms_norm_per_row_scale_bf16", rms_norm_scaled(4096, 2048)),
+        ("row_int_count_and_max", count_positive(1000, 300)),
+        ("multi_reduce_sum_5", multi_sum(&[100_000, 0, 37, 5000, 16_385], DType::F32)),
+        ("multi_reduce_max_abs_bf16", multi_max_abs(&[70_000, 3, 0, 2_000, 1_024])),
+        ("multi_reduce_mean_square", multi_mean_square(&[10, 300, 0])),
+        ("concat_3", concat(&[10, 6, 16], DType::F32)),
+        ("concat_20_bf16", concat(&[3; 20], DType::BF16)),
+        ("multi_reduce_no_items", multi_sum(&[], DType::F32)),
+    ]
 }

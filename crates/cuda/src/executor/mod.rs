@@ -14,10 +14,10 @@ use std::time::Instant;
 use braze_codegen::{GeneratedKernel, KernelCode, KernelConfig, Param, TableSpec};
 use braze_ir::DType;
 use braze_plan::MemoryPlan;
-use braze_plan::{Activation as PlanActivation, BufferId, BufferRole, MatMul, Plan};
+use braze_plan::{BufferId, BufferRole, MatMul, Plan};
 
 use crate::autotune::AutotuneStore;
-use crate::blas::{Activation, BlasLt, MatmulDtype, MatmulSpec, MatrixRef};
+use crate::blas::{BlasLt, MatmulDtype, MatmulSpec, MatrixRef};
 use crate::buffer::DeviceBuffer;
 use crate::cache::KernelCache;
 use crate::device::CudaDevice;
@@ -477,11 +477,7 @@ impl PlanExecutable {
                 spec.transpose_a = m.a_transposed;
                 spec.transpose_b = m.b_transposed;
                 spec.allow_tf32 = self.options.allow_tf32;
-                spec.activation = match m.activation {
-                    None => Activation::None,
-                    Some(PlanActivation::Relu) => Activation::Relu,
-                    Some(PlanActivation::GeluTanh) => Activation::Gelu,
-                };
+                spec.activation = m.activation;
                 let (a, a_off) = self.locate(kernel.inputs[0], inputs, set);
                 let (b, b_off) = self.locate(kernel.inputs[1], inputs, set);
                 let (c, c_off) = self.locate(kernel.outputs[0], inputs, set);

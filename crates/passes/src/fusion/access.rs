@@ -4,13 +4,13 @@
 //! Strides of size-1 dims are always 0, so equal accesses compare equal and a load's strides say
 //! plainly which dims it broadcasts over.
 
-use braze_ir::{NodeId, Shape};
+use braze_ir::{Literal, NodeId, Shape};
 
 /// How a kernel reads a value.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum Access {
     /// A scalar constant, whatever the shape of the view of it.
-    Const { value: f64 },
+    Const { value: Literal },
     /// Element `i` of the value is element `offset + sum(i[d] * strides[d])` of `base`'s buffer.
     Strided { base: NodeId, offset: usize, strides: Vec<usize> },
 }

@@ -4,7 +4,6 @@
 //! stride cannot express them, so that view gets materialized).
 
 use crate::decompose::{self, Origins};
-use crate::topo::topo_order;
 use crate::{DeadCode, Pass, Result};
 use braze_ir::{Graph, NodeId, Op, Shape};
 
@@ -15,7 +14,7 @@ pub(crate) fn legalize(graph: &Graph, origins: &Origins) -> Result<(Graph, Origi
     if decompose::needs_decomposition(&g) {
         decompose::decompose(&mut g, &mut origins)?;
     }
-    for id in topo_order(&g) {
+    for id in g.topo_order() {
         match g.node(id).op {
             Op::Stack { axis } => stack_as_concat(&mut g, &mut origins, id, axis)?,
             Op::MatMul => broadcast_matmul_batches(&mut g, &mut origins, id)?,

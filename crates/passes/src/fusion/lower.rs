@@ -4,7 +4,7 @@ use super::access::{self, Access};
 use super::row::RowGeometry;
 use super::{is_view, lowering_error, Fuser, GroupKind, Space};
 use crate::Result;
-use braze_ir::{DType, NodeId, Op, Shape};
+use braze_ir::{DType, Literal, NodeId, Op, Shape};
 use braze_plan::{
     Body, Buffer, BufferId, BufferRole, Concat, Expr, Kernel, KernelKind, MatMul, MultiReduce, Plan, PlanOutput,
     Pointwise, RowKernel, SourceOp, Store, ValueId,
@@ -59,7 +59,7 @@ struct BodyBuilder {
     inputs: Vec<NodeId>,
     slots: HashMap<NodeId, usize>,
     loads: HashMap<(usize, usize, Vec<usize>), ValueId>,
-    consts: HashMap<(u64, DType), ValueId>,
+    consts: HashMap<((u8, u64), DType), ValueId>,
     values: HashMap<NodeId, ValueId>,
     /// Views folded into this kernel's loads (for its sources).
     folded: BTreeSet<(usize, NodeId)>,
@@ -84,8 +84,9 @@ impl BodyBuilder {
         v
     }
 
-    fn constant(&mut self, value: f64, dtype: DType) -> ValueId {
-        *self.consts.entry((value.to_bits(), dtype)).or_insert_with(|| {
+    fn constant(&mut self, value: Literal, dtype: DType) -> ValueId {
+        let value = value.to_dtype(dtype);
+        *self.consts.entry((value.bit_key(), dtype)).or_insert_with(|| {
             self.body.values.push(braze_plan::Value { expr: Expr::Const { value }, dtype });
             ValueId(self.body.values.len() - 1)
         })
@@ -545,11 +546,8 @@ impl Fuser<'_> {
                 if mm.bias.is_some() {
                     parts.push("bias".into());
                 }
-                if let Some(act) = mm.activation {
-                    parts.push(match act {
-                        braze_plan::Activation::Relu => "relu".into(),
-                        braze_plan::Activation::GeluTanh => "gelu_tanh".into(),
-                    });
+                if let Some(op) = mm.activation {
+                    parts.push(op.name().into());
                 }
                 ("matmul", Vec::new())
             }

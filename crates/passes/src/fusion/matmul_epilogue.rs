@@ -2,7 +2,7 @@
 
 use super::{Fuser, GroupKind, Space};
 use braze_ir::{BinaryOp, NodeId, Op, UnaryOp};
-use braze_plan::Activation;
+use braze_plan::MatMul;
 
 /// A matmul and the epilogue ops folded into it.
 #[derive(Clone, Debug)]
@@ -10,7 +10,7 @@ pub(super) struct MatMulGroup {
     pub(super) node: NodeId,
     /// The `[n]` bias operand of the folded add.
     pub(super) bias: Option<NodeId>,
-    pub(super) activation: Option<Activation>,
+    pub(super) activation: Option<UnaryOp>,
     /// The last node of the group: what the kernel stores.
     pub(super) result: NodeId,
 }
@@ -45,7 +45,7 @@ impl Fuser<'_> {
                 }
                 false
             }
-            Op::Unary { op: op @ (UnaryOp::Relu | UnaryOp::GeluTanh) } => {
+            Op::Unary { op } if MatMul::EPILOGUE_ACTIVATIONS.contains(&op) => {
                 let o = node.operands[0];
                 let Some((gid, mm)) = matmul_result(o) else { return false };
                 if mm.activation.is_some() || !sole(o) {
@@ -53,7 +53,7 @@ impl Fuser<'_> {
                 }
                 self.add_member(gid, n, Space::Element);
                 if let GroupKind::MatMul(mm) = &mut self.group_mut(gid).kind {
-                    mm.activation = Some(if op == UnaryOp::Relu { Activation::Relu } else { Activation::GeluTanh });
+                    mm.activation = Some(op);
                     mm.result = n;
                 }
                 true

@@ -146,7 +146,7 @@ fn lowering_error(g: &Graph, id: NodeId, detail: impl Into<String>) -> PassError
 
 impl<'a> Fuser<'a> {
     fn new(g: &'a Graph, options: &'a FusionOptions, origins: &'a Origins) -> Fuser<'a> {
-        let order = crate::topo::topo_order(g);
+        let order = g.topo_order();
         let pos = order.iter().enumerate().map(|(i, &n)| (n, i)).collect();
         let users = order.iter().map(|&n| (n, g.users(n))).collect();
         Fuser {

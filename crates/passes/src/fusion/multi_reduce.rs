@@ -5,7 +5,7 @@
 //! A `sum * (1/n)` over an item's `n` elements is folded in as a mean.
 
 use super::{is_view, Fuser, GroupKind, Space};
-use braze_ir::{BinaryOp, NodeId, Op, ReduceOp};
+use braze_ir::{BinaryOp, Literal, NodeId, Op, ReduceOp};
 use braze_plan::Expr;
 use std::collections::HashSet;
 use std::fmt::Write;
@@ -147,8 +147,7 @@ impl Fuser<'_> {
             let Op::Reduce { op: ReduceOp::Sum, axes, .. } = &self.node(r).op else { continue };
             let input = self.shape(self.node(r).operands[0]);
             let scale = node.operands[1 - i];
-            let is_inverse_count =
-                matches!(self.node(scale).op, Op::Constant { value } if value == 1.0 / input.numel() as f64);
+            let is_inverse_count = matches!(self.node(scale).op, Op::Constant { value: Literal::Float(v) } if v == 1.0 / input.numel() as f64);
             if axes.len() == input.rank() && is_inverse_count && self.only_feeds(r, top) {
                 return Some(r);
             }
@@ -240,7 +239,8 @@ impl Fuser<'_> {
                 } else if let Some(j) = prologue.iter().position(|&q| q == p) {
                     let _ = write!(sig, "p{j},");
                 } else if let super::Access::Const { value } = self.read_access(p) {
-                    let _ = write!(sig, "c{:016x}:{},", value.to_bits(), self.node(p).dtype);
+                    let (kind, bits) = value.bit_key();
+                    let _ = write!(sig, "c{kind}:{bits:016x}:{},", self.node(p).dtype);
                 }
             }
             sig.push(')');
