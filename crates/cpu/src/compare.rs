@@ -180,7 +180,10 @@ pub struct Bounds {
     pub atol: f64,
     /// How many elements of a tensor may exceed `rtol` and `atol` ...
     pub outliers: usize,
-    /// ... each by at most this many units in the last place of `rounding` at the expected value.
+    /// ... each by at most this many units in the last place of `rounding` at the expected value
+    /// or at the tensor's root-mean-square value, whichever is larger: an element that cancels
+    /// to near zero (a normalized value near the mean) carries the rounding of the values that
+    /// cancelled, whose size the tensor's RMS tells, not its own.
     pub outlier_ulps: f64,
     /// The narrowest float dtype the computation rounds to.
     pub rounding: DType,
@@ -253,8 +256,11 @@ pub fn assert_close_bounded(
         return Err(format!("the wide reference is {}{}, the reference {}", w.dtype(), w.shape(), expected.shape()));
     }
     let Bounds { rtol, atol, outliers, outlier_ulps, rounding } = *bounds;
-    // How far beyond the tolerance `a` is from `r`, in ulps of `rounding` at `r`; infinite for a
-    // NaN or an infinity that does not match.
+    let finite: Vec<f64> = (0..expected.numel()).map(|i| expected.get_f64(i)).filter(|v| v.is_finite()).collect();
+    let rms =
+        if finite.is_empty() { 0.0 } else { (finite.iter().map(|v| v * v).sum::<f64>() / finite.len() as f64).sqrt() };
+    // How far beyond the tolerance `a` is from `r`, in ulps of `rounding` at `r` or at the RMS,
+    // whichever is larger; infinite for a NaN or an infinity that does not match.
     let beyond = |a: f64, r: f64| -> f64 {
         if !a.is_finite() || !r.is_finite() {
             return if a == r || (a.is_nan() && r.is_nan()) { 0.0 } else { f64::INFINITY };
@@ -263,7 +269,7 @@ pub fn assert_close_bounded(
         if excess <= 0.0 {
             0.0
         } else {
-            excess / ulp(rounding, r)
+            excess / ulp(rounding, r.abs().max(rms))
         }
     };
     let (mut over, mut failed) = (0usize, 0usize);
