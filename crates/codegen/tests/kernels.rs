@@ -1,5 +1,5 @@
-//! Snapshots of the CUDA source of hand-built plans of every family (in the top-level
-//! `snapshots/kernels/`, which braze-cuda's NVRTC test compiles), plus the properties the
+//! Snapshots of the CUDA source of the fixture plans of every family, compiled from IR graphs by
+//! the passes (in the top-level `snapshots/kernels/`, which braze-cuda's NVRTC test compiles), plus the properties the
 //! runtime relies on: determinism, index width, launches, scratch and tables. Every kernel is
 //! generated for the H200 ([`Target::h200`]), the target the snapshots assume.
 
@@ -124,8 +124,8 @@ fn pointwise_kernels_use_16_byte_accesses() {
         cuda(&plans::pointwise_broadcast_f32(), &default_config(&plans::pointwise_broadcast_f32(), 0, &Target::h200()));
     // w [256] is contiguous per vector, r [64, 1] once per vector, s once per thread.
     assert!(broadcast.source.contains("load_f32x4(in1 + (i0 % 256u), ld1);"));
-    assert!(broadcast.source.contains("const float ld2 = in2[i0 / 256u];"));
-    assert!(broadcast.source.contains("const float v3 = in3[0u];"));
+    assert!(broadcast.source.contains("const float ld3 = in2[i0 / 256u];"));
+    assert!(broadcast.source.contains("const float v6 = in3[0u];"));
 }
 
 #[test]
@@ -231,7 +231,7 @@ fn errors_name_the_kernel_and_the_problem() {
     let err = generate(&plan, 0, &KernelConfig::Concat { block: 256 }, &Target::h200()).unwrap_err();
     assert_eq!(
         err.to_string(),
-        "kernel `pw_mul_add_relu_mul_add_f32_k0` is a pointwise kernel but was given a concat config"
+        "kernel `pointwise_mul_add_relu_f32_0` is a pointwise kernel but was given a concat config"
     );
     let err = generate(&plan, 0, &KernelConfig::Pointwise { block: 100, vec: 4, grid_limit: 8 }, &Target::h200())
         .unwrap_err();
@@ -253,11 +253,13 @@ fn errors_name_the_kernel_and_the_problem() {
 fn sources_list_ops_with_locations() {
     let plan = plans::ln_relu_res(DType::BF16, 128, 4096);
     let kernel = cuda(&plan, &default_config(&plan, 0, &Target::h200()));
-    assert!(kernel.source.starts_with("// braze kernel `row_layer_norm_relu_add_bf16_k0`"));
-    assert!(kernel.source.contains("//   layer_norm     examples/model.rs:10:17"));
+    assert!(kernel.source.starts_with("// braze kernel `row_layer_norm_relu_add_bf16_0`"));
+    // The ops a composite decomposes into keep its location; later ops have their own.
+    assert!(kernel.source.contains("//   layer_norm/sum examples/model.rs:10:17"));
+    assert!(kernel.source.contains("//   relu           examples/model.rs:11:17"));
     assert!(kernel
         .source
-        .contains("extern \"C\" __global__ void __launch_bounds__(256) row_layer_norm_relu_add_bf16_k0("));
+        .contains("extern \"C\" __global__ void __launch_bounds__(256) row_layer_norm_relu_add_bf16_0("));
     assert!(!kernel.source.contains("#include"));
 }
 
