@@ -5,7 +5,7 @@ use crate::judge::References;
 use crate::run::run_graph_on;
 use braze_codegen::{default_config, generate, KernelCode, Target};
 use braze_cpu::{assert_close_with, eval_graph, eval_plan, random_tensor, tolerance};
-use braze_ir::{DType, Graph, HostTensor, NodeId, Op, ReduceOp, UnaryOp};
+use braze_ir::{BinaryOp, DType, Graph, HostTensor, NodeId, Op, ReduceOp, UnaryOp};
 use braze_passes::{compile_to_plan, FusionOptions};
 
 /// Runs a fixed graph through the same checks: on `inputs`, or on the inputs of a few seeds with
@@ -197,4 +197,48 @@ fn regression_bf16_intermediates_kept_in_f32_before_a_cancelling_matmul() {
     assert_eq!((actual, expected, wide), (-1.828125, -1.7421875, -1.84375));
     assert!((actual - expected).abs() > atol + rtol * expected.abs());
     assert!((actual - wide).abs() <= atol + rtol * wide.abs());
+}
+
+/// Gradient seeds 166 and 821 (and 68): the cycle check followed paths between nodes, but a
+/// kernel is one unit. In the first graph the row kernel of `sum(where(c, 0, x))` also holds
+/// `where(c, -1, p)`, which reads `p`, so the `mul` by `p` of the sum could not join `p`'s
+/// kernel, though no node path leads from `p` to the sum. The second cycle runs through three
+/// kernels: the sum of `a / b` with `(a / b) as f32 + e`, where `e` reads the min kernel that
+/// also adds the sum.
+#[test]
+fn regression_cycle_through_an_unrelated_member_of_another_kernel() {
+    let mut b = Builder::new();
+    let x0 = b.input(DType::F32, []);
+    let x1 = b.input(DType::F32, [8]);
+    let x2 = b.input(DType::F32, []);
+    let x3 = b.input(DType::F32, [8]);
+    let c = b.bin(BinaryOp::Ge, x0, x1);
+    let p = b.bin(BinaryOp::Pow, x0, x2);
+    let minus_one = b.constant(-1.0, DType::F32);
+    let y = b.op(Op::Where, &[c, minus_one, p]);
+    let zero = b.constant(0.0, DType::F32);
+    let masked = b.op(Op::Where, &[c, zero, x3]);
+    let sum = b.reduce(ReduceOp::Sum, masked, &[0], true);
+    let sum = b.reshape(sum, []);
+    let z = b.mul(sum, p);
+    check_fixed(&b.finish(vec![y, z]), None);
+
+    let mut b = Builder::new();
+    let a = b.input(DType::F16, [8]);
+    let x = b.input(DType::F32, [18, 8]);
+    let d = b.input(DType::F16, [8]);
+    let min = b.reduce(ReduceOp::Min, x, &[0, 1], false);
+    let q = b.bin(BinaryOp::Div, a, d);
+    let sum = b.reduce(ReduceOp::Sum, q, &[0], false);
+    let sum = b.cast(sum, DType::F32);
+    let total = b.add(min, sum);
+    let q32 = b.cast(q, DType::F32);
+    let m = b.reshape(min, [1, 1]);
+    let m = b.broadcast_to(m, [18, 8]);
+    let e = b.bin(BinaryOp::Eq, x, m);
+    let e = b.cast(e, DType::F32);
+    let e = b.op(Op::Slice { axis: 0, start: 0, end: 1, step: 1 }, &[e]);
+    let e = b.reshape(e, [8]);
+    let y = b.add(q32, e);
+    check_fixed(&b.finish(vec![total, y]), None);
 }
