@@ -242,3 +242,54 @@ fn regression_cycle_through_an_unrelated_member_of_another_kernel() {
     let y = b.add(q32, e);
     check_fixed(&b.finish(vec![total, y]), None);
 }
+
+/// Gradient seed 597: a layer norm over rows of one element gives every row its bias, so the
+/// backward of a max over them (`x == max(x)`) splits the gradient over all rows, and then
+/// `(y - mean(y)) * rsqrt(eps)` over rows of one is 0 in the reference and `(y - bf16(y)) * 316`
+/// in a fused kernel, which keeps `y` in f32 and rounds the mean. The reference is unstable
+/// there, but each perturbed reference broke the tie (noise on each element of the norm), sent
+/// the whole gradient to one row and gave exactly 0 on the others, so the plan was judged
+/// outside the spread. Discontinuous ops now read unperturbed values.
+#[test]
+fn regression_perturbed_references_keep_the_ties_of_a_max_backward() {
+    let mut b = Builder::new();
+    let x = b.input(DType::BF16, [4, 1]);
+    let w = b.input(DType::BF16, [1]);
+    let bias = b.input(DType::BF16, [1]);
+    let a = b.input(DType::BF16, [4, 1]);
+    let scale = b.input(DType::BF16, [4, 1]);
+    let norm = b.op(Op::LayerNorm { eps: 1e-5 }, &[x, w, bias]);
+    let max = b.reduce(ReduceOp::Max, norm, &[0, 1], true);
+    let max = b.broadcast_to(max, [4, 1]);
+    let tie = b.bin(BinaryOp::Eq, norm, max);
+    let mask = b.cast(tie, DType::BF16);
+    let aa = b.mul(a, a);
+    let y = b.mul(mask, aa);
+    let m = b.reduce(ReduceOp::Mean, y, &[1], true);
+    let centred = b.bin(BinaryOp::Sub, y, m);
+    let out = b.mul(centred, scale);
+    let graph = b.finish(vec![out]);
+    let tensor = |shape: &[usize], value: f64| {
+        let n = shape.iter().product();
+        HostTensor::from_f64(DType::BF16, shape.to_vec(), &vec![value; n]).unwrap()
+    };
+    // 1.0078125^2 = 1 + 2^-6 + 2^-14, which bf16 rounds to 1 + 2^-6.
+    let inputs = vec![
+        HostTensor::from_f64(DType::BF16, [4, 1], &[0.5, -1.25, 3.0, 0.75]).unwrap(),
+        tensor(&[1], 1.5),
+        tensor(&[1], -0.25),
+        tensor(&[4, 1], 1.0078125),
+        tensor(&[4, 1], 1024.0),
+    ];
+    check_fixed(&graph, Some(inputs.clone()));
+    let plan = compile_to_plan(&graph, &FusionOptions::default()).unwrap();
+    let actual = eval_plan(&plan, &inputs).unwrap()[0].to_f64_vec();
+    let refs = References::of(&graph, &inputs).unwrap();
+    assert_eq!(refs.expected[0].to_f64_vec(), [0.0; 4]);
+    assert_eq!(actual, [0.0625; 4]);
+    // The perturbed references keep the four-way tie: every row gets a spread.
+    for i in 0..4 {
+        let spread: Vec<f64> = refs.perturbed.iter().map(|p| p[0].get_f64(i)).collect();
+        assert!(spread.iter().any(|&v| v != 0.0), "row {i}: {spread:?}");
+    }
+}
