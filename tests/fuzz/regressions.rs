@@ -293,3 +293,31 @@ fn regression_perturbed_references_keep_the_ties_of_a_max_backward() {
         assert!(spread.iter().any(|&v| v != 0.0), "row {i}: {spread:?}");
     }
 }
+
+/// Gradient seed 1576: the backward of a bf16 max, `(x == max(x)) / count`, with `x = sqrt(a)`
+/// in the same row kernel. The kernel kept `x` unrounded in f32 but rounded the max to bf16, so
+/// no element equalled the max: a count of 0 and a NaN gradient. A row kernel's narrow
+/// reductions now keep their results unrounded, like every value it computes.
+#[test]
+fn regression_bf16_max_equals_the_element_it_came_from() {
+    for (dtype, op) in [(DType::BF16, ReduceOp::Max), (DType::BF16, ReduceOp::Min), (DType::F16, ReduceOp::Max)] {
+        let mut b = Builder::new();
+        let a = b.input(dtype, [3, 4]);
+        let x = b.un(UnaryOp::Sqrt, a);
+        let m = b.reduce(op, x, &[1], true);
+        let tie = b.bin(BinaryOp::Eq, x, m);
+        let mask = b.cast(tie, dtype);
+        let count = b.reduce(ReduceOp::Sum, mask, &[1], true);
+        let share = b.bin(BinaryOp::Div, mask, count);
+        let graph = b.finish(vec![share]);
+        // sqrt(2), sqrt(3), ... are not bf16 or f16 values.
+        let values: Vec<f64> = (0..12).map(|i| 2.0 + i as f64).collect();
+        let inputs = vec![HostTensor::from_f64(dtype, [3, 4], &values).unwrap()];
+        check_fixed(&graph, Some(inputs.clone()));
+        let plan = compile_to_plan(&graph, &FusionOptions::default()).unwrap();
+        assert_eq!(plan.kernels.len(), 1, "{plan}");
+        let actual = eval_plan(&plan, &inputs).unwrap()[0].to_f64_vec();
+        let row = if op == ReduceOp::Max { [0.0, 0.0, 0.0, 1.0] } else { [1.0, 0.0, 0.0, 0.0] };
+        assert_eq!(actual, row.repeat(3), "{dtype} {op:?}");
+    }
+}
