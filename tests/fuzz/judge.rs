@@ -260,8 +260,8 @@ fn read_by_discontinuous_ops(graph: &Graph) -> HashSet<NodeId> {
 }
 
 /// `graph` with every float operand and the result of each op that [`rounds_differently`]
-/// multiplied by a new input, which [`noise_tensor`] fills with `1 + e` for small random `e`: a
-/// few units in the last place of the value's dtype, and for the operands of an op that sums `n`
+/// multiplied by a new input, which [`noise_tensor`] fills with `1 + e` for small random `e`: one
+/// to a few units in the last place of the value's dtype, and for the operands of an op that sums `n`
 /// elements in f32 at least `sqrt(n)` f32 units. The noise inputs follow the graph's own.
 ///
 /// Discontinuous ops (comparisons, casts of floats to integers) read unperturbed values, so the
@@ -331,10 +331,18 @@ fn perturbed_graph(graph: &Graph) -> (Graph, Vec<Noise>) {
     (g, noise)
 }
 
-/// Noise input `index` of perturbed run `run`: `1 + e` with `|e| <= size`.
+/// Noise input `index` of perturbed run `run`: `1 + e` with `size / 2 <= |e| <= size`. Never
+/// smaller: a noise that rounds to 1 in its dtype (a uniform `|e| <= size` did for about one
+/// element in five) leaves its value where it was, and an element that the rounding moves far
+/// got no spread.
 fn noise_tensor(&(dtype, ref shape, size): &Noise, run: u64, index: usize) -> HostTensor {
     let mut rng = Rng(run.wrapping_mul(0x1000_0001).wrapping_add(index as u64));
-    let values: Vec<f64> = (0..shape.numel()).map(|_| 1.0 + size * (2.0 * rng.unit() - 1.0)).collect();
+    let values: Vec<f64> = (0..shape.numel())
+        .map(|_| {
+            let sign = if rng.chance(0.5) { 1.0 } else { -1.0 };
+            1.0 + sign * size * (0.5 + 0.5 * rng.unit())
+        })
+        .collect();
     HostTensor::from_f64(dtype, shape.clone(), &values).expect("one value per element")
 }
 

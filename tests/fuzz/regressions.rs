@@ -321,3 +321,30 @@ fn regression_bf16_max_equals_the_element_it_came_from() {
         assert_eq!(actual, row.repeat(3), "{dtype} {op:?}");
     }
 }
+
+/// Gradient seed 1713: `sigmoid(x) * (1 - sigmoid(x))`, a sigmoid's derivative, at x = 11.18,
+/// where f32 sigmoid is 1 - 1.4e-5: the plan's sigmoid is one ulp above the correctly rounded
+/// one, and `1 - s` (here times 1e4) moves by 0.4%. A perturbed reference moves it as much, but the noise was
+/// uniform in `1 +- 2^-22` and rounded to exactly 1 for about one element in five, in both
+/// runs for this one: no spread. The noise is now at least half its size.
+#[test]
+fn regression_perturbed_references_always_move_the_value() {
+    let mut b = Builder::new();
+    let x = b.input(DType::F32, [64]);
+    let s = b.un(UnaryOp::Sigmoid, x);
+    let one = b.constant(1.0, DType::F32);
+    let rest = b.bin(BinaryOp::Sub, one, s);
+    let w = b.input(DType::F32, [64]);
+    let scaled = b.mul(rest, w);
+    let graph = b.finish(vec![scaled]);
+    let inputs = vec![
+        HostTensor::from_f64(DType::F32, [64], &[11.177083015441895; 64]).unwrap(),
+        HostTensor::from_f64(DType::F32, [64], &[1e4; 64]).unwrap(),
+    ];
+    check_fixed(&graph, Some(inputs.clone()));
+    let refs = References::of(&graph, &inputs).unwrap();
+    let expected = refs.expected[0].get_f64(0);
+    for perturbed in &refs.perturbed {
+        assert!(perturbed[0].to_f64_vec().iter().all(|&p| p != expected), "{:?}", perturbed[0].to_f64_vec());
+    }
+}
