@@ -348,3 +348,39 @@ fn regression_perturbed_references_always_move_the_value() {
         assert!(perturbed[0].to_f64_vec().iter().all(|&p| p != expected), "{:?}", perturbed[0].to_f64_vec());
     }
 }
+
+/// Fresh gradient seed 5,384,828,156: the backward of a bf16 layer norm over rows of one
+/// element, of `x = p * q`. Computed in bf16, it subtracts the rounded `mean(x)` from `x`, which
+/// the fused kernel keeps in f32, and scales by `rsqrt(eps)`: `(x - bf16(x)) * 316` where the
+/// gradient is 0. A norm's backward now computes in f32 and rounds once, as its forward does.
+#[test]
+fn regression_bf16_layer_norm_backward_computes_in_f32() {
+    let mut b = Builder::new();
+    let p = b.input(DType::BF16, [3, 1]);
+    let q = b.input(DType::BF16, [3, 1]);
+    let w = b.input(DType::BF16, [1]);
+    let bias = b.input(DType::BF16, [1]);
+    let upstream = b.input(DType::BF16, [3, 1]);
+    let x = b.mul(p, q);
+    let y = b.op(Op::LayerNorm { eps: 1e-5 }, &[x, w, bias]);
+    let weighted = b.mul(y, upstream);
+    let loss = b.reduce(ReduceOp::Sum, weighted, &[0, 1], false);
+    let loss = b.cast(loss, DType::F32);
+    let seed = b.constant(1.0, DType::F32);
+    let mut graph = b.finish(vec![]);
+    let grads = braze_autodiff::backward(&mut graph, &[(loss, seed)], &[p, w]).unwrap();
+    graph.set_outputs(grads.into_iter().flatten().collect());
+    let tensor = |shape: &[usize], values: &[f64]| HostTensor::from_f64(DType::BF16, shape.to_vec(), values).unwrap();
+    // 1.0078125 * 1.0078125 = 1 + 2^-6 + 2^-14, which bf16 rounds to 1 + 2^-6.
+    let inputs = vec![
+        tensor(&[3, 1], &[1.0078125, 1.0078125, -1.0078125]),
+        tensor(&[3, 1], &[1.0078125, 1.0078125, 1.0078125]),
+        tensor(&[1], &[1.5]),
+        tensor(&[1], &[0.25]),
+        tensor(&[3, 1], &[1.0, -2.0, 3.0]),
+    ];
+    check_fixed(&graph, Some(inputs.clone()));
+    let plan = compile_to_plan(&graph, &FusionOptions::default()).unwrap();
+    let actual = eval_plan(&plan, &inputs).unwrap();
+    assert_eq!(actual[0].to_f64_vec(), [0.0; 3]);
+}
