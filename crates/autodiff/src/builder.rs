@@ -19,6 +19,19 @@ impl<'g> Emit<'g> {
         Emit { g, loc, dtype }
     }
 
+    /// The dtype constants take.
+    pub(crate) fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Runs `f` with constants of `dtype` (a rule computing in f32 for an f16/bf16 op).
+    pub(crate) fn with_dtype<T>(&mut self, dtype: DType, f: impl FnOnce(&mut Self) -> T) -> T {
+        let forward = std::mem::replace(&mut self.dtype, dtype);
+        let result = f(self);
+        self.dtype = forward;
+        result
+    }
+
     pub(crate) fn graph(&self) -> &Graph {
         self.g
     }

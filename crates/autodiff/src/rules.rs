@@ -6,7 +6,7 @@ use crate::builder::Emit;
 use crate::Result;
 use braze_ir::elementwise::{Derivative, Partials};
 use braze_ir::infer::reduced_shape;
-use braze_ir::{BinaryOp, NodeId, Op, ReduceOp, Shape, UnaryOp};
+use braze_ir::{BinaryOp, DType, NodeId, Op, ReduceOp, Shape, UnaryOp};
 
 /// `(operand, gradient)` pairs for the operands of `id` that get a gradient.
 pub(crate) fn operand_grads(e: &mut Emit<'_>, id: NodeId, grad: NodeId) -> Result<Vec<(NodeId, NodeId)>> {
@@ -89,8 +89,8 @@ pub(crate) fn operand_grads(e: &mut Emit<'_>, id: NodeId, grad: NodeId) -> Resul
             let gb = e.op(Op::MatMul, &[at, grad])?;
             vec![(a, e.sum_to(ga, &shapes[0])?), (b, e.sum_to(gb, &shapes[1])?)]
         }
-        Op::LayerNorm { eps } => layer_norm_grads(e, &node.operands, grad, *eps)?,
-        Op::RmsNorm { eps } => rms_norm_grads(e, &node.operands, grad, *eps)?,
+        Op::LayerNorm { eps } => in_f32(e, &node.operands, grad, |e, x, g| layer_norm_grads(e, x, g, *eps))?,
+        Op::RmsNorm { eps } => in_f32(e, &node.operands, grad, |e, x, g| rms_norm_grads(e, x, g, *eps))?,
         Op::Softmax { axis } => {
             // y (g - sum(g y)) along the axis.
             let gy = e.mul(grad, id)?;
@@ -173,6 +173,32 @@ fn slice_grad(e: &mut Emit<'_>, grad: NodeId, shape: &Shape, axis: usize, start:
         return Ok(parts[0]);
     }
     e.op(Op::Concat { axis }, &parts)
+}
+
+/// The gradients `rule` gives for a norm's `operands`, computed in f32 for an f16/bf16 norm and
+/// rounded once, as its forward is decomposed (and as PyTorch accumulates them). In the norm's
+/// dtype, a fused kernel subtracted the rounded `mean(x)` from `x` kept in f32: over rows of
+/// one element `(x - mean(x)) * rsqrt(eps)` gave `(x - bf16(x)) * 316` where eager gives 0.
+fn in_f32(
+    e: &mut Emit<'_>,
+    operands: &[NodeId],
+    grad: NodeId,
+    rule: impl FnOnce(&mut Emit<'_>, &[NodeId], NodeId) -> Result<Vec<(NodeId, NodeId)>>,
+) -> Result<Vec<(NodeId, NodeId)>> {
+    if !matches!(e.dtype(), DType::F16 | DType::BF16) {
+        return rule(e, operands, grad);
+    }
+    let wide = operands.iter().map(|&o| e.cast(o, DType::F32)).collect::<Result<Vec<NodeId>>>()?;
+    let g = e.cast(grad, DType::F32)?;
+    let grads = e.with_dtype(DType::F32, |e| rule(e, &wide, g))?;
+    grads
+        .into_iter()
+        .map(|(widened, d)| {
+            let i = wide.iter().position(|&w| w == widened).expect("gradients of the widened operands");
+            let dtype = e.graph().node(operands[i]).dtype;
+            Ok((operands[i], e.cast(d, dtype)?))
+        })
+        .collect()
 }
 
 /// `x`'s mean and `1 / sqrt(var + eps)` over the last dim, kept as size-1 dims.

@@ -58,8 +58,9 @@ pub enum Rule {
     /// domain dim, and stays inside the buffer whenever it runs (a load of an empty domain, or
     /// of the columns of rows with no columns, never runs).
     Loads,
-    /// Reductions appear only in row kernels, and a float reduction reduces f32 values into an
-    /// f32 result (f16/bf16 accumulate in f32).
+    /// Reductions appear only in row kernels. A float reduction accumulates in f32 whatever its
+    /// dtype; an f16/bf16 result stays unrounded, as every computed value does until a cast or a
+    /// store.
     Reductions,
     /// Each output slot is stored exactly once, from a value of the buffer's dtype that fills
     /// the buffer exactly: the domain's elements for pointwise kernels; for row kernels one

@@ -211,13 +211,6 @@ impl Plan {
                     if !reductions_allowed {
                         return Err(here(Rule::Reductions, "a reduction outside a row kernel".into()));
                     }
-                    let operand = body.values[x.0].dtype;
-                    if operand.is_float() && (operand != DType::F32 || value.dtype != DType::F32) {
-                        return Err(here(
-                            Rule::Reductions,
-                            format!("reduces {operand} into {}; float reductions are f32", value.dtype),
-                        ));
-                    }
                     typed(Op::Reduce { op: *op, axes: vec![], keepdim: false }, &[*x])?;
                 }
             }

@@ -421,7 +421,7 @@ fn reductions() {
         }),
         Some(Rule::Reductions),
     );
-    // Floats reduce in f32: an f16 operand is refused even with an f16 result.
+    // An f16 reduction has an f16 result (it accumulates in f32 and stays unrounded).
     let f16_row = with(row(), |p| {
         for b in &mut p.buffers {
             b.dtype = DType::F16;
@@ -430,7 +430,20 @@ fn reductions() {
             v.dtype = DType::F16;
         }
     });
-    check(&f16_row, Some(Rule::Reductions));
+    check(&f16_row, None);
+    // Its result is not another dtype.
+    let mut body = Body::default();
+    let x = load(&mut body, 0, 0, &[3, 1], DType::F16);
+    let s = body.push(Expr::Reduce { op: ReduceOp::Sum, x }, F);
+    body.stores.push(Store { value: s, output: 0 });
+    let mixed = with(row(), |p| {
+        p.buffers[0].dtype = DType::F16;
+        p.buffers.pop();
+        p.outputs.pop();
+        p.kernels[0].outputs.pop();
+        row_kernel(p).body = body;
+    });
+    check(&mixed, Some(Rule::ValueTypes));
     // Widened to f32 first, it is fine.
     let mut body = Body::default();
     let x = load(&mut body, 0, 0, &[3, 1], DType::F16);

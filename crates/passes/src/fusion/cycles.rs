@@ -14,7 +14,11 @@ impl Fuser<'_> {
     /// Whether there is a path from one side to the other that leaves both (a merge would make
     /// the kernel both write a value and read something computed from it).
     pub(super) fn outside_path(&self, a: &Side, b: &Side) -> bool {
-        self.path_via_outside(a, b) || self.path_via_outside(b, a)
+        // Nodes are placed in topological order, so nothing placed after both sides can lead back
+        // to them: every kernel holding such a node (a multi-reduce claimed ahead) is read only
+        // through its last node.
+        let last = self.side_last(a).max(self.side_last(b));
+        self.path_via_outside(a, b, last) || self.path_via_outside(b, a, last)
     }
 
     pub(super) fn side_contains(&self, side: &Side, id: NodeId) -> bool {
@@ -29,63 +33,46 @@ impl Fuser<'_> {
         members
     }
 
-    fn side_len(&self, side: &Side) -> usize {
-        side.extra.len() + side.groups.iter().map(|&g| self.group(g).members.len()).sum::<usize>()
+    /// Largest topological position of the side's members.
+    fn side_last(&self, side: &Side) -> usize {
+        let groups = side.groups.iter().map(|&g| self.group(g).max_pos);
+        groups.chain(side.extra.iter().map(|&m| self.pos(m))).max().unwrap_or(0)
     }
 
-    /// Smallest and largest topological position of the side's members.
-    fn side_span(&self, side: &Side) -> (usize, usize) {
-        let groups = side.groups.iter().map(|&g| (self.group(g).min_pos, self.group(g).max_pos));
-        let extra = side.extra.iter().map(|&m| (self.pos(m), self.pos(m)));
-        groups.chain(extra).fold((usize::MAX, 0), |(lo, hi), (a, b)| (lo.min(a), hi.max(b)))
-    }
-
-    /// Searches from the smaller side only, bounded by the other side's topological span.
-    fn path_via_outside(&self, from: &Side, to: &Side) -> bool {
-        let outside = |id: NodeId| !self.side_contains(from, id) && !self.side_contains(to, id);
-        let mut seen = HashSet::new();
-        let mut stack = Vec::new();
-        if self.side_len(to) <= self.side_len(from) {
-            // Backward from `to`: only nodes after the first member of `from` can lie between.
-            let lowest = self.side_span(from).0;
-            let push = |x: NodeId, stack: &mut Vec<NodeId>, seen: &mut HashSet<NodeId>| {
-                if outside(x) && self.pos(x) > lowest && seen.insert(x) {
-                    stack.push(x);
-                }
+    /// Searches forward from `from` through nodes up to position `last`. The search runs over
+    /// kernels, not nodes: reaching one member of a kernel outside both sides reaches all of them,
+    /// since the kernel runs after all it reads and before all that read any of its values (a
+    /// path from a member that reads `from` to another member that `to` reads is a cycle too).
+    fn path_via_outside(&self, from: &Side, to: &Side, last: usize) -> bool {
+        let mut seen: HashSet<NodeId> = HashSet::new();
+        let mut groups_seen: HashSet<usize> = HashSet::new();
+        let mut stack: Vec<NodeId> = Vec::new();
+        let mut reach = |x: NodeId, stack: &mut Vec<NodeId>| {
+            if self.side_contains(from, x) || self.side_contains(to, x) {
+                return;
+            }
+            let kernel = match self.group_of.get(&x) {
+                Some(&gid) if groups_seen.insert(gid) => self.group(gid).members.clone(),
+                Some(_) => return,
+                None => vec![x],
             };
-            for m in self.side_members(to) {
-                for &o in &self.node(m).operands {
-                    push(o, &mut stack, &mut seen);
+            for m in kernel {
+                if self.pos(m) <= last && seen.insert(m) {
+                    stack.push(m);
                 }
             }
-            while let Some(x) = stack.pop() {
-                for &o in &self.node(x).operands {
-                    if self.side_contains(from, o) {
-                        return true;
-                    }
-                    push(o, &mut stack, &mut seen);
-                }
+        };
+        for m in self.side_members(from) {
+            for &u in self.users(m) {
+                reach(u, &mut stack);
             }
-        } else {
-            // Forward from `from`: only nodes before the last member of `to` can lie between.
-            let highest = self.side_span(to).1;
-            let push = |x: NodeId, stack: &mut Vec<NodeId>, seen: &mut HashSet<NodeId>| {
-                if outside(x) && self.pos(x) < highest && seen.insert(x) {
-                    stack.push(x);
+        }
+        while let Some(x) = stack.pop() {
+            for &u in self.users(x) {
+                if self.side_contains(to, u) {
+                    return true;
                 }
-            };
-            for m in self.side_members(from) {
-                for &u in self.users(m) {
-                    push(u, &mut stack, &mut seen);
-                }
-            }
-            while let Some(x) = stack.pop() {
-                for &u in self.users(x) {
-                    if self.side_contains(to, u) {
-                        return true;
-                    }
-                    push(u, &mut stack, &mut seen);
-                }
+                reach(u, &mut stack);
             }
         }
         false

@@ -388,18 +388,11 @@ impl Fuser<'_> {
             }
             Op::Reduce { op, .. } => {
                 let input = self.shape(node.operands[0]).clone();
-                let mut x = operand(bb, 0, &input, Space::Element)?;
-                // Float reductions accumulate in f32: f16/bf16 values are widened first.
-                let narrow = matches!(dtype, DType::F16 | DType::BF16);
-                if narrow {
-                    x = bb.body.push(Expr::Cast { x }, DType::F32);
-                }
-                let reduced = bb.body.push(Expr::Reduce { op: *op, x }, if narrow { DType::F32 } else { dtype });
-                if narrow {
-                    bb.body.push(Expr::Cast { x: reduced }, dtype)
-                } else {
-                    reduced
-                }
+                let x = operand(bb, 0, &input, Space::Element)?;
+                // Float reductions accumulate in f32, and an f16/bf16 result stays unrounded like
+                // the values it reduces: rounded, a max would no longer equal the element it is
+                // (`x == max(x)` of a max's backward found no element).
+                bb.body.push(Expr::Reduce { op: *op, x }, dtype)
             }
             _ => return Err(lowering_error(self.g, m, "not an elementwise op or reduction")),
         })

@@ -16,7 +16,7 @@
 //! | concat | concat |
 //!
 //! Views (reshape, permute, slice, broadcast_to) get no kernels: they fold into strided loads. A
-//! merge is refused when it would close a cycle through a node outside the merged groups, when a
+//! merge is refused when it would close a cycle through a kernel outside the merged groups, when a
 //! row kernel over rows longer than the cache would hold more than one chain of dependent
 //! reductions, or when a value the kernel must store could not be stored in its family's layout.
 
