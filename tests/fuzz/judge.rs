@@ -18,11 +18,12 @@
 //! does not (the reference is unstable: a sum that cancels, a norm of a constant row, where
 //! `x - mean(x)` is 0 in f64 and a few ulps in f32, times `1/sqrt(eps)`), the spread is the
 //! reference's own uncertainty, and those elements are counted apart. A NaN or an infinity on
-//! either side must match the reference or the wide reference exactly (a bf16 value past bf16's
-//! largest stays finite in a fused kernel's f32), unless every perturbed reference leaves the
-//! reference's value there and the plan is like one of them: non-finite too, or within the
-//! tolerance of a finite one (an unstable element: that inexact zero times an infinite weight,
-//! whose sign the rounding decides).
+//! either side must match the reference exactly (or, where both are non-finite, the wide
+//! reference: a bf16 value past bf16's largest stays finite in a fused kernel's f32, so
+//! `finite - inf` is `-inf` where the reference has `inf - inf`), unless every perturbed
+//! reference leaves the reference's value there and the plan is like one of them: non-finite
+//! too, or within the tolerance of a finite one (an unstable element: that inexact zero times an
+//! infinite weight, whose sign the rounding decides).
 //! Integer and bool outputs must match exactly.
 
 use crate::common::{random_inputs, Builder};
@@ -386,9 +387,9 @@ pub fn judge(actual: &[HostTensor], refs: &References) -> Result<Verdict, String
                     tol.0, tol.1
                 ))
             };
-            if (!x.is_finite() || !r.is_finite()) && close(x, w, tol, 0.0) {
-                // As a fused kernel computes it: a bf16 value beyond bf16's largest but within
-                // f32's stays finite there, and `inf + finite` is not `inf + inf`.
+            if !x.is_finite() && !r.is_finite() && close(x, w, tol, 0.0) {
+                // Non-finite as a fused kernel computes it: a bf16 value past bf16's largest but
+                // within f32's stays finite there, and `finite - inf` is not `inf - inf`.
                 verdict.wide += 1;
                 continue;
             }
