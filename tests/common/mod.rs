@@ -147,7 +147,12 @@ pub fn compile_for_sm90(kernel: &GeneratedKernel) -> Result<(), String> {
 pub fn check_module(kernel: &GeneratedKernel, module: &braze_cuda::CompiledModule) -> Result<(), String> {
     for launch in &kernel.launches {
         if module.resources_of(&launch.entry).is_none() {
-            return Err(format!("{}: ptxas reports no entry `{}`", kernel.name, launch.entry));
+            return Err(format!(
+                "{}: ptxas reports no entry `{}`; the NVRTC log:\n{}",
+                kernel.name,
+                launch.entry,
+                module.log.lines().take(40).collect::<Vec<_>>().join("\n")
+            ));
         }
     }
     for r in &module.resources {

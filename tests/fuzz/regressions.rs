@@ -430,3 +430,26 @@ fn regression_bf16_overflow_kept_finite_in_f32_matches_the_wide_reference() {
     assert_eq!(actual, [f64::NEG_INFINITY; 8]);
     assert_eq!(refs.wide[0].to_f64_vec(), actual);
 }
+
+/// GPU fuzz seeds 173 and 247: a max over an empty row of bools gave `true` on the GPU. Bools
+/// accumulate as 0/1 in an int, and the accumulator started at the int's smallest value, which
+/// reads as `true`; the CPU plan executor folds bools from `false` and agreed with the reference.
+/// The identity of a bool max is 0 (and of a bool min 1).
+#[test]
+fn regression_bool_max_over_an_empty_row_is_false() {
+    let mut b = Builder::new();
+    let x = b.input(DType::Bool, [3, 0]);
+    let any = b.reduce(ReduceOp::Max, x, &[1], false);
+    let all = b.reduce(ReduceOp::Min, x, &[1], false);
+    let graph = b.finish(vec![any, all]);
+    check_fixed(&graph, None);
+    let plan = compile_to_plan(&graph, &FusionOptions::default()).unwrap();
+    let target = Target::h200();
+    for k in 0..plan.kernels.len() {
+        let KernelCode::Cuda(kernel) = generate(&plan, k, &default_config(&plan, k, &target), &target).unwrap() else {
+            continue;
+        };
+        assert!(!kernel.source.contains("(-2147483647 - 1)"), "a bool max starts at INT_MIN:\n{}", kernel.source);
+        assert!(!kernel.source.contains(" = 2147483647;"), "a bool min starts at INT_MAX:\n{}", kernel.source);
+    }
+}

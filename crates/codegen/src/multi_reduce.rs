@@ -301,7 +301,7 @@ pub(crate) fn generate(unit: &mut Unit<'_>, multi: &MultiReduce, block: u32, chu
     w.line("const unsigned s = task.first_segment;");
     w.line("const Segment seg = segments[s];");
     w.line(format!("const {storage}* __restrict__ items = item_ptrs[seg.item] + seg.start;"));
-    w.line(declare_accumulator(multi.op, acc, "acc"));
+    w.line(declare_accumulator(multi.op, reduced_dtype, acc, "acc"));
     emit_range(&mut w, helpers, &name, multi, acc, "threadIdx.x", block as usize, vec)?;
     let accumulators = [("acc".to_string(), multi.op, acc)];
     butterfly(&mut w, helpers, &accumulators, 32, "0xffffffffu");
@@ -331,7 +331,7 @@ pub(crate) fn generate(unit: &mut Unit<'_>, multi: &MultiReduce, block: u32, chu
         w.open("if (seg.chunk_count > 1u && last_arrival && warp == 0u)");
         w.line("__threadfence();");
         w.line(format!("const volatile {acc_type}* item_partials = partials + seg.first_chunk;"));
-        w.line(declare_accumulator(multi.op, acc, "total"));
+        w.line(declare_accumulator(multi.op, reduced_dtype, acc, "total"));
         w.line(format!(
             "for (unsigned c = lane; c < seg.chunk_count; c += 32u) total = {};",
             combine(helpers, multi.op, acc, "total", "item_partials[c]")
@@ -350,7 +350,7 @@ pub(crate) fn generate(unit: &mut Unit<'_>, multi: &MultiReduce, block: u32, chu
     ));
     w.line("const Segment seg = segments[s];");
     w.line(format!("const {storage}* __restrict__ items = item_ptrs[seg.item];"));
-    w.line(declare_accumulator(multi.op, acc, "acc"));
+    w.line(declare_accumulator(multi.op, reduced_dtype, acc, "acc"));
     emit_range(&mut w, helpers, &name, multi, acc, "lane", 32, vec)?;
     butterfly(&mut w, helpers, &accumulators, 32, "0xffffffffu");
     w.line(format!("if (lane == 0u) out0[seg.item] = {};", result(helpers, "acc")));

@@ -17,8 +17,15 @@ pub(crate) fn accumulator_dtype(op: ReduceOp, operand: DType) -> DType {
     }
 }
 
-pub(crate) fn identity(op: ReduceOp, acc: DType) -> String {
-    identity_literal(op, acc)
+/// The identity of `op` over `operand` values, in the accumulator type. Bools accumulate as
+/// 0/1 in an int, so their max (any) starts at 0 and their min (all) at 1: the int's extremes
+/// would read as `true` where an empty row has no element.
+pub(crate) fn identity(op: ReduceOp, operand: DType, acc: DType) -> String {
+    match (op, operand) {
+        (ReduceOp::Max, DType::Bool) => "0".to_string(),
+        (ReduceOp::Min, DType::Bool) => "1".to_string(),
+        _ => identity_literal(op, acc),
+    }
 }
 
 /// `a (op) b` in the accumulator type: the binary op that folds the reduction.
@@ -71,9 +78,9 @@ pub(crate) fn finalize(
     }
 }
 
-/// Declares an accumulator initialised to the identity.
-pub(crate) fn declare_accumulator(op: ReduceOp, acc: DType, name: &str) -> String {
-    format!("{} {name} = {};", value_type(acc), identity(op, acc))
+/// Declares an accumulator of a reduction of `operand` values, initialised to the identity.
+pub(crate) fn declare_accumulator(op: ReduceOp, operand: DType, acc: DType, name: &str) -> String {
+    format!("{} {name} = {};", value_type(acc), identity(op, operand, acc))
 }
 
 /// Butterfly steps over `width` lanes (a power of two up to 32): afterwards every lane of each

@@ -166,7 +166,7 @@ pub(crate) fn generate(unit: &mut Unit<'_>, row: &RowKernel, tpr: u32, rpb: u32,
         .collect();
     if layout.warps_per_row > 1 {
         for &id in &reductions {
-            let (_, acc) = reduce_info(body, id);
+            let (_, _, acc) = reduce_info(body, id);
             w.line(format!(
                 "__shared__ {} red_v{id}[{}];  // one partial per warp",
                 value_type(acc),
@@ -273,10 +273,13 @@ fn plan_loads(row: &RowKernel, analysis: &RowAnalysis, vec: usize, width: IndexW
     loads
 }
 
-/// A reduction's op and accumulator dtype.
-fn reduce_info(body: &Body, id: usize) -> (ReduceOp, DType) {
+/// A reduction's op, operand dtype and accumulator dtype.
+fn reduce_info(body: &Body, id: usize) -> (ReduceOp, DType, DType) {
     match body.values[id].expr {
-        Expr::Reduce { op, x } => (op, accumulator_dtype(op, body.values[x.0].dtype)),
+        Expr::Reduce { op, x } => {
+            let operand = body.values[x.0].dtype;
+            (op, operand, accumulator_dtype(op, operand))
+        }
         _ => unreachable!("only reductions are listed"),
     }
 }

@@ -45,13 +45,11 @@ impl PassContext<'_> {
         let accumulators: Vec<(String, ReduceOp, DType)> = reduced
             .iter()
             .map(|&id| {
-                let (op, acc) = reduce_info(body, id);
+                let (op, operand, acc) = reduce_info(body, id);
+                w.line(declare_accumulator(op, operand, acc, &format!("acc_v{id}")));
                 (format!("acc_v{id}"), op, acc)
             })
             .collect();
-        for (name, op, acc) in &accumulators {
-            w.line(declare_accumulator(*op, *acc, name));
-        }
         self.emit_pass(w, helpers, round, reduced)?;
         let tpr = layout.threads_per_row;
         if tpr > 1 {
