@@ -151,6 +151,10 @@ pub fn gpu_fuzz(first: u64, graphs: u64) {
     );
     let by_stage: Vec<String> =
         GPU_STAGES.iter().map(|s| format!("{s} {}", failures.get(s).map_or(0, Vec::len))).collect();
+    println!(
+        "kernels whose NVRTC log had no ptxas report (spills unread here; CI reads them): {}",
+        crate::common::KERNELS_WITHOUT_PTXAS_REPORT.load(std::sync::atomic::Ordering::Relaxed)
+    );
     println!("failures by stage: {}", by_stage.join(", "));
 
     let deadline = Instant::now() + SHRINK_BUDGET;
