@@ -74,6 +74,7 @@ use gpu_fuzz::gpu_fuzz;
 use run::{install_quiet_panic_hook, run_graph, run_graph_on, Stage, STAGES};
 use shrink::{shrink, Repro};
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Every how many graphs the kernels are also compiled with NVRTC.
@@ -174,7 +175,9 @@ fn random_graphs_from_a_fresh_seed_range() {
     let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
     // Past the fixed range, below 2^40 so it reads and types easily.
     let first = 1_000_000 + rng::Rng::new(nanos).next_u64() % (1 << 40);
-    println!(
+    // Straight to stderr, past the test harness's capture: CI's log shows the range of every run.
+    let _ = writeln!(
+        std::io::stderr(),
         "fresh seed range: {graphs} graphs from seed {first}; rerun with \
          BRAZE_FUZZ_SEED={first} BRAZE_FUZZ_GRAPHS={graphs} cargo test --release --test fuzz random_graphs"
     );
