@@ -1,11 +1,10 @@
 //! AdamW: Adam with decoupled weight decay and bias correction, as `torch.optim.AdamW` defines it.
 
-use super::{any_non_finite, count_skip, device_scalar, f32_zeros_like, update, Optimizer};
-use crate::{DType, Error, Result, Tensor};
+use super::{any_non_finite, count_skip, device_scalar, f32_zeros_like, update, Optimizer, ParamGroup};
+use crate::{DType, Result, Tensor};
 
 pub struct AdamW {
-    params: Vec<Tensor>,
-    lr: Tensor,
+    group: ParamGroup,
     betas: (f64, f64),
     eps: f64,
     weight_decay: f64,
@@ -14,27 +13,20 @@ pub struct AdamW {
     /// First and second moments (f32).
     m: Vec<Tensor>,
     v: Vec<Tensor>,
-    skipped: Tensor,
 }
 
 impl AdamW {
     /// AdamW with PyTorch's defaults (betas 0.9 and 0.999, eps 1e-8, weight decay 0.01).
     pub fn new(params: &[Tensor], lr: f64) -> Result<AdamW> {
-        let first = params.first().ok_or_else(|| Error::InvalidArgument {
-            op: "AdamW::new".into(),
-            loc: None,
-            detail: "no parameters".into(),
-        })?;
+        let group = ParamGroup::new("AdamW", params, lr)?;
         Ok(AdamW {
-            params: params.to_vec(),
-            lr: device_scalar(lr, first)?,
             betas: (0.9, 0.999),
             eps: 1e-8,
             weight_decay: 0.01,
-            step: device_scalar(0.0, first)?,
+            step: device_scalar(0.0, &group.lr)?,
             m: params.iter().map(f32_zeros_like).collect::<Result<_>>()?,
             v: params.iter().map(f32_zeros_like).collect::<Result<_>>()?,
-            skipped: device_scalar(0.0, first)?,
+            group,
         })
     }
 
@@ -61,7 +53,7 @@ impl AdamW {
 
 impl Optimizer for AdamW {
     fn step(&self) -> Result<()> {
-        let skip = any_non_finite(&self.params)?;
+        let skip = any_non_finite(&self.group.params)?;
         let (b1, b2) = self.betas;
         let step = self.step.add_scalar(1.0)?;
         // 1 - beta^step on the device: the step count never reaches the host.
@@ -70,12 +62,12 @@ impl Optimizer for AdamW {
             powered.neg()?.add_scalar(1.0)
         };
         let (c1, c2) = (correction(b1)?, correction(b2)?);
-        let step_size = self.lr.div(&c1)?;
+        let step_size = self.group.lr.div(&c1)?;
         let sqrt_c2 = c2.sqrt()?;
-        for (i, p) in self.params.iter().enumerate() {
+        for (i, p) in self.group.params.iter().enumerate() {
             let Some(grad) = p.grad() else { continue };
             let g = grad.cast(DType::F32)?;
-            let decayed = p.cast(DType::F32)?.mul(&self.lr.mul_scalar(-self.weight_decay)?.add_scalar(1.0)?)?;
+            let decayed = p.cast(DType::F32)?.mul(&self.group.lr.mul_scalar(-self.weight_decay)?.add_scalar(1.0)?)?;
             let m = self.m[i].mul_scalar(b1)?.add(&g.mul_scalar(1.0 - b1)?)?;
             let v = self.v[i].mul_scalar(b2)?.add(&g.mul(&g)?.mul_scalar(1.0 - b2)?)?;
             let denom = v.sqrt()?.div(&sqrt_c2)?.add_scalar(self.eps)?;
@@ -85,18 +77,18 @@ impl Optimizer for AdamW {
             update(p, &next, skip.as_ref())?;
         }
         update(&self.step, &step, skip.as_ref())?;
-        count_skip(&self.skipped, skip.as_ref())
+        count_skip(&self.group.skipped, skip.as_ref())
     }
 
     fn zero_grad(&self) {
-        self.params.iter().for_each(Tensor::zero_grad);
+        self.group.zero_grad();
     }
 
     fn set_lr(&self, lr: f64) -> Result<()> {
-        self.lr.assign(&device_scalar(lr, &self.lr)?)
+        self.group.set_lr(lr)
     }
 
     fn skipped_steps(&self) -> &Tensor {
-        &self.skipped
+        &self.group.skipped
     }
 }

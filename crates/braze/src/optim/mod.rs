@@ -34,6 +34,33 @@ pub trait Optimizer {
     fn skipped_steps(&self) -> &Tensor;
 }
 
+/// What every optimizer here keeps: its parameters, the learning rate and the count of skipped
+/// steps, both device scalars on the first parameter's device.
+struct ParamGroup {
+    params: Vec<Tensor>,
+    lr: Tensor,
+    skipped: Tensor,
+}
+
+impl ParamGroup {
+    fn new(optimizer: &str, params: &[Tensor], lr: f64) -> Result<ParamGroup> {
+        let first = params.first().ok_or_else(|| crate::Error::InvalidArgument {
+            op: format!("{optimizer}::new"),
+            loc: None,
+            detail: "no parameters".into(),
+        })?;
+        Ok(ParamGroup { params: params.to_vec(), lr: device_scalar(lr, first)?, skipped: device_scalar(0.0, first)? })
+    }
+
+    fn zero_grad(&self) {
+        self.params.iter().for_each(Tensor::zero_grad);
+    }
+
+    fn set_lr(&self, lr: f64) -> Result<()> {
+        self.lr.assign(&device_scalar(lr, &self.lr)?)
+    }
+}
+
 /// A one-element f32 tensor on `like`'s device.
 fn device_scalar(value: f64, like: &Tensor) -> Result<Tensor> {
     Tensor::full([], value, DType::F32, like.device())

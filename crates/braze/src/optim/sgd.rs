@@ -1,36 +1,27 @@
 //! Stochastic gradient descent with momentum, Nesterov momentum and weight decay, as
 //! `torch.optim.SGD` defines them.
 
-use super::{any_non_finite, count_skip, device_scalar, f32_zeros_like, update, Optimizer};
-use crate::{DType, Error, Result, Tensor};
+use super::{any_non_finite, count_skip, f32_zeros_like, update, Optimizer, ParamGroup};
+use crate::{DType, Result, Tensor};
 
 pub struct Sgd {
-    params: Vec<Tensor>,
-    lr: Tensor,
+    group: ParamGroup,
     momentum: f64,
     nesterov: bool,
     weight_decay: f64,
     /// Momentum buffers (f32), zero at first: `momentum * 0 + g` is PyTorch's first buffer.
     buffers: Vec<Tensor>,
-    skipped: Tensor,
 }
 
 impl Sgd {
     /// Plain SGD over `params` (float tensors that require grad) with learning rate `lr`.
     pub fn new(params: &[Tensor], lr: f64) -> Result<Sgd> {
-        let first = params.first().ok_or_else(|| Error::InvalidArgument {
-            op: "Sgd::new".into(),
-            loc: None,
-            detail: "no parameters".into(),
-        })?;
         Ok(Sgd {
-            params: params.to_vec(),
-            lr: device_scalar(lr, first)?,
+            group: ParamGroup::new("Sgd", params, lr)?,
             momentum: 0.0,
             nesterov: false,
             weight_decay: 0.0,
             buffers: Vec::new(),
-            skipped: device_scalar(0.0, first)?,
         })
     }
 
@@ -38,7 +29,7 @@ impl Sgd {
     pub fn momentum(mut self, momentum: f64, nesterov: bool) -> Result<Sgd> {
         self.momentum = momentum;
         self.nesterov = nesterov;
-        self.buffers = self.params.iter().map(f32_zeros_like).collect::<Result<_>>()?;
+        self.buffers = self.group.params.iter().map(f32_zeros_like).collect::<Result<_>>()?;
         Ok(self)
     }
 
@@ -51,8 +42,8 @@ impl Sgd {
 
 impl Optimizer for Sgd {
     fn step(&self) -> Result<()> {
-        let skip = any_non_finite(&self.params)?;
-        for (i, p) in self.params.iter().enumerate() {
+        let skip = any_non_finite(&self.group.params)?;
+        for (i, p) in self.group.params.iter().enumerate() {
             let Some(grad) = p.grad() else { continue };
             let p32 = p.cast(DType::F32)?;
             let mut g = grad.cast(DType::F32)?;
@@ -64,21 +55,21 @@ impl Optimizer for Sgd {
                 update(buffer, &next, skip.as_ref())?;
                 g = if self.nesterov { g.add(&next.mul_scalar(self.momentum)?)? } else { next };
             }
-            let next = p32.sub(&g.mul(&self.lr)?)?.cast(p.dtype())?;
+            let next = p32.sub(&g.mul(&self.group.lr)?)?.cast(p.dtype())?;
             update(p, &next, skip.as_ref())?;
         }
-        count_skip(&self.skipped, skip.as_ref())
+        count_skip(&self.group.skipped, skip.as_ref())
     }
 
     fn zero_grad(&self) {
-        self.params.iter().for_each(Tensor::zero_grad);
+        self.group.zero_grad();
     }
 
     fn set_lr(&self, lr: f64) -> Result<()> {
-        self.lr.assign(&device_scalar(lr, &self.lr)?)
+        self.group.set_lr(lr)
     }
 
     fn skipped_steps(&self) -> &Tensor {
-        &self.skipped
+        &self.group.skipped
     }
 }
