@@ -3,21 +3,11 @@
 //! every run) so an element no kernel wrote cannot pass. Skips without a GPU (fails instead when
 //! `BRAZE_REQUIRE_CUDA=1`).
 
-use braze::{compile, DType, Device, Mode, Result, Tensor};
-use braze_cpu::compare::{assert_close_bounded, Bounds};
-use std::sync::Once;
+mod common;
 
-fn gpu() -> Option<Device> {
-    static POISON: Once = Once::new();
-    // Before any executable is built (they read it when built); every test calls this first.
-    POISON.call_once(|| std::env::set_var("BRAZE_POISON_OUTPUTS", "1"));
-    if braze_cuda::cuda_available() {
-        return Some(Device::cuda(0).expect("a CUDA device is available"));
-    }
-    assert!(std::env::var_os("BRAZE_REQUIRE_CUDA").is_none_or(|v| v != "1"), "BRAZE_REQUIRE_CUDA=1 but no CUDA device");
-    println!("skipped: no CUDA device");
-    None
-}
+use braze::{compile, DType, Mode, Result, Tensor};
+use braze_cpu::compare::{assert_close_bounded, Bounds};
+use common::gpu;
 
 type F = fn(&[Tensor]) -> Result<Vec<Tensor>>;
 

@@ -10,10 +10,13 @@
 //! graph holds only its own launches and replays right. GPU tests skip without a GPU (fail
 //! instead when `BRAZE_REQUIRE_CUDA=1`).
 
+mod common;
+
 use braze::{compile, Compiled, DType, Device, Mode, Result, Tensor};
 use braze_cpu::compare::{assert_close_bounded, Bounds};
 use braze_cuda::{DeviceBuffer, KernelArg};
-use std::sync::{Barrier, Once};
+use common::gpu;
+use std::sync::Barrier;
 
 const THREADS: usize = 8;
 
@@ -37,18 +40,6 @@ fn compiled_functions_and_tensors_are_send_and_sync() {
     of(&compile(closure));
     assert_send_sync::<braze_cuda::CudaDevice>();
     assert_send_sync::<braze_cuda::DeviceBuffer>();
-}
-
-fn gpu() -> Option<Device> {
-    static POISON: Once = Once::new();
-    // Before any executable is built (they read it when built); every GPU test calls this first.
-    POISON.call_once(|| std::env::set_var("BRAZE_POISON_OUTPUTS", "1"));
-    if braze_cuda::cuda_available() {
-        return Some(Device::cuda(0).expect("a CUDA device is available"));
-    }
-    assert!(std::env::var_os("BRAZE_REQUIRE_CUDA").is_none_or(|v| v != "1"), "BRAZE_REQUIRE_CUDA=1 but no CUDA device");
-    println!("skipped: no CUDA device");
-    None
 }
 
 /// Fresh inputs of `block` for one call: `x [rows, hidden]`, `w`, `b [hidden]`, `r [rows, hidden]`.
