@@ -155,6 +155,11 @@ pub fn gpu_fuzz(first: u64, graphs: u64) {
         "kernels whose NVRTC log had no ptxas report (spills unread here; CI reads them): {}",
         crate::common::KERNELS_WITHOUT_PTXAS_REPORT.load(std::sync::atomic::Ordering::Relaxed)
     );
+    println!(
+        "entries with a small spill (<= 8 B) at the register cap of a 1024-thread block (this NVRTC only; CI fails \
+         on any spill): {}",
+        crate::common::SMALL_SPILLS_AT_REGISTER_CAP.load(std::sync::atomic::Ordering::Relaxed)
+    );
     println!("failures by stage: {}", by_stage.join(", "));
 
     let deadline = Instant::now() + SHRINK_BUDGET;

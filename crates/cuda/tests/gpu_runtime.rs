@@ -56,6 +56,31 @@ fn uploads_and_downloads_round_trip() {
     }
 }
 
+/// Many small uploads into the same few buffers, each read by the device right after it lands
+/// (a copy into a log at its own offset): every read must see the bytes just uploaded, never a
+/// staging chunk's earlier contents.
+#[test]
+fn small_uploads_are_never_read_stale() {
+    let Some(device) = common::gpu() else { return };
+    const TARGETS: usize = 8;
+    const PIECE: usize = 256;
+    const ROUNDS: usize = 2_500;
+    let targets: Vec<_> = (0..TARGETS).map(|_| device.alloc(PIECE).unwrap()).collect();
+    let log = device.alloc(TARGETS * ROUNDS * PIECE).unwrap();
+    let mut expected = Vec::with_capacity(TARGETS * ROUNDS * PIECE);
+    for round in 0..ROUNDS {
+        for (t, target) in targets.iter().enumerate() {
+            let data = random_bytes(PIECE, (round * TARGETS + t) as u64);
+            device.upload_into(target, 0, &data).unwrap();
+            device.copy(target, 0, &log, expected.len(), PIECE).unwrap();
+            expected.extend_from_slice(&data);
+        }
+    }
+    let landed = device.download(&log).unwrap();
+    let stale = landed.chunks(PIECE).zip(expected.chunks(PIECE)).filter(|(a, b)| a != b).count();
+    assert_eq!(stale, 0, "{stale} of {} uploads were read stale", TARGETS * ROUNDS);
+}
+
 #[test]
 fn partial_transfers_memset_and_copies() {
     let Some(device) = common::gpu() else { return };
