@@ -146,23 +146,20 @@ pub fn compile_for_sm90(kernel: &GeneratedKernel) -> Result<(), String> {
 /// Kernels whose NVRTC log held no `ptxas` report at all, so their spills could not be read.
 pub static KERNELS_WITHOUT_PTXAS_REPORT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
-/// Entries outside CI that spilled at most [`SMALL_SPILL_BYTES`] while at the register cap of a
-/// 1024-thread block, counted and printed by the caller instead of failing.
-pub static SMALL_SPILLS_AT_REGISTER_CAP: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+/// Entries whose spill [`tolerated_spill`] lets pass outside CI, counted and printed by the
+/// caller.
+pub static TOLERATED_SPILLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
-/// The largest spill [`small_spill_at_register_cap`] lets pass outside CI.
-const SMALL_SPILL_BYTES: usize = 8;
-
-/// Whether `r` is a spill of a few bytes in an entry launched with 1024 threads and using
-/// exactly the 32 or 64 registers such a block allows (two blocks per SM, or one). The GPU
-/// machine's NVRTC (CUDA 13.0) reports such spills for kernels that CI's NVRTC compiles without
-/// any; a spill anywhere else, or a larger one, still fails.
-fn small_spill_at_register_cap(kernel: &GeneratedKernel, r: &braze_cuda::nvrtc::KernelResources) -> bool {
+/// Spills the GPU machine's NVRTC (CUDA 13.0) reports in kernels that CI's NVRTC compiles without
+/// any: at most 8 B in an entry launched with 1024 threads and using exactly the 32 or 64
+/// registers such a block allows, or at most 32 B in a kernel calling `sinf`/`cosf` (their
+/// slow-path argument reduction, which CI's NVRTC reports as stack). Any other spill fails.
+fn tolerated_spill(kernel: &GeneratedKernel, r: &braze_cuda::nvrtc::KernelResources) -> bool {
+    let bytes = r.spill_stores.max(r.spill_loads);
     let block = kernel.launches.iter().find(|l| l.entry == r.kernel).map(|l| l.block.iter().product::<u32>());
-    block == Some(1024)
-        && matches!(r.registers, 32 | 64)
-        && (r.spill_stores as usize) <= SMALL_SPILL_BYTES
-        && (r.spill_loads as usize) <= SMALL_SPILL_BYTES
+    let at_register_cap = block == Some(1024) && matches!(r.registers, 32 | 64) && bytes <= 8;
+    let trigonometry = (kernel.source.contains("sinf(") || kernel.source.contains("cosf(")) && bytes <= 32;
+    at_register_cap || trigonometry
 }
 
 /// Checks a kernel's compiled module: every launched entry exists and no entry spills.
@@ -190,8 +187,8 @@ pub fn check_module(kernel: &GeneratedKernel, module: &braze_cuda::CompiledModul
     }
     for r in &module.resources {
         if r.spill_stores > 0 || r.spill_loads > 0 {
-            if !required && small_spill_at_register_cap(kernel, r) {
-                SMALL_SPILLS_AT_REGISTER_CAP.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if !required && tolerated_spill(kernel, r) {
+                TOLERATED_SPILLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 continue;
             }
             return Err(format!(

@@ -156,9 +156,9 @@ pub fn gpu_fuzz(first: u64, graphs: u64) {
         crate::common::KERNELS_WITHOUT_PTXAS_REPORT.load(std::sync::atomic::Ordering::Relaxed)
     );
     println!(
-        "entries with a small spill (<= 8 B) at the register cap of a 1024-thread block (this NVRTC only; CI fails \
-         on any spill): {}",
-        crate::common::SMALL_SPILLS_AT_REGISTER_CAP.load(std::sync::atomic::Ordering::Relaxed)
+        "entries with a spill only the GPU machine's NVRTC reports (<= 8 B at a 1024-thread block's register cap, \
+         <= 32 B in sinf/cosf kernels; CI fails on any spill): {}",
+        crate::common::TOLERATED_SPILLS.load(std::sync::atomic::Ordering::Relaxed)
     );
     println!("failures by stage: {}", by_stage.join(", "));
 

@@ -453,3 +453,40 @@ fn regression_bool_max_over_an_empty_row_is_false() {
         assert!(!kernel.source.contains(" = 2147483647;"), "a bool min starts at INT_MAX:\n{}", kernel.source);
     }
 }
+
+/// GPU fuzz seed 23,515: a max over rows of negated i32 gave 8 where the reference gives 7, on
+/// the GPU only. The PTX was right; ptxas (CUDA 13.0, sm_90) folded the unrolled
+/// `max(max(acc, -x1), -x2)` into a three-input VIMNMX3 and dropped the negation of its middle
+/// operand, so row `[6, 8, -7, 7, -6, -3, 7, 7]` reduced as if `8` were `-8`. Int max and min
+/// now pass their operands through an identity permute that keeps each negation explicit. The
+/// elementwise form (`max(max(x, -y), -z)`) was miscompiled the same way.
+#[test]
+fn regression_i32_max_of_negated_values() {
+    let row5 = [6.0, 8.0, -7.0, 7.0, -6.0, -3.0, 7.0, 7.0];
+    let mut values: Vec<f64> = (0..64).map(|i| ((i * 37 + 11) % 17) as f64 - 8.0).collect();
+    values[40..48].copy_from_slice(&row5);
+    for op in [ReduceOp::Max, ReduceOp::Min] {
+        let mut b = Builder::new();
+        let x = b.input(DType::I32, [8, 8]);
+        let negated = b.un(UnaryOp::Neg, x);
+        let reduced = b.reduce(op, negated, &[1], true);
+        let graph = b.finish(vec![reduced]);
+        check_fixed(&graph, Some(vec![HostTensor::from_f64(DType::I32, [8, 8], &values).unwrap()]));
+        check_fixed(&graph, None);
+    }
+    for op in [BinaryOp::Max, BinaryOp::Min] {
+        let mut b = Builder::new();
+        let x = b.input(DType::I32, [64]);
+        let y = b.input(DType::I32, [64]);
+        let z = b.input(DType::I32, [64]);
+        let (ny, nz) = (b.un(UnaryOp::Neg, y), b.un(UnaryOp::Neg, z));
+        let first = b.bin(op, x, ny);
+        let out = b.bin(op, first, nz);
+        let graph = b.finish(vec![out]);
+        let column = |seed: u64| {
+            let v: Vec<f64> = (0..64).map(|i| ((i as u64 * 7919 + seed * 104_729) % 33) as f64 - 16.0).collect();
+            HostTensor::from_f64(DType::I32, [64], &v).unwrap()
+        };
+        check_fixed(&graph, Some(vec![column(1), column(2), column(3)]));
+    }
+}

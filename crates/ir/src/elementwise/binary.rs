@@ -85,6 +85,31 @@ static MAX_F32: CudaHelper = CudaHelper {
         "__device__ __forceinline__ float max_f32(float a, float b) { return (a != a || b != b) ? a + b : fmaxf(a, b); }",
     ],
 };
+// ptxas of CUDA 13.0 folds a negated operand into a three-input VIMNMX3 on sm_90 and loses the
+// negation: `max(max(x, -y), -z)` ran as `max(x, y, -z)`. An identity byte permute of each operand
+// (which ptxas removes afterwards) keeps every negation an instruction of its own.
+static MAX_I32: CudaHelper = CudaHelper {
+    name: "max_i32",
+    source: &[
+        "// Operands through an identity permute: ptxas 13.0 drops a negation it folds into VIMNMX3.",
+        "__device__ __forceinline__ int max_i32(int a, int b) {",
+        "  asm(\"prmt.b32 %0, %0, 0, 0x3210;\" : \"+r\"(a));",
+        "  asm(\"prmt.b32 %0, %0, 0, 0x3210;\" : \"+r\"(b));",
+        "  return a > b ? a : b;",
+        "}",
+    ],
+};
+static MIN_I32: CudaHelper = CudaHelper {
+    name: "min_i32",
+    source: &[
+        "// Operands through an identity permute: ptxas 13.0 drops a negation it folds into VIMNMX3.",
+        "__device__ __forceinline__ int min_i32(int a, int b) {",
+        "  asm(\"prmt.b32 %0, %0, 0, 0x3210;\" : \"+r\"(a));",
+        "  asm(\"prmt.b32 %0, %0, 0, 0x3210;\" : \"+r\"(b));",
+        "  return a < b ? a : b;",
+        "}",
+    ],
+};
 static MIN_F32: CudaHelper = CudaHelper {
     name: "min_f32",
     source: &[
@@ -225,7 +250,8 @@ impl BinaryOp {
                 semantics: semantics!((F(a), F(b)) => F(nan_max(a, b)), (I(a), I(b)) => I(a.max(b))),
                 cuda: |a, b, ty| match ty {
                     CType::Float => Some(CudaExpr::call(&MAX_F32, &[a, b])),
-                    CType::I32 | CType::I64 => Some(CudaExpr::plain(format!("{a} > {b} ? {a} : {b}"))),
+                    CType::I32 => Some(CudaExpr::call(&MAX_I32, &[a, b])),
+                    CType::I64 => Some(CudaExpr::plain(format!("{a} > {b} ? {a} : {b}"))),
                     CType::Bool => None,
                 },
                 partials: Partials::Formula(|d, a, b, _| {
@@ -242,7 +268,8 @@ impl BinaryOp {
                 semantics: semantics!((F(a), F(b)) => F(nan_min(a, b)), (I(a), I(b)) => I(a.min(b))),
                 cuda: |a, b, ty| match ty {
                     CType::Float => Some(CudaExpr::call(&MIN_F32, &[a, b])),
-                    CType::I32 | CType::I64 => Some(CudaExpr::plain(format!("{a} < {b} ? {a} : {b}"))),
+                    CType::I32 => Some(CudaExpr::call(&MIN_I32, &[a, b])),
+                    CType::I64 => Some(CudaExpr::plain(format!("{a} < {b} ? {a} : {b}"))),
                     CType::Bool => None,
                 },
                 partials: Partials::Formula(|d, a, b, _| {
