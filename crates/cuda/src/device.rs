@@ -292,13 +292,8 @@ impl CudaDevice {
                 staging.next = staging.next.wrapping_add(1);
                 if index == staging.chunks.len() {
                     // SAFETY: the pinned memory is uninitialised; it is only written (below) before
-                    // being read by a copy of exactly the written prefix. Flags 0: cached, not
-                    // write-combined. With write-combined chunks a CUDA graph replay in the GPU
-                    // fuzz once read the previous upload's bytes (stores still in the core's
-                    // write-combining buffers when the copy ran); cached pinned memory is
-                    // coherent with the copy engine.
-                    let host =
-                        outside_capture(|| unsafe { self.ctx.alloc_pinned_with_flags::<u8>(UPLOAD_CHUNK_BYTES, 0) })?;
+                    // being read by a copy of exactly the written prefix.
+                    let host = outside_capture(|| unsafe { self.ctx.alloc_pinned::<u8>(UPLOAD_CHUNK_BYTES) })?;
                     let copied = self.ctx.new_event(None)?;
                     staging.chunks.push(StagingChunk { host: DropOutsideCapture::new(host), copied });
                 }
@@ -306,8 +301,6 @@ impl CudaDevice {
                 // Wait until the previous copy out of this chunk has read it.
                 chunk.copied.synchronize()?;
                 chunk.host.as_mut_slice()?[..piece.len()].copy_from_slice(piece);
-                // Every store into the chunk is globally visible before the copy is enqueued.
-                std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
                 let staged = &chunk.host.as_slice()?[..piece.len()];
                 self.ctx.bind_to_thread()?;
                 // SAFETY: the destination range lies inside `dst` (checked above); the source is
