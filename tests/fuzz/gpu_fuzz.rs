@@ -121,6 +121,10 @@ pub fn gpu_fuzz(first: u64, graphs: u64) {
                     seeds.push(seed);
                     if seeds.len() <= SHRUNK_PER_STAGE {
                         to_shrink.push((Repro { graph, inputs }, seed, failure));
+                    } else {
+                        // Not shrunk, but what failed is still worth a line.
+                        let first_line = failure.message.lines().next().unwrap_or_default();
+                        println!("seed {seed} fails at {} (not shrunk): {first_line}", failure.stage);
                     }
                 }
             }
