@@ -272,6 +272,9 @@ pub fn sync_demo(a: &[Tensor]) -> Result<Vec<Tensor>> {
 /// Layers of `mlp_step`.
 pub const MLP_STEP_LAYERS: usize = 4;
 
+/// `mlp_step`'s AdamW learning rate (betas, eps and weight decay are PyTorch's defaults).
+pub const MLP_STEP_LR: f64 = 1e-3;
+
 /// The names of one `mlp_step` layer's parameters, in the order the layer holds them:
 /// `x = layer_norm(x + gelu(x @ w1 + b1) @ w2 + b2, g, beta)`. Layer `l`'s are named
 /// `layers.{l}.{name}` ([`TrainingStep::params`]), as `benches/torch_train.py` names its own.
@@ -332,7 +335,7 @@ pub fn mlp_training_step(sizes: &Sizes, device: Device) -> Result<TrainingStep> 
         })
         .collect();
     let tensors: Vec<Tensor> = params.iter().map(|(_, p)| p.clone()).collect();
-    let optimizer = Arc::new(AdamW::new(&tensors, 1e-3)?);
+    let optimizer = Arc::new(AdamW::new(&tensors, MLP_STEP_LR)?);
     let step_optimizer = optimizer.clone();
     let function = move |a: &[Tensor]| -> Result<Vec<Tensor>> {
         step_optimizer.zero_grad();
