@@ -57,9 +57,16 @@ enum Command {
         #[arg(long)]
         json: Option<std::path::PathBuf>,
         /// Comma-separated subset: copy, ln_relu_res, ew_chain, multisum, tiny_block, mlp_block,
-        /// coldstart, overhead.
+        /// mlp_step, coldstart, overhead.
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
+        /// Comma-separated sections to leave out.
+        #[arg(long, value_delimiter = ',')]
+        skip: Vec<String>,
+        /// The directory `benches/torch_train.py --write` wrote: mlp_step also runs PyTorch's
+        /// first steps from its weights and compares the losses and gradients.
+        #[arg(long)]
+        torch_weights: Option<std::path::PathBuf>,
         /// Milliseconds of timed repetitions per measurement (do_bench's `rep`).
         #[arg(long, default_value_t = 200.0)]
         rep_ms: f64,
@@ -157,7 +164,13 @@ fn main() -> ExitCode {
         Command::Explain { workload, strict, common } => explain(&workload, strict, &common),
         Command::Kernels { workload, common } => kernels(&workload, &common),
         Command::Demo { device } => demo::run(device),
-        Command::Bench { json, only, rep_ms } => bench::run(json.as_deref(), &only, rep_ms),
+        Command::Bench { json, only, skip, rep_ms, torch_weights } => bench::run(&bench::Options {
+            json: json.as_deref(),
+            only: &only,
+            skip: &skip,
+            rep_ms,
+            torch_weights: torch_weights.as_deref(),
+        }),
         Command::TrainCheck { torch_weights, device, mode, json } => {
             train_check(&torch_weights, device, mode, json.as_deref())
         }

@@ -159,10 +159,6 @@ impl CheckReport {
         failures
     }
 
-    pub fn passed(&self) -> bool {
-        self.failures().is_empty()
-    }
-
     /// `loss 3/3 pass, grads 72/72 pass (5 as accurate as torch vs f32); worst ...`.
     pub fn summary(&self) -> String {
         let count = |loss: bool| {
