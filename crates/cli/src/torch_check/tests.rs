@@ -47,6 +47,8 @@ fn write_fixture(dir: &Path) {
         let f32_inputs = [x.cast(DType::F32).unwrap(), target.cast(DType::F32).unwrap()];
         let f32_loss = (wide.workload.function)(&f32_inputs).unwrap().remove(0);
         let loss = (bf16.workload.function)(&[x.clone(), target.clone()]).unwrap().remove(0);
+        // PyTorch's `(e * e).mean()` of bf16 is a bf16 scalar: braze's loss must be one too.
+        assert_eq!((loss.dtype(), loss.shape().rank()), (DType::BF16, 0));
         let mut tensors = vec![("x".into(), host(&x)), ("target".into(), host(&target)), ("loss".into(), host(&loss))];
         tensors.push(("f32.loss".into(), host(&f32_loss)));
         for ((name, p), (_, w)) in bf16.params.iter().zip(&wide.params) {
