@@ -244,3 +244,18 @@ fn a_nan_fails_and_equal_tensors_pass_at_any_scale() {
     let other_shape = tensor(&[1e-7, -2e-7, 3e-7]);
     assert!(compare::compare_tensor(0, "g", &other_shape, &tiny, None).is_err());
 }
+
+#[test]
+fn braze_train_check_fails_on_a_mismatch_and_writes_every_tensor() {
+    let dir = fixture();
+    let json = dir.path().join("check.json");
+    crate::train_check(dir.path(), Some(Device::Cpu), Mode::Default, Some(&json)).unwrap();
+    let written: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(written["tensors"].as_array().unwrap().len(), STEPS * (1 + 6 * MLP_STEP_LAYERS));
+    assert_eq!(written["tensors"][1]["tensor"], "grad.layers.0.w1");
+    for name in ["grad.layers.3.g", "f32.grad.layers.3.g"] {
+        edit(dir.path(), &step_file(0), name, |_, v| -v);
+    }
+    let error = format!("{:#}", crate::train_check(dir.path(), Some(Device::Cpu), Mode::Default, None).unwrap_err());
+    assert!(error.starts_with("1 mismatch(es) with PyTorch:\n  step 0 grad.layers.3.g: "), "{error}");
+}
