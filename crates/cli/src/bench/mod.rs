@@ -1,7 +1,9 @@
 //! `braze bench`: the workloads of `benches/workloads.md` at their standard sizes on the GPU,
 //! timed as `benches/torch_baseline.py` times PyTorch (do_bench medians), checked against the CPU
 //! reference (the checked call with outputs poisoned), and written as rows with the same
-//! workload, shape and dtype keys so `compare.py` can join them.
+//! workload, shape and dtype keys so `compare.py` can join them. The training step `mlp_step`
+//! (`training.rs`) is too large for the CPU reference: it is checked against PyTorch's first
+//! steps instead, given `--torch-weights`.
 
 mod cases;
 mod measure;
