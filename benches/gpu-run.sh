@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine from the repository root after benches/stage-gpu.sh staged .stage/.
-# Order: braze benchmarks, then the PyTorch baselines right after on the same GPU and the ratio
+# Order: braze benchmarks, then the PyTorch baselines right after on the same GPU (the training
+# one writes its first steps, which braze's mlp_step is then checked against) and the ratio
 # table, then the GPU tests (several tests at once: captures are gated against other threads'
 # launches), then compute-sanitizer (memcheck, racecheck) over the conformance suite's
 # `sanitizer_` tests, one at a time. Each step is bounded in time so the whole run ends inside
@@ -18,13 +19,27 @@ status=0
 what=${1:-all}
 if [ "$what" = all ] || [ "$what" = bench ]; then
   { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv; date -u; } > "$out/bench.log"
-  timeout 240 .stage/bin/braze bench --json "$out/braze.json" >> "$out/bench.log" 2>&1 || status=1
+  timeout 240 .stage/bin/braze bench --skip mlp_step --json "$out/braze.json" >> "$out/bench.log" 2>&1 || status=1
   tail -n 40 "$out/bench.log"
   timeout 240 python3 .stage/torch_baseline.py --json "$out/torch.json" 2>&1 | tail -n 30 || status=1
+  # Training: PyTorch's mlp_step first (it writes the initial weights, inputs, losses and grads of
+  # its first steps, hundreds of MB, outside $OUT), then braze's from the same weights. Their rows
+  # join braze.json and torch.json, so $OUT keeps its number of files.
+  train=$(mktemp -d)
+  timeout 200 python3 .stage/torch_train.py --write "$train/weights" --json "$train/torch.json" \
+    --variants eager,compile,compile-reduce-overhead,compile-max-autotune-no-cudagraphs 2>&1 | tail -n 12 || status=1
+  { echo "== braze bench --only mlp_step --torch-weights"; timeout 150 .stage/bin/braze bench --only mlp_step \
+    --torch-weights "$train/weights" --json "$train/braze.json"; } >> "$out/bench.log" 2>&1 || status=1
+  sed -n '/^== braze bench --only mlp_step/,$p' "$out/bench.log" | tail -n 25
+  python3 .stage/compare.py --append "$out/braze.json" "$train/braze.json"
+  python3 .stage/compare.py --append "$out/torch.json" "$train/torch.json"
+  rm -rf "$train"
   base=()
   if [ -x .stage/bin/braze-base ]; then
     # An earlier build (BRAZE_BASE_BIN at staging), timed in the same call for before/after ratios.
-    timeout 240 .stage/bin/braze-base bench --json "$out/base.json" > "$out/base.log" 2>&1 || status=1
+    # mlp_step is left out where the earlier build knows --skip (its training rows are not compared).
+    skip=(); .stage/bin/braze-base bench --help | grep -q -- --skip && skip=(--skip mlp_step)
+    timeout 240 .stage/bin/braze-base bench "${skip[@]}" --json "$out/base.json" > "$out/base.log" 2>&1 || status=1
     base=("$out/base.json")
   fi
   python3 .stage/compare.py "$out/braze.json" "$out/torch.json" "${base[@]}" | tee "$out/compare.txt"

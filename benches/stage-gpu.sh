@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds what the GPU machine runs (it has no Rust toolchain) and stages it in .stage/ (ignored
-# by git): the release `braze` binary, the GPU test binaries, the PyTorch baseline script and
+# by git): the release `braze` binary, the GPU test binaries, the PyTorch baseline scripts and
 # the run script. Then, on the GPU machine, from the repository root:
 #
 #     bash .stage/gpu-run.sh            # conformance, sanitizer, benchmarks, PyTorch baselines
@@ -33,5 +33,5 @@ for line in sys.stdin:
         shutil.copy(m["executable"], os.path.join(".stage/bin", name))
         print("staged test binary", name)
 '
-cp benches/torch_baseline.py benches/gpu-run.sh benches/compare.py .stage/
+cp benches/torch_baseline.py benches/torch_train.py benches/gpu-run.sh benches/compare.py .stage/
 du -sh .stage

@@ -4,6 +4,7 @@ mod bench;
 mod common;
 mod demo;
 mod timing;
+mod torch_check;
 
 use anyhow::{bail, Result};
 use braze::backend::{self, Target};
@@ -56,12 +57,36 @@ enum Command {
         #[arg(long)]
         json: Option<std::path::PathBuf>,
         /// Comma-separated subset: copy, ln_relu_res, ew_chain, multisum, tiny_block, mlp_block,
-        /// coldstart, overhead.
+        /// mlp_step, coldstart, overhead.
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
+        /// Comma-separated sections to leave out.
+        #[arg(long, value_delimiter = ',')]
+        skip: Vec<String>,
+        /// The directory `benches/torch_train.py --write` wrote: mlp_step also runs PyTorch's
+        /// first steps from its weights and compares the losses and gradients.
+        #[arg(long)]
+        torch_weights: Option<std::path::PathBuf>,
         /// Milliseconds of timed repetitions per measurement (do_bench's `rep`).
         #[arg(long, default_value_t = 200.0)]
         rep_ms: f64,
+    },
+    /// braze's mlp_step from PyTorch's initial weights (`benches/torch_train.py --write DIR`),
+    /// compiled and run on PyTorch's inputs; each step's loss and gradients compared with
+    /// PyTorch's within the bf16 tolerance. Non-zero exit on a mismatch, naming the tensor.
+    TrainCheck {
+        /// The directory torch_train.py --write wrote.
+        #[arg(long)]
+        torch_weights: std::path::PathBuf,
+        /// cpu or cuda (default: the best available).
+        #[arg(long, value_parser = parse_device)]
+        device: Option<Device>,
+        /// default, reduce-overhead or max-autotune.
+        #[arg(long, default_value = "default", value_parser = parse_mode)]
+        mode: Mode,
+        /// Write the per-tensor results as JSON here.
+        #[arg(long)]
+        json: Option<std::path::PathBuf>,
     },
     /// One cold (or warm) compile of ln_relu_res in a fresh process, for `bench`: prints one
     /// JSON line. The kernel cache directory comes from BRAZE_CACHE_DIR.
@@ -139,7 +164,16 @@ fn main() -> ExitCode {
         Command::Explain { workload, strict, common } => explain(&workload, strict, &common),
         Command::Kernels { workload, common } => kernels(&workload, &common),
         Command::Demo { device } => demo::run(device),
-        Command::Bench { json, only, rep_ms } => bench::run(json.as_deref(), &only, rep_ms),
+        Command::Bench { json, only, skip, rep_ms, torch_weights } => bench::run(&bench::Options {
+            json: json.as_deref(),
+            only: &only,
+            skip: &skip,
+            rep_ms,
+            torch_weights: torch_weights.as_deref(),
+        }),
+        Command::TrainCheck { torch_weights, device, mode, json } => {
+            train_check(&torch_weights, device, mode, json.as_deref())
+        }
         Command::BenchColdstart { rows, hidden, dtype } => bench::coldstart_child(rows, hidden, dtype),
     };
     match result {
@@ -208,6 +242,33 @@ fn kernels(name: &str, args: &CommonArgs) -> Result<()> {
                 None => println!("(no CUDA C: the kernel has nothing to do, e.g. zero elements)"),
             }
         }
+    }
+    Ok(())
+}
+
+fn train_check(
+    dir: &std::path::Path,
+    device: Option<Device>,
+    mode: Mode,
+    json: Option<&std::path::Path>,
+) -> Result<()> {
+    let device = resolve_device(device)?;
+    let run = torch_check::TorchRun::open(dir)?;
+    println!(
+        "mlp_step {} {}: {} steps of PyTorch's run in {} on {device}",
+        run.shape(),
+        run.sizes.dtype,
+        run.steps,
+        dir.display()
+    );
+    let report = torch_check::check_steps(&run, device, mode)?;
+    report.print();
+    if let Some(path) = json {
+        std::fs::write(path, serde_json::to_string_pretty(&report.to_json())?)?;
+    }
+    let failures = report.failures();
+    if !failures.is_empty() {
+        bail!("{} mismatch(es) with PyTorch:\n  {}", failures.len(), failures.join("\n  "));
     }
     Ok(())
 }

@@ -1,5 +1,6 @@
 //! Untyped device memory and the plain scalar types that may be viewed through it.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, DevicePtr};
@@ -20,16 +21,52 @@ pub struct DeviceBuffer {
     pub(crate) len_bytes: usize,
 }
 
-/// Device memory that is freed through its stream's gate.
+/// Bytes of device memory a device's live buffers hold, and the most they held at once since
+/// the last reset: `torch.cuda.memory_allocated` and `max_memory_allocated` for braze.
+#[derive(Debug, Default)]
+pub(crate) struct MemoryCounter {
+    live: AtomicU64,
+    peak: AtomicU64,
+}
+
+impl MemoryCounter {
+    fn add(&self, bytes: u64) {
+        let live = self.live.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        self.peak.fetch_max(live, Ordering::Relaxed);
+    }
+
+    fn sub(&self, bytes: u64) {
+        self.live.fetch_sub(bytes, Ordering::Relaxed);
+    }
+
+    pub(crate) fn live(&self) -> u64 {
+        self.live.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn peak(&self) -> u64 {
+        self.peak.load(Ordering::Relaxed)
+    }
+
+    /// Starts a new peak from what is live now.
+    pub(crate) fn reset_peak(&self) {
+        self.peak.store(self.live(), Ordering::Relaxed);
+    }
+}
+
+/// Device memory that is freed through its stream's gate and counted while it lives.
 #[derive(Debug)]
 pub(crate) struct Allocation {
     slice: Option<CudaSlice<u8>>,
     gate: Arc<StreamGate>,
+    counter: Arc<MemoryCounter>,
+    bytes: u64,
 }
 
 impl Allocation {
-    pub(crate) fn new(slice: CudaSlice<u8>, gate: Arc<StreamGate>) -> Self {
-        Allocation { slice: Some(slice), gate }
+    pub(crate) fn new(slice: CudaSlice<u8>, gate: Arc<StreamGate>, counter: Arc<MemoryCounter>) -> Self {
+        let bytes = slice.len() as u64;
+        counter.add(bytes);
+        Allocation { slice: Some(slice), gate, counter, bytes }
     }
 
     fn slice(&self) -> &CudaSlice<u8> {
@@ -41,6 +78,7 @@ impl Drop for Allocation {
     fn drop(&mut self) {
         if let Some(slice) = self.slice.take() {
             self.gate.drop_outside_capture(slice);
+            self.counter.sub(self.bytes);
         }
     }
 }

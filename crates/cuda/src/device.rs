@@ -18,7 +18,7 @@ use cudarc::driver::{CudaContext, CudaEvent, CudaStream, PinnedHostSlice};
 
 use braze_codegen::Target;
 
-use crate::buffer::{bytes_of, values_from_bytes, Allocation, DeviceBuffer, PodScalar};
+use crate::buffer::{bytes_of, values_from_bytes, Allocation, DeviceBuffer, MemoryCounter, PodScalar};
 use crate::capture_gate::{outside_capture, DropOutsideCapture, StreamGate};
 use crate::error::{CudaError, Result};
 use crate::kernel::Kernel;
@@ -84,6 +84,8 @@ pub struct CudaDevice {
     /// The device as codegen sees it: name, compute capability, SM count and limits.
     target: Target,
     allocations: AtomicU64,
+    /// Bytes held by this device's live buffers, and their peak.
+    memory: Arc<MemoryCounter>,
     /// Keeps other threads off `stream` while a CUDA graph is captured on it (see
     /// `capture_gate`): every operation that enqueues on the stream passes it.
     pub(crate) gate: Arc<StreamGate>,
@@ -135,6 +137,7 @@ impl CudaDevice {
             ordinal,
             target,
             allocations: AtomicU64::new(0),
+            memory: Arc::default(),
             gate: Arc::default(),
             capture: Mutex::new(None),
             upload_staging: Mutex::new(UploadStaging::default()),
@@ -191,6 +194,23 @@ impl CudaDevice {
         self.allocations.load(Ordering::Relaxed)
     }
 
+    /// Bytes held by this device's buffers now (as allocated: a zero-byte buffer holds one byte).
+    pub fn memory_in_use(&self) -> u64 {
+        self.memory.live()
+    }
+
+    /// The most bytes this device's buffers held at once since it was opened or since
+    /// [`CudaDevice::reset_peak_memory`]: `torch.cuda.max_memory_allocated` for braze (without
+    /// the caching allocator's rounding, which PyTorch's figure includes).
+    pub fn peak_memory(&self) -> u64 {
+        self.memory.peak()
+    }
+
+    /// Starts a new peak from the bytes in use now (`torch.cuda.reset_peak_memory_stats`).
+    pub fn reset_peak_memory(&self) {
+        self.memory.reset_peak();
+    }
+
     /// Free and total device memory in bytes.
     pub fn memory_info(&self) -> Result<(usize, usize)> {
         Ok(self.ctx.mem_get_info()?)
@@ -205,7 +225,8 @@ impl CudaDevice {
             // without a copy. A zero-byte request allocates one byte so the pointer is valid.
             let slice = unsafe { self.stream.alloc::<u8>(bytes.max(1)) }?;
             self.allocations.fetch_add(1, Ordering::Relaxed);
-            Ok(DeviceBuffer { slice: Arc::new(Allocation::new(slice, self.gate.clone())), len_bytes: bytes })
+            let allocation = Allocation::new(slice, self.gate.clone(), self.memory.clone());
+            Ok(DeviceBuffer { slice: Arc::new(allocation), len_bytes: bytes })
         })
     }
 

@@ -289,3 +289,29 @@ fn times_gpu_work_with_events() {
     assert!(timer.elapsed_ms().unwrap() > 0.0);
     println!("{} ({}): 4 x 256 MiB memset in {ms:.3} ms", device.name(), device.arch());
 }
+
+#[test]
+fn memory_in_use_and_its_peak_follow_the_live_buffers() {
+    let Some(device) = common::gpu() else { return };
+    // A fresh device: nothing allocated yet.
+    assert_eq!((device.memory_in_use(), device.peak_memory()), (0, 0));
+    let a = device.alloc(3 << 20).unwrap();
+    let b = device.alloc(1 << 20).unwrap();
+    assert_eq!(device.memory_in_use(), 4 << 20);
+    drop(a);
+    assert_eq!(device.memory_in_use(), 1 << 20);
+    assert_eq!(device.peak_memory(), 4 << 20, "the peak stays after a free");
+    device.reset_peak_memory();
+    assert_eq!(device.peak_memory(), 1 << 20, "a reset starts from what is live");
+    // A clone shares the allocation: it is counted once and freed with the last handle.
+    let c = b.clone();
+    drop(b);
+    assert_eq!(device.memory_in_use(), 1 << 20);
+    drop(c);
+    assert_eq!(device.memory_in_use(), 0);
+    // An empty buffer holds one byte (its pointer must be valid).
+    let empty = device.alloc(0).unwrap();
+    assert_eq!(device.memory_in_use(), 1);
+    drop(empty);
+    assert_eq!((device.memory_in_use(), device.peak_memory()), (0, 1 << 20));
+}

@@ -20,6 +20,6 @@ mod workload;
 
 pub use sizes::{multisum_sizes, Mt19937};
 pub use workload::{
-    build, ew_chain, ln_relu_res, mlp_block, mlp_step, multisum, sync_demo, tiny_block, tiny_block_inputs, Sizes,
-    Workload, WorkloadFn, MLP_STEP_LAYERS, NAMES,
+    build, ew_chain, ln_relu_res, mlp_block, mlp_step, mlp_training_step, multisum, sync_demo, tiny_block,
+    tiny_block_inputs, Sizes, TrainingStep, Workload, WorkloadFn, MLP_STEP_LAYERS, MLP_STEP_LR, MLP_STEP_PARAMS, NAMES,
 };

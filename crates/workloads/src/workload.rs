@@ -272,6 +272,26 @@ pub fn sync_demo(a: &[Tensor]) -> Result<Vec<Tensor>> {
 /// Layers of `mlp_step`.
 pub const MLP_STEP_LAYERS: usize = 4;
 
+/// `mlp_step`'s AdamW learning rate (betas, eps and weight decay are PyTorch's defaults).
+pub const MLP_STEP_LR: f64 = 1e-3;
+
+/// The names of one `mlp_step` layer's parameters, in the order the layer holds them:
+/// `x = layer_norm(x + gelu(x @ w1 + b1) @ w2 + b2, g, beta)`. Layer `l`'s are named
+/// `layers.{l}.{name}` ([`TrainingStep::params`]), as `benches/torch_train.py` names its own.
+pub const MLP_STEP_PARAMS: [&str; 6] = ["w1", "b1", "w2", "b2", "g", "beta"];
+
+/// A training step with what it trains: the compiled-or-eager step function (inputs `x`,
+/// `target`; output the loss), its parameters by name, and the optimizer that updates them.
+pub struct TrainingStep {
+    pub workload: Workload,
+    /// `(name, parameter)` in the optimizer's order; each call leaves the step's gradient in
+    /// every parameter's `grad()` and the updated value in the parameter.
+    pub params: Vec<(String, Tensor)>,
+    /// Shared with the step function: `set_lr` between calls changes the next steps' learning
+    /// rate without a retrace.
+    pub optimizer: Arc<AdamW>,
+}
+
 /// `mlp_step`: [`MLP_STEP_LAYERS`] layers of `x = layer_norm(x + gelu(x @ W1 + b1) @ W2 + b2)`
 /// (hidden `4 * sizes.hidden`), the mean squared error against a target, `backward()`, and an
 /// AdamW step (lr 1e-3) over every parameter; parameters in `sizes.dtype`, optimizer state in
@@ -279,6 +299,11 @@ pub const MLP_STEP_LAYERS: usize = 4;
 /// same `sizes` on every device) and the optimizer live on `device` and are captured, so each
 /// call trains one step.
 pub fn mlp_step(sizes: &Sizes, device: Device) -> Result<Workload> {
+    Ok(mlp_training_step(sizes, device)?.workload)
+}
+
+/// [`mlp_step`] with its parameters and optimizer.
+pub fn mlp_training_step(sizes: &Sizes, device: Device) -> Result<TrainingStep> {
     let Sizes { rows, hidden, dtype, seed, .. } = *sizes;
     let inner = 4 * hidden;
     let param = |t: Tensor| -> Result<Tensor> {
@@ -302,10 +327,18 @@ pub fn mlp_step(sizes: &Sizes, device: Device) -> Result<Workload> {
             param(Tensor::zeros([hidden], dtype, Device::Cpu)?)?,
         ]);
     }
-    let params: Vec<Tensor> = layers.iter().flatten().cloned().collect();
-    let optimizer = AdamW::new(&params, 1e-3)?;
+    let params: Vec<(String, Tensor)> = layers
+        .iter()
+        .enumerate()
+        .flat_map(|(l, layer)| {
+            MLP_STEP_PARAMS.iter().zip(layer).map(move |(name, p)| (format!("layers.{l}.{name}"), p.clone()))
+        })
+        .collect();
+    let tensors: Vec<Tensor> = params.iter().map(|(_, p)| p.clone()).collect();
+    let optimizer = Arc::new(AdamW::new(&tensors, MLP_STEP_LR)?);
+    let step_optimizer = optimizer.clone();
     let function = move |a: &[Tensor]| -> Result<Vec<Tensor>> {
-        optimizer.zero_grad();
+        step_optimizer.zero_grad();
         let mut x = a[0].clone();
         for [w1, b1, w2, b2, g, beta] in &layers {
             x = definition::mlp_block(&x, w1, b1, w2, b2, g, beta)?;
@@ -313,15 +346,16 @@ pub fn mlp_step(sizes: &Sizes, device: Device) -> Result<Workload> {
         let error = x.sub(&a[1])?;
         let loss = error.mul(&error)?.mean_all()?;
         loss.backward()?;
-        optimizer.step()?;
+        step_optimizer.step()?;
         Ok(vec![loss])
     };
     let x = Tensor::randn([rows, hidden], dtype, seed + 1000)?.to_device(device)?;
     let target = Tensor::randn([rows, hidden], dtype, seed + 1001)?.to_device(device)?;
-    Ok(Workload {
+    let workload = Workload {
         name: "mlp_step",
         input_names: vec!["x".into(), "target".into()],
         inputs: vec![x, target],
         function: Arc::new(function),
-    })
+    };
+    Ok(TrainingStep { workload, params, optimizer })
 }

@@ -123,3 +123,43 @@ fn mlp_step_is_one_graph_without_breaks_and_its_loss_falls() {
     assert!(last < 0.9 * first, "AdamW on a fixed batch lowers the loss: {first} -> {last}");
     assert_eq!(compiled.stats().recompiles, 0);
 }
+
+#[test]
+fn mlp_training_step_names_every_parameter_the_optimizer_updates() {
+    let sizes = Sizes { rows: 4, hidden: 8, ..Sizes::default() };
+    let step = braze_workloads::mlp_training_step(&sizes, braze::Device::Cpu).unwrap();
+    let names: Vec<&str> = step.params.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names.len(), 6 * braze_workloads::MLP_STEP_LAYERS);
+    assert_eq!(names[..6], ["layers.0.w1", "layers.0.b1", "layers.0.w2", "layers.0.b2", "layers.0.g", "layers.0.beta"]);
+    assert_eq!(names.last(), Some(&"layers.3.beta"));
+    let shape = |i: usize| step.params[i].1.shape().dims().to_vec();
+    assert_eq!((shape(0), shape(1), shape(2), shape(3)), (vec![8, 32], vec![32], vec![32, 8], vec![8]));
+    // One call leaves each parameter's gradient and moves every parameter that had one.
+    let before: Vec<Vec<f32>> = step.params.iter().map(|(_, p)| p.to_vec().unwrap()).collect();
+    (step.workload.function)(&step.workload.inputs).unwrap();
+    for ((name, p), old) in step.params.iter().zip(&before) {
+        let grad = p.grad().unwrap_or_else(|| panic!("{name} has no gradient"));
+        assert_eq!(grad.shape(), p.shape(), "{name}");
+        // In f32 every parameter moves (AdamW's first step is about lr for each element).
+        assert_ne!(&p.to_vec::<f32>().unwrap(), old, "{name} was not updated");
+    }
+}
+
+#[test]
+fn a_learning_rate_schedule_over_1000_steps_does_not_retrace() {
+    use braze::optim::Optimizer;
+    let sizes = Sizes { rows: 2, hidden: 4, ..Sizes::default() };
+    let step = braze_workloads::mlp_training_step(&sizes, braze::Device::Cpu).unwrap();
+    let compiled = step.workload.compile().fullgraph(true);
+    let explanation = compiled.explain(&step.workload.inputs).unwrap();
+    assert_eq!((explanation.graphs.len(), explanation.host_syncs), (1, 0));
+    for i in 0..1000 {
+        // Cosine decay from 1e-3, a new learning rate every step.
+        let lr = 1e-3 * 0.5 * (1.0 + (std::f64::consts::PI * i as f64 / 1000.0).cos());
+        step.optimizer.set_lr(lr).unwrap();
+        compiled.call(&step.workload.inputs).unwrap();
+    }
+    let stats = compiled.stats();
+    assert_eq!((stats.traces, stats.recompiles, stats.cache_hits), (1, 0, 1000), "{stats:?}");
+    assert_eq!(step.optimizer.steps().item::<f64>().unwrap(), 1001.0);
+}

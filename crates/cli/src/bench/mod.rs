@@ -1,12 +1,15 @@
 //! `braze bench`: the workloads of `benches/workloads.md` at their standard sizes on the GPU,
 //! timed as `benches/torch_baseline.py` times PyTorch (do_bench medians), checked against the CPU
 //! reference (the checked call with outputs poisoned), and written as rows with the same
-//! workload, shape and dtype keys so `compare.py` can join them.
+//! workload, shape and dtype keys so `compare.py` can join them. The training step `mlp_step`
+//! (`training.rs`) is too large for the CPU reference: it is checked against PyTorch's first
+//! steps instead, given `--torch-weights`.
 
 mod cases;
 mod measure;
 mod report;
 mod startup;
+mod training;
 
 use crate::timing::{GpuTimer, Timing};
 use anyhow::{bail, Context, Result};
@@ -17,13 +20,25 @@ use std::time::Duration;
 
 pub use startup::coldstart_child;
 
-const SECTIONS: [&str; 8] =
-    ["copy", "ln_relu_res", "ew_chain", "multisum", "tiny_block", "mlp_block", "coldstart", "overhead"];
+const SECTIONS: [&str; 9] =
+    ["copy", "ln_relu_res", "ew_chain", "multisum", "tiny_block", "mlp_block", "mlp_step", "coldstart", "overhead"];
 
-pub fn run(json_path: Option<&Path>, only: &[String], rep_ms: f64) -> Result<()> {
-    for name in only {
-        if !SECTIONS.contains(&name.as_str()) {
-            bail!("--only: unknown section `{name}`; known: {}", SECTIONS.join(", "));
+/// What `braze bench` was asked to do.
+pub struct Options<'a> {
+    pub json: Option<&'a Path>,
+    /// Sections to run (empty: all) and to leave out.
+    pub only: &'a [String],
+    pub skip: &'a [String],
+    pub rep_ms: f64,
+    /// `torch_train.py --write`'s directory: check mlp_step against PyTorch's first steps.
+    pub torch_weights: Option<&'a Path>,
+}
+
+pub fn run(options: &Options) -> Result<()> {
+    let Options { json: json_path, only, skip, rep_ms, torch_weights } = *options;
+    for (flag, names) in [("--only", only), ("--skip", skip)] {
+        if let Some(name) = names.iter().find(|n| !SECTIONS.contains(&n.as_str())) {
+            bail!("{flag}: unknown section `{name}`; known: {}", SECTIONS.join(", "));
         }
     }
     if !braze_cuda::cuda_available() {
@@ -46,8 +61,11 @@ pub fn run(json_path: Option<&Path>, only: &[String], rep_ms: f64) -> Result<()>
     });
     println!("{env}");
     let mut bench = Bench { timer, rows: Vec::new(), rep_ms, copy_gbps: None, failures: Vec::new() };
-    let want = |name: &str| only.is_empty() || only.iter().any(|o| o == name);
-    type Section = Box<dyn Fn(&mut Bench) -> Result<()>>;
+    let want = |name: &str| (only.is_empty() || only.iter().any(|o| o == name)) && !skip.iter().any(|s| s == name);
+    if torch_weights.is_some() && !want("mlp_step") {
+        bail!("--torch-weights checks mlp_step, which --only/--skip leave out");
+    }
+    type Section<'a> = Box<dyn Fn(&mut Bench) -> Result<()> + 'a>;
     let sections: Vec<(&str, Section)> = vec![
         ("copy", Box::new(|b| b.copy())),
         ("ln_relu_res", Box::new(|b| b.ln_relu_res(16384, 4096, DType::F32, true))),
@@ -58,6 +76,7 @@ pub fn run(json_path: Option<&Path>, only: &[String], rep_ms: f64) -> Result<()>
         ("multisum", Box::new(|b| b.multisum(10_000, 100, 10_000, 0))),
         ("tiny_block", Box::new(|b| b.tiny_block(16))),
         ("mlp_block", Box::new(|b| b.mlp_block(8192, 1024))),
+        ("mlp_step", Box::new(move |b| b.mlp_step(8192, 1024, torch_weights))),
         ("coldstart", Box::new(|b| b.coldstart())),
         ("overhead", Box::new(|b| b.host_overhead())),
     ];

@@ -1,0 +1,150 @@
+//! The training workload `mlp_step` (`benches/workloads.md`, "Training"): one compiled step
+//! (forward, loss, backward, AdamW) timed like the forward workloads, with its launches, host
+//! syncs and peak device memory, a 1,000-step learning-rate schedule that must not retrace, and,
+//! given PyTorch's run (`torch_train.py --write DIR`), the first steps' loss and gradients
+//! against PyTorch's.
+
+use super::{ran, Bench};
+use crate::torch_check::{self, mlp_step_shape, TorchRun};
+use anyhow::Result;
+use braze::optim::Optimizer;
+use braze::{DType, Mode};
+use braze_workloads::{mlp_training_step, Sizes, MLP_STEP_LAYERS, MLP_STEP_LR};
+use serde_json::{json, Value};
+use std::path::Path;
+use std::time::Instant;
+
+/// Steps run after the first before the steady-state peak memory is taken, and over which it is.
+const WARM_STEPS: usize = 2;
+const PEAK_STEPS: usize = 3;
+/// Steps of the learning-rate schedule.
+const SCHEDULE_STEPS: usize = 1000;
+
+impl Bench {
+    pub(super) fn mlp_step(&mut self, rows: usize, hidden: usize, torch_weights: Option<&Path>) -> Result<()> {
+        let sizes = Sizes { rows, hidden, dtype: DType::BF16, seed: 0, ..Sizes::default() };
+        let shape = mlp_step_shape(&sizes);
+        let dtype = sizes.dtype.to_string();
+        let dev = self.timer.device.clone();
+        self.timer.sync()?;
+        // What was allocated before the model (the timer's L2 flush buffer) is not the step's.
+        let before_model = dev.memory_in_use();
+        let step = mlp_training_step(&sizes, self.device())?;
+        let compiled = step.workload.compile().fullgraph(true).mode(Mode::Default).name("mlp_step");
+        let inputs = &step.workload.inputs;
+        let cache_before = braze::kernel_cache_stats();
+        let start = Instant::now();
+        let explanation = compiled.explain(inputs)?;
+        self.timer.sync()?;
+        let first_call = start.elapsed();
+        let compiles = braze::kernel_cache_stats().compiles - cache_before.compiles;
+        for _ in 0..WARM_STEPS {
+            ran(compiled.call(inputs))?;
+        }
+        // The steady-state peak, as torch_train.py takes PyTorch's: reset after warm-up, then
+        // a few steps.
+        self.timer.sync()?;
+        dev.reset_peak_memory();
+        let mut losses = Vec::new();
+        for _ in 0..PEAK_STEPS {
+            losses.push(compiled.call(inputs)?.remove(0));
+        }
+        self.timer.sync()?;
+        let peak = dev.peak_memory().saturating_sub(before_model);
+        let losses: Vec<f64> = losses.iter().map(|l| Ok(l.to_host()?.get_f64(0))).collect::<braze::Result<_>>()?;
+        let timing = self.bench(&mut || ran(compiled.call(inputs)), self.rep_ms)?;
+        let us = timing.median_us;
+        let inner = 4 * hidden;
+        // Forward 2 matmuls a layer, backward twice the forward's FLOPs.
+        let flops = 3.0 * 2.0 * 2.0 * (rows * hidden * inner * MLP_STEP_LAYERS) as f64;
+        let mut row = json!({
+            "workload": "mlp_step", "shape": shape, "dtype": dtype, "variant": "braze compiled",
+            "us": us, "gbps": null, "reps": timing.reps, "tflops": flops / (us * 1e-6) / 1e12,
+            "kernels": explanation.kernels, "launches": explanation.launches,
+            "host_syncs": explanation.host_syncs, "graphs": explanation.graphs.len(),
+            "peak_bytes": peak, "peak_mb": peak as f64 / 1e6,
+            "first_call_s": first_call.as_secs_f64(), "first_call_nvrtc_compiles": compiles,
+            "losses": losses,
+        });
+        if explanation.host_syncs != 0 || explanation.graphs.len() != 1 {
+            self.failures.push(format!(
+                "mlp_step {shape}: {} graph(s), {} host sync(s) per step; the step must be one graph with none",
+                explanation.graphs.len(),
+                explanation.host_syncs
+            ));
+        }
+        if losses.iter().any(|l| !l.is_finite()) {
+            self.failures.push(format!("mlp_step {shape}: a non-finite loss: {losses:?}"));
+        }
+        let check = match torch_weights {
+            Some(dir) => Some(self.check_against_torch(dir)?),
+            None => None,
+        };
+        if let Some((verdict, _)) = &check {
+            row["check"] = json!(verdict);
+        }
+        self.emit(row);
+        self.schedule(&step.optimizer, &shape, &dtype, &mut || ran(compiled.call(inputs)), &|| compiled.stats())?;
+        if let Some((_, check_row)) = check {
+            self.emit(check_row);
+        }
+        Ok(())
+    }
+
+    /// A cosine learning-rate schedule, a new rate before every step: time per step on the
+    /// host clock (the device finished) and the traces it caused (must be none).
+    fn schedule(
+        &mut self,
+        optimizer: &braze::optim::AdamW,
+        shape: &str,
+        dtype: &str,
+        step: &mut dyn FnMut() -> Result<()>,
+        stats: &dyn Fn() -> braze::CompileStats,
+    ) -> Result<()> {
+        let traces = stats().traces;
+        self.timer.sync()?;
+        let start = Instant::now();
+        for i in 0..SCHEDULE_STEPS {
+            let progress = i as f64 / SCHEDULE_STEPS as f64;
+            optimizer.set_lr(MLP_STEP_LR * 0.5 * (1.0 + (std::f64::consts::PI * progress).cos()))?;
+            step()?;
+        }
+        self.timer.sync()?;
+        let per_step = start.elapsed().as_secs_f64() * 1e6 / SCHEDULE_STEPS as f64;
+        let retraces = stats().traces - traces;
+        let note = format!(
+            "{SCHEDULE_STEPS} steps with a new learning rate before each (cosine from {MLP_STEP_LR}), host clock per \
+             step until the device finished: {retraces} retraces"
+        );
+        self.emit(json!({
+            "workload": "mlp_step", "shape": shape, "dtype": dtype, "variant": "info lr schedule",
+            "us": per_step, "gbps": null, "retraces": retraces, "steps": SCHEDULE_STEPS,
+            "note": format!("{}: {note}", crate::timing::fmt_us(per_step)),
+        }));
+        if retraces != 0 {
+            self.failures.push(format!("mlp_step {shape}: the learning-rate schedule caused {retraces} retraces"));
+        }
+        Ok(())
+    }
+
+    /// braze's step from PyTorch's weights against PyTorch's losses and gradients: the verdict
+    /// and an info row holding every tensor's figures; each mismatch is a failure.
+    fn check_against_torch(&mut self, dir: &Path) -> Result<(&'static str, Value)> {
+        let run = TorchRun::open(dir)?;
+        println!("# mlp_step {}: PyTorch's first {} steps from {}", run.shape(), run.steps, dir.display());
+        let report = torch_check::check_steps(&run, self.device(), Mode::Default)?;
+        report.print();
+        let failures = report.failures();
+        let verdict = if failures.is_empty() { "pass" } else { "FAIL" };
+        for failure in &failures {
+            self.failures.push(format!("mlp_step {} against PyTorch: {failure}", report.shape));
+        }
+        let mut row = json!({
+            "workload": "mlp_step", "shape": report.shape, "dtype": run.sizes.dtype.to_string(),
+            "variant": "info torch check", "us": null, "gbps": null, "check": verdict,
+            "note": format!("same initial weights and inputs as PyTorch: {}", report.summary()),
+        });
+        row["detail"] = report.to_json();
+        Ok((verdict, row))
+    }
+}
