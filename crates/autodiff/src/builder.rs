@@ -1,5 +1,5 @@
 //! Appending backward ops: small constructors over `Graph` that give every new node the source
-//! location of the forward node it differentiates.
+//! location of the forward node it differentiates, marked as backward.
 
 use crate::Result;
 use braze_ir::elementwise::{DVal, DerivativeBuilder};
@@ -15,7 +15,7 @@ pub(crate) struct Emit<'g> {
 impl<'g> Emit<'g> {
     pub(crate) fn new(g: &'g mut Graph, forward: NodeId) -> Emit<'g> {
         let node = g.node(forward);
-        let (loc, dtype) = (node.loc.clone(), node.dtype);
+        let (loc, dtype) = (node.loc.as_ref().map(SourceLoc::backward_of), node.dtype);
         Emit { g, loc, dtype }
     }
 

@@ -4,6 +4,7 @@ use crate::mode::Mode;
 use crate::trace::GraphRun;
 use crate::GraphBreak;
 use braze_ir::Graph;
+use braze_plan::{saved_for_backward, MemoryPlan, SavedForBackward};
 use std::fmt;
 use std::sync::Arc;
 
@@ -35,6 +36,12 @@ pub struct Explanation {
     /// interprets graphs instead (the CPU reference).
     pub kernels: Option<usize>,
     pub launches: Option<usize>,
+    /// What the backward kernels read from the forward ones (activations held between the two),
+    /// summed over the plans; `None` without a backward in any fused plan.
+    pub saved_for_backward: Option<SavedForBackward>,
+    /// Bytes of the arena holding the fused plans' intermediates (buffers whose lifetimes do not
+    /// overlap share it), summed over the plans; `None` without fused plans.
+    pub arena_bytes: Option<usize>,
 }
 
 impl Explanation {
@@ -47,6 +54,12 @@ impl Explanation {
     ) -> Explanation {
         let counts: Option<Vec<_>> = report.runs.iter().map(|run| run.exe.kernel_counts()).collect();
         let counts = counts.filter(|c| !c.is_empty());
+        let plans: Vec<_> = report.runs.iter().filter_map(|run| run.exe.plan()).collect();
+        let saved = plans
+            .iter()
+            .filter_map(|p| saved_for_backward(p))
+            .reduce(|a, b| SavedForBackward { buffers: a.buffers + b.buffers, bytes: a.bytes + b.bytes });
+        let arena_bytes = (!plans.is_empty()).then(|| plans.iter().map(|p| MemoryPlan::for_plan(p).arena_bytes).sum());
         Explanation {
             function: function.to_string(),
             mode,
@@ -59,7 +72,18 @@ impl Explanation {
             eager_fallback: report.eager_fallback,
             kernels: counts.as_ref().map(|c| c.iter().map(|k| k.kernels).sum()),
             launches: counts.as_ref().map(|c| c.iter().map(|k| k.launches_per_call).sum()),
+            saved_for_backward: saved,
+            arena_bytes,
         }
+    }
+}
+
+/// Bytes as B, KiB or MiB, one decimal.
+fn human_bytes(bytes: usize) -> String {
+    match bytes {
+        b if b < 1 << 10 => format!("{b} B"),
+        b if b < 1 << 20 => format!("{:.1} KiB", b as f64 / 1024.0),
+        b => format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0)),
     }
 }
 
@@ -87,6 +111,13 @@ impl fmt::Display for Explanation {
             writeln!(f, "  recompile: {reason}")?;
         }
         writeln!(f, "kernels: {}", or_na(self.kernels))?;
-        writeln!(f, "launches: {}", or_na(self.launches))
+        writeln!(f, "launches: {}", or_na(self.launches))?;
+        if let Some(bytes) = self.arena_bytes {
+            writeln!(f, "intermediates: {} in one arena", human_bytes(bytes))?;
+        }
+        if let Some(saved) = self.saved_for_backward {
+            writeln!(f, "saved for backward: {} in {} buffers", human_bytes(saved.bytes), saved.buffers)?;
+        }
+        Ok(())
     }
 }

@@ -33,11 +33,21 @@ pub struct SourceLoc {
     pub file: String,
     pub line: u32,
     pub col: u32,
+    /// The op belongs to the backward of the op recorded here (appended by autodiff). Passes
+    /// carry locations over to the ops they derive, so fused plans still tell forward from
+    /// backward work (what `explain` reports as saved for backward).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub backward: bool,
 }
 
 impl SourceLoc {
     pub fn from_location(loc: &std::panic::Location<'_>) -> SourceLoc {
-        SourceLoc { file: loc.file().to_string(), line: loc.line(), col: loc.column() }
+        SourceLoc { file: loc.file().to_string(), line: loc.line(), col: loc.column(), backward: false }
+    }
+
+    /// The same place, marking an op of its backward.
+    pub fn backward_of(&self) -> SourceLoc {
+        SourceLoc { backward: true, ..self.clone() }
     }
 }
 

@@ -376,7 +376,7 @@ graph(%0: f32[3,5], %1: f32[5]) {
 fn decompose_keeps_the_composite_location() {
     let mut g = Graph::new();
     let x = g.input(DType::F32, [2, 4]);
-    let loc = SourceLoc { file: "model.rs".into(), line: 7, col: 13 };
+    let loc = SourceLoc { file: "model.rs".into(), line: 7, col: 13, backward: false };
     let s = g.add(Op::Softmax { axis: 1 }, &[x], Some(loc)).unwrap();
     g.set_outputs(vec![s]);
     Decompose.run(&mut g).unwrap();

@@ -18,9 +18,11 @@ mod error;
 mod json;
 pub mod memory;
 mod plan;
+pub mod saved;
 mod text;
 mod validate;
 
 pub use error::{PlanError, Result, Rule};
 pub use memory::MemoryPlan;
 pub use plan::*;
+pub use saved::{saved_for_backward, SavedForBackward};
