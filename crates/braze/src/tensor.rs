@@ -61,10 +61,33 @@ impl AutogradMeta {
     }
 }
 
-/// How an eager result was computed: its op's graph (input `i` is `operands[i]`, one output).
-pub(crate) struct TapeEntry {
-    pub(crate) graph: Arc<braze_ir::Graph>,
-    pub(crate) operands: Vec<Tensor>,
+/// How a result that needs a gradient was computed (the node of the autograd graph behind it).
+pub(crate) enum TapeEntry {
+    /// An eager op: its one-op graph (input `i` is `operands[i]`, one output).
+    Op { graph: Arc<braze_ir::Graph>, operands: Vec<Tensor> },
+    /// Output `output` of a compiled graph (a whole compiled function, or one piece of a function
+    /// split at graph breaks), whose backward is a compiled graph of its own.
+    Compiled { node: Arc<CompiledNode>, output: usize },
+    /// The result of host code (a host custom op) on tensors that need gradients: gradients
+    /// cannot flow through it, and a backward that reaches it is an error naming it.
+    Opaque { op: String, loc: SourceLoc },
+}
+
+/// Gradients of the outputs of a compiled graph in (and where `backward()` was called, for
+/// errors), gradients of its `inputs` out.
+pub(crate) type BackwardFn = dyn Fn(&[Option<Tensor>], &SourceLoc) -> Result<Vec<Option<Tensor>>> + Send + Sync;
+
+/// A compiled graph on the autograd tape (what torch.compile's AOTAutograd records as one
+/// `CompiledFunction` node): the inputs gradients flow into and its backward.
+pub(crate) struct CompiledNode {
+    /// Creation order across the process: a node's inputs were computed before it, so running
+    /// pending nodes from the highest `seq` down is a reverse topological order.
+    pub(crate) seq: u64,
+    /// The graph's inputs that need gradients; `backward` returns one gradient per input.
+    pub(crate) inputs: Vec<Tensor>,
+    /// How many outputs the graph has (`backward` takes one gradient per output).
+    pub(crate) outputs: usize,
+    pub(crate) backward: Box<BackwardFn>,
 }
 
 #[derive(Clone)]
@@ -203,6 +226,21 @@ impl Tensor {
     /// a tensor that does.
     pub(crate) fn needs_grad(&self) -> bool {
         self.inner.autograd.requires_grad() || self.inner.autograd.tape.get().is_some()
+    }
+
+    /// A new handle on the same data with no autograd history: what a compiled graph saves for
+    /// its backward (an `assign` that swaps this tensor's data later leaves the saved data alone).
+    pub(crate) fn snapshot(&self) -> Tensor {
+        Tensor::from_storage(self.storage().clone())
+    }
+
+    /// Whether both handles hold the very same data (not equal copies).
+    pub(crate) fn shares_data(&self, other: &Tensor) -> bool {
+        match (&*self.storage(), &*other.storage()) {
+            (Storage::Host(a), Storage::Host(b)) => Arc::ptr_eq(a, b),
+            (Storage::Cuda(a), Storage::Cuda(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
     }
 
     /// Whether both handles are the same tensor.
