@@ -125,6 +125,8 @@ struct WholeEntry {
     /// Nodes gradients do not flow through.
     stopped: Arc<HashSet<NodeId>>,
     target: Target,
+    /// Inputs the plan overwrites in place (captured tensors assigned inside the function).
+    written_in_place: Vec<usize>,
 }
 
 impl Entry {
@@ -356,7 +358,7 @@ where
 
     fn run_whole(&self, whole: &WholeEntry, args: &[Tensor]) -> Result<Vec<Tensor>> {
         let WholeEntry { run, bindings, writes, .. } = whole;
-        let (inputs, mut outputs) = self.run_bound(run, bindings, args)?;
+        let (inputs, mut outputs) = self.run_bound(run, bindings, &whole.written_in_place, args)?;
         // Gradients and assigned values come after the returned values.
         let returned = writes.first_output().unwrap_or(outputs.len());
         let site = GraphSite {
@@ -372,8 +374,15 @@ where
         Ok(outputs)
     }
 
-    /// Runs the graph on its bound inputs; returns the inputs and the outputs.
-    fn run_bound(&self, run: &GraphRun, bindings: &[Binding], args: &[Tensor]) -> Result<(Vec<Tensor>, Vec<Tensor>)> {
+    /// Runs the graph on its bound inputs; returns the inputs and the outputs. Inputs in
+    /// `written_in_place` are overwritten by the run.
+    fn run_bound(
+        &self,
+        run: &GraphRun,
+        bindings: &[Binding],
+        written_in_place: &[usize],
+        args: &[Tensor],
+    ) -> Result<(Vec<Tensor>, Vec<Tensor>)> {
         let running = |e| trace::with_context(e, &format!("running `{}`", self.name));
         // The graph's inputs are exactly the arguments, in order: pass them through uncopied.
         let direct = bindings.len() == args.len()
@@ -399,6 +408,7 @@ where
                 })?,
             });
         }
+        unalias(&mut inputs, written_in_place)?;
         let outputs = run.exe.run(&inputs).map_err(running)?;
         Ok((inputs, outputs))
     }
@@ -434,10 +444,11 @@ where
         let (outputs, kind) = match outcome {
             TraceOutcome::Whole(WholeGraph { graph, bindings, writes, stopped }) => {
                 logging::breaks_traced(&self.name, &signature_text, &[]);
-                let exe = backend::compile_traced(&graph, target, &self.name)?;
+                let exe = backend::compile_traced(&graph, target, &self.name, &writes.in_place_requests(&bindings))?;
+                let written_in_place = exe.plan().map(|plan| plan.in_place_inputs()).unwrap_or_default();
                 let run = GraphRun { graph: Arc::new(graph), exe };
                 self.lock().whole_graphs_compiled += 1;
-                let whole = WholeEntry { run, bindings, writes, stopped, target };
+                let whole = WholeEntry { run, bindings, writes, stopped, target, written_in_place };
                 let outputs = self.run_whole(&whole, args)?;
                 if let Some(report) = report {
                     report.runs.push(whole.run.clone());
@@ -494,6 +505,21 @@ where
         state.stats.eager_fallbacks += 1;
         Ok(true)
     }
+}
+
+/// Gives every input that shares its data with an input the run overwrites in place (a weight
+/// both captured and passed as an argument) a copy of its own, so it still reads the old values.
+fn unalias(inputs: &mut [Tensor], written_in_place: &[usize]) -> Result<()> {
+    if written_in_place.is_empty() {
+        return Ok(());
+    }
+    let written: HashSet<usize> = written_in_place.iter().map(|&i| inputs[i].data_ptr()).collect();
+    for (j, input) in inputs.iter_mut().enumerate() {
+        if !written_in_place.contains(&j) && written.contains(&input.data_ptr()) {
+            *input = crate::no_grad(|| input.mul_scalar(1.0))?;
+        }
+    }
+    Ok(())
 }
 
 /// The entry whose guards `args` pass; otherwise why an entry traced for these inputs no longer

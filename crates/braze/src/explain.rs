@@ -35,6 +35,11 @@ pub struct Explanation {
     /// interprets graphs instead (the CPU reference).
     pub kernels: Option<usize>,
     pub launches: Option<usize>,
+    /// Assigned captured tensors the graphs update in place: written directly by the kernel that
+    /// computes the new value, or (where that could clobber values still to be read) through a
+    /// temporary and a copy kernel. Assignments in neither count swap in new data after the call.
+    pub write_backs_in_place: usize,
+    pub write_backs_copied: usize,
 }
 
 impl Explanation {
@@ -47,6 +52,10 @@ impl Explanation {
     ) -> Explanation {
         let counts: Option<Vec<_>> = report.runs.iter().map(|run| run.exe.kernel_counts()).collect();
         let counts = counts.filter(|c| !c.is_empty());
+        let write_backs = report.runs.iter().filter_map(|run| run.exe.plan()).fold((0, 0), |(direct, copied), plan| {
+            let w = plan.write_backs();
+            (direct + w.direct, copied + w.copied)
+        });
         Explanation {
             function: function.to_string(),
             mode,
@@ -59,6 +68,8 @@ impl Explanation {
             eager_fallback: report.eager_fallback,
             kernels: counts.as_ref().map(|c| c.iter().map(|k| k.kernels).sum()),
             launches: counts.as_ref().map(|c| c.iter().map(|k| k.launches_per_call).sum()),
+            write_backs_in_place: write_backs.0,
+            write_backs_copied: write_backs.1,
         }
     }
 }
@@ -85,6 +96,13 @@ impl fmt::Display for Explanation {
         writeln!(f, "recompiles: {}", self.recompiles)?;
         for reason in &self.recompile_reasons {
             writeln!(f, "  recompile: {reason}")?;
+        }
+        if self.write_backs_in_place + self.write_backs_copied > 0 {
+            writeln!(
+                f,
+                "write-backs: {} in place, {} through a copy",
+                self.write_backs_in_place, self.write_backs_copied
+            )?;
         }
         writeln!(f, "kernels: {}", or_na(self.kernels))?;
         writeln!(f, "launches: {}", or_na(self.launches))

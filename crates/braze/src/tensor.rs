@@ -228,8 +228,8 @@ impl Tensor {
         self.inner.autograd.requires_grad() || self.inner.autograd.tape.get().is_some()
     }
 
-    /// A new handle on the same data with no autograd history: what a compiled graph saves for
-    /// its backward (an `assign` that swaps this tensor's data later leaves the saved data alone).
+    /// A new handle on the same data with no autograd history: how a compiled node keeps its
+    /// outputs' values for its backward without keeping the outputs (and so itself) alive.
     pub(crate) fn snapshot(&self) -> Tensor {
         Tensor::from_storage(self.storage().clone())
     }
@@ -238,9 +238,37 @@ impl Tensor {
     pub(crate) fn shares_data(&self, other: &Tensor) -> bool {
         match (&*self.storage(), &*other.storage()) {
             (Storage::Host(a), Storage::Host(b)) => Arc::ptr_eq(a, b),
-            (Storage::Cuda(a), Storage::Cuda(b)) => Arc::ptr_eq(a, b),
+            (Storage::Cuda(a), Storage::Cuda(b)) => {
+                a.ordinal == b.ordinal && a.buffer.device_address() == b.buffer.device_address()
+            }
             _ => false,
         }
+    }
+
+    /// Where this tensor's data starts in host or device memory (as PyTorch's `data_ptr()`): it
+    /// changes when `assign` swaps in new data, not when a compiled function updates the tensor
+    /// in place. 0 for a traced tensor.
+    pub fn data_ptr(&self) -> usize {
+        match &*self.storage() {
+            Storage::Host(h) => h.data().address(),
+            Storage::Cuda(c) => c.buffer.device_address() as usize,
+            Storage::Traced(_) => 0,
+        }
+    }
+
+    /// Overwrites this CPU tensor's values with `values` in its own allocation, when nothing else
+    /// shares that allocation; `false` (nothing written) otherwise.
+    pub(crate) fn overwrite_host(&self, values: &HostTensor) -> bool {
+        let mut storage = self.inner.storage.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+        match &mut *storage {
+            Storage::Host(data) => Arc::get_mut(data).is_some_and(|data| data.copy_from(values).is_ok()),
+            Storage::Cuda(_) | Storage::Traced(_) => false,
+        }
+    }
+
+    /// Records that this tensor's data was changed in place (by a compiled write-back).
+    pub(crate) fn mark_written(&self) {
+        self.inner.version.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Whether both handles are the same tensor.

@@ -346,6 +346,11 @@ impl Plan {
         &self.buffers[id.0]
     }
 
+    /// The inputs some output is written in place of.
+    pub fn in_place_inputs(&self) -> Vec<usize> {
+        self.buffers.iter().filter_map(|b| if let BufferRole::InPlace(n) = b.role { Some(n) } else { None }).collect()
+    }
+
     /// How the in-place outputs are written: directly, or through a copy.
     pub fn write_backs(&self) -> WriteBackCounts {
         let mut counts = WriteBackCounts::default();

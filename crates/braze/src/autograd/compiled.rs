@@ -7,17 +7,18 @@
 //! `braze_autodiff` (the rules every other gradient uses), reading the forward's inputs and
 //! outputs from what the forward saved and recomputing the other values it needs inside the
 //! backward graph, where they fuse with the backward ops (pointwise recomputation is cheaper than
-//! writing and reading every activation). It is built on the first backward through the node and
+//! writing and reading every activation). Inputs are kept by handle with their version: a
+//! backward after one of them was assigned is an error, as PyTorch's saved-tensor check. It is built on the first backward through the node and
 //! compiled once per structure through the function's graph cache.
 
 use crate::backend::{GraphCache, Target};
-use crate::tensor::{CompiledNode, TapeEntry, TensorInner};
+use crate::tensor::{CompiledNode, TapeEntry};
 use crate::{Error, Result, Tensor};
 use braze_ir::{Graph, NodeId, Op, SourceLoc};
 use braze_passes::Pass;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 static NEXT_SEQ: AtomicU64 = AtomicU64::new(1);
 
@@ -32,26 +33,16 @@ pub(crate) struct GraphSite {
     pub name: String,
 }
 
-/// A value the forward saved for the backward: its data when the forward ran, and the tensor it
-/// came from, to catch data changed in place after the forward.
+/// An input the backward reads: the tensor itself (no copy) and its version when the forward
+/// ran, to refuse a backward after its data changed (as PyTorch's saved-tensor version check).
 struct Saved {
-    data: Tensor,
-    source: Weak<TensorInner>,
+    tensor: Tensor,
     version: u64,
 }
 
 impl Saved {
     fn of(t: &Tensor) -> Saved {
-        Saved { data: t.snapshot(), source: Arc::downgrade(&t.inner), version: t.version() }
-    }
-
-    /// Whether the source's data was overwritten in place since the forward (a swap by `assign`
-    /// leaves the saved data intact).
-    fn overwritten(&self) -> bool {
-        self.source
-            .upgrade()
-            .map(|inner| Tensor { inner })
-            .is_some_and(|source| source.version() != self.version && source.shares_data(&self.data))
+        Saved { tensor: t.clone(), version: t.version() }
     }
 }
 
@@ -106,13 +97,13 @@ fn backward(
     loc: &SourceLoc,
 ) -> Result<Vec<Option<Tensor>>> {
     let op = "backward";
-    if saved_inputs.iter().any(Saved::overwritten) {
+    if saved_inputs.iter().any(|s| s.tensor.version() != s.version) {
         return Err(Error::invalid(
             op,
             loc,
             format!(
-                "a tensor that {} saved for its backward was overwritten in place (by a compiled \
-                 assign) after the forward ran; call backward() before updating it",
+                "a tensor that {} read was assigned after it ran, so its backward would see the new \
+                 values; call backward() before updating it",
                 site.name
             ),
         ));
@@ -120,7 +111,7 @@ fn backward(
     let mut g = (*site.graph).clone();
     let forward_inputs = g.inputs().to_vec();
     let forward_outputs = g.outputs().to_vec();
-    let mut feed: Vec<Tensor> = saved_inputs.iter().map(|s| s.data.clone()).collect();
+    let mut feed: Vec<Tensor> = saved_inputs.iter().map(|s| s.tensor.clone()).collect();
     let mut seeds = Vec::new();
     for (&value, grad) in forward_outputs.iter().zip(grads) {
         if let Some(grad) = grad {

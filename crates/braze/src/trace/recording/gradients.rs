@@ -47,9 +47,29 @@ impl WriteBacks {
             effect.param.inner.autograd.set_grad(effect.output.map(|i| outputs[i].clone()));
         }
         for (target, output) in &self.assigns {
-            target.replace_storage(outputs[*output].storage().clone(), crate::tensor::caller())?;
+            let new_data = &outputs[*output];
+            // The plan wrote it into the target's own memory (an in-place output): nothing to swap.
+            if target.shares_data(new_data) {
+                target.mark_written();
+            } else {
+                target.replace_storage(new_data.storage().clone(), crate::tensor::caller())?;
+            }
         }
         Ok(())
+    }
+
+    /// `(graph output, graph input)` for each assigned tensor the graph also reads as an input:
+    /// the outputs the plan may write in place ([`braze_passes::FusionOptions::in_place`]).
+    pub(crate) fn in_place_requests(&self, bindings: &[super::super::Binding]) -> Vec<(usize, usize)> {
+        self.assigns
+            .iter()
+            .filter_map(|(target, output)| {
+                let input = bindings.iter().position(
+                    |b| matches!(b, super::super::Binding::Captured { tensor, .. } if tensor.same_tensor(target)),
+                )?;
+                Some((*output, input))
+            })
+            .collect()
     }
 }
 
