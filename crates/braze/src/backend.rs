@@ -16,7 +16,7 @@ use braze_codegen::KernelCode;
 use braze_cuda::{ExecOptions, PlanExecutable};
 use braze_ir::{Graph, HostTensor};
 use braze_passes::FusionOptions;
-use braze_plan::Plan;
+use braze_plan::{BufferRole, Plan};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -79,8 +79,9 @@ pub fn compile_graph(graph: &Graph, target: Target) -> Result<Arc<dyn Executable
         Device::Cuda(_) => {
             static EAGER: OnceLock<GraphCache> = OnceLock::new();
             let cache = EAGER.get_or_init(GraphCache::default);
-            let (exe, _) = cache
-                .get_or_compile_with(graph, target, |g, t| Ok(Arc::new(CudaPlan::new(g, t)?) as Arc<dyn Executable>))?;
+            let (exe, _) = cache.get_or_compile_with(graph, target, |g, t| {
+                Ok(Arc::new(CudaPlan::new(g, t, &[])?) as Arc<dyn Executable>)
+            })?;
             Ok(exe)
         }
     }
@@ -88,14 +89,27 @@ pub fn compile_graph(graph: &Graph, target: Target) -> Result<Arc<dyn Executable
 
 /// Makes a traced graph runnable: fused into a plan, run by the CPU plan executor or on the GPU.
 pub fn compile_fused(graph: &Graph, target: Target) -> Result<Arc<dyn Executable>> {
+    compile_fused_in_place(graph, target, &[])
+}
+
+/// [`compile_fused`] for a graph with write-backs: each `(output, input)` of `in_place` says the
+/// caller stores that output into that input's tensor. The plan writes it into the input's
+/// memory where that is safe ([`braze_plan::BufferRole::InPlace`]), and a run then updates the
+/// input tensor in place; the output it returns for it shares the input's data.
+pub fn compile_fused_in_place(
+    graph: &Graph,
+    target: Target,
+    in_place: &[(usize, usize)],
+) -> Result<Arc<dyn Executable>> {
     match target.device {
-        Device::Cpu => Ok(Arc::new(CpuPlan::new(graph)?)),
-        Device::Cuda(_) => Ok(Arc::new(CudaPlan::new(graph, target)?)),
+        Device::Cpu => Ok(Arc::new(CpuPlan::new(graph, in_place)?)),
+        Device::Cuda(_) => Ok(Arc::new(CudaPlan::new(graph, target, in_place)?)),
     }
 }
 
-fn fuse(graph: &Graph) -> Result<Plan> {
-    braze_passes::compile_to_plan(graph, &FusionOptions::default())
+fn fuse(graph: &Graph, in_place: &[(usize, usize)]) -> Result<Plan> {
+    let options = FusionOptions { in_place: in_place.to_vec(), ..FusionOptions::default() };
+    braze_passes::compile_to_plan(graph, &options)
         .map_err(|e| Error::Compile { context: "fusion".into(), passes: Box::new(e) })
 }
 
@@ -173,8 +187,8 @@ struct CpuPlan {
 }
 
 impl CpuPlan {
-    fn new(graph: &Graph) -> Result<CpuPlan> {
-        let plan = fuse(graph)?;
+    fn new(graph: &Graph, in_place: &[(usize, usize)]) -> Result<CpuPlan> {
+        let plan = fuse(graph, in_place)?;
         logging::plan_compiled(&plan, &default_sources(&plan));
         let launches = launches_per_call(&plan);
         Ok(CpuPlan { plan: Arc::new(plan), launches })
@@ -186,7 +200,16 @@ impl Executable for CpuPlan {
         let host = host_inputs(inputs)?;
         let outputs = braze_cpu::eval_plan(&self.plan, &host)
             .map_err(|cpu| Error::Cpu { context: "CPU plan executor".into(), cpu: Box::new(cpu) })?;
-        Ok(outputs.into_iter().map(Tensor::from_host).collect())
+        Ok(outputs
+            .into_iter()
+            .zip(&self.plan.outputs)
+            .map(|(data, out)| match self.plan.buffer(out.buffer).role {
+                // Written into the input's own allocation, as the GPU executor does (unless
+                // something else, e.g. data saved for a backward, shares it: then a new tensor).
+                BufferRole::InPlace(i) if inputs[i].overwrite_host(&data) => inputs[i].snapshot(),
+                _ => Tensor::from_host(data),
+            })
+            .collect())
     }
 
     fn kernel_counts(&self) -> Option<KernelCounts> {
@@ -221,7 +244,7 @@ struct Bound {
 }
 
 impl CudaPlan {
-    fn new(graph: &Graph, target: Target) -> Result<CudaPlan> {
+    fn new(graph: &Graph, target: Target, in_place: &[(usize, usize)]) -> Result<CudaPlan> {
         let Device::Cuda(ordinal) = target.device else {
             return Err(Error::DeviceMismatch {
                 op: "compile".into(),
@@ -231,7 +254,7 @@ impl CudaPlan {
             });
         };
         let device = crate::cuda::device(ordinal, "compile")?;
-        let plan = fuse(graph)?;
+        let plan = fuse(graph, in_place)?;
         let options = ExecOptions {
             cuda_graphs: target.mode == Mode::ReduceOverhead,
             allow_tf32: ALLOW_TF32.load(Ordering::Relaxed),
@@ -353,7 +376,7 @@ impl GraphCache {
         target: Target,
         function: &str,
     ) -> Result<(Arc<dyn Executable>, bool)> {
-        self.get_or_compile_with(graph, target, |g, t| compile_traced(g, t, function))
+        self.get_or_compile_with(graph, target, |g, t| compile_traced(g, t, function, &[]))
     }
 
     /// As [`GraphCache::get_or_compile`], compiling a miss with `compile`.
@@ -388,9 +411,14 @@ impl GraphCache {
 
 /// Compiles a graph that came from tracing a user function: logged and dumped, unlike the
 /// one-op graphs of eager execution.
-pub(crate) fn compile_traced(graph: &Graph, target: Target, function: &str) -> Result<Arc<dyn Executable>> {
+pub(crate) fn compile_traced(
+    graph: &Graph,
+    target: Target,
+    function: &str,
+    in_place: &[(usize, usize)],
+) -> Result<Arc<dyn Executable>> {
     logging::graph_compiled(graph, function);
-    compile_fused(graph, target)
+    compile_fused_in_place(graph, target, in_place)
 }
 
 #[cfg(test)]

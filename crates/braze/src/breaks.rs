@@ -22,6 +22,10 @@ pub enum BreakKind {
     OpaqueHostFn,
     /// An op whose output shape depends on tensor values (`nonzero`).
     DataDependentShape,
+    /// `backward()` whose gradients flow on into values computed outside the current graph (by
+    /// a piece before an earlier break, or eagerly before the call): those run their own
+    /// compiled backwards, which need this graph's gradients first.
+    BackwardAcrossBreak,
 }
 
 impl BreakKind {
@@ -32,6 +36,7 @@ impl BreakKind {
             BreakKind::CopyToCpu => "copy_to_cpu",
             BreakKind::OpaqueHostFn => "opaque_host_fn",
             BreakKind::DataDependentShape => "data_dependent_shape",
+            BreakKind::BackwardAcrossBreak => "backward_across_break",
         }
     }
 
@@ -43,6 +48,7 @@ impl BreakKind {
             BreakKind::CopyToCpu => "copies a traced tensor to the CPU",
             BreakKind::OpaqueHostFn => "runs a host function the compiler cannot see into",
             BreakKind::DataDependentShape => "has an output shape that depends on tensor values",
+            BreakKind::BackwardAcrossBreak => "sends gradients into values computed outside this graph",
         }
     }
 
@@ -54,6 +60,9 @@ impl BreakKind {
             BreakKind::CopyToCpu => "return the tensor from the compiled function and copy it after the call",
             BreakKind::OpaqueHostFn => "give the op a traceable implementation with CustomOp::traceable",
             BreakKind::DataDependentShape => "use a fixed-shape form (a mask with where_()) instead",
+            BreakKind::BackwardAcrossBreak => {
+                "call backward() after the compiled function returns, or move the earlier break after it"
+            }
         }
     }
 }

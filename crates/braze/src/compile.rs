@@ -1,13 +1,16 @@
 //! `compile`: a function traced once per input signature and replayed from a cache.
 
+use crate::autograd::compiled::GraphSite;
 use crate::backend::{self, GraphCache, Target};
 use crate::explain::{Explanation, RunReport};
 use crate::logging::{self, targets};
 use crate::mode::Mode;
 use crate::signature::{format_signature, TensorSig};
 use crate::tensor::caller;
-use crate::trace::{self, Binding, GradAtEntry, GraphRun, SplitRun, TraceConfig, TraceOutcome, WriteBacks};
+use crate::trace::{self, Binding, GradAtEntry, GraphRun, SplitRun, TraceConfig, TraceOutcome, WholeGraph, WriteBacks};
 use crate::{Device, Error, GraphBreak, Result, Tensor};
+use braze_ir::NodeId;
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Compiles `f`: the first call with a given input signature (dtype, shape and device of every
@@ -108,9 +111,22 @@ struct Entry {
 
 enum EntryKind {
     /// Traced without a break: replay the graph, never run the function again.
-    Whole { run: GraphRun, bindings: Vec<Binding>, writes: WriteBacks },
+    Whole(WholeEntry),
     /// Traced with breaks: run the function again on each call, reusing compiled segments.
     Replay,
+}
+
+/// A function traced into one graph: the graph, what its inputs are bound to, what each call
+/// writes back, and what its backward needs.
+struct WholeEntry {
+    run: GraphRun,
+    bindings: Vec<Binding>,
+    writes: WriteBacks,
+    /// Nodes gradients do not flow through.
+    stopped: Arc<HashSet<NodeId>>,
+    target: Target,
+    /// Inputs the plan overwrites in place (captured tensors assigned inside the function).
+    written_in_place: Vec<usize>,
 }
 
 impl Entry {
@@ -120,7 +136,7 @@ impl Entry {
 
     /// Why a captured tensor no longer fits the graph, if one does not.
     fn captured_change(&self) -> Option<String> {
-        let EntryKind::Whole { bindings, writes, .. } = &self.kind else { return None };
+        let EntryKind::Whole(WholeEntry { bindings, writes, .. }) = &self.kind else { return None };
         let binding_change = bindings.iter().find_map(|binding| match binding {
             Binding::Captured { tensor, traced_as, first_use } if !traced_as.matches(tensor) => {
                 let place = first_use.as_ref().map(|loc| format!(" (first used at {loc})")).unwrap_or_default();
@@ -249,11 +265,11 @@ where
 
     fn run_entry(&self, entry: &Entry, args: &[Tensor], report: Option<&mut RunReport>) -> Result<Vec<Tensor>> {
         match &entry.kind {
-            EntryKind::Whole { run, bindings, writes } => {
+            EntryKind::Whole(whole) => {
                 if let Some(report) = report {
-                    report.runs.push(run.clone());
+                    report.runs.push(whole.run.clone());
                 }
-                self.run_whole(run, bindings, writes, args)
+                self.run_whole(whole, args)
             }
             EntryKind::Replay => {
                 let target = self.target(args)?;
@@ -340,26 +356,39 @@ where
         TraceConfig { strict, function: self.name.clone(), target, graphs: self.graphs.clone(), replay }
     }
 
-    fn run_whole(
-        &self,
-        run: &GraphRun,
-        bindings: &[Binding],
-        writes: &WriteBacks,
-        args: &[Tensor],
-    ) -> Result<Vec<Tensor>> {
-        let mut outputs = self.run_bound(run, bindings, args)?;
+    fn run_whole(&self, whole: &WholeEntry, args: &[Tensor]) -> Result<Vec<Tensor>> {
+        let WholeEntry { run, bindings, writes, .. } = whole;
+        let (inputs, mut outputs) = self.run_bound(run, bindings, &whole.written_in_place, args)?;
         // Gradients and assigned values come after the returned values.
+        let returned = writes.first_output().unwrap_or(outputs.len());
+        let site = GraphSite {
+            graph: run.graph.clone(),
+            stopped: whole.stopped.clone(),
+            target: whole.target,
+            cache: self.graphs.clone(),
+            name: format!("`{}`", self.name),
+        };
+        crate::autograd::compiled::record(site, &inputs, &outputs[..returned]);
         writes.apply(&outputs)?;
-        outputs.truncate(writes.first_output().unwrap_or(outputs.len()));
+        outputs.truncate(returned);
         Ok(outputs)
     }
 
-    fn run_bound(&self, run: &GraphRun, bindings: &[Binding], args: &[Tensor]) -> Result<Vec<Tensor>> {
+    /// Runs the graph on its bound inputs; returns the inputs and the outputs. Inputs in
+    /// `written_in_place` are overwritten by the run.
+    fn run_bound(
+        &self,
+        run: &GraphRun,
+        bindings: &[Binding],
+        written_in_place: &[usize],
+        args: &[Tensor],
+    ) -> Result<(Vec<Tensor>, Vec<Tensor>)> {
+        let running = |e| trace::with_context(e, &format!("running `{}`", self.name));
         // The graph's inputs are exactly the arguments, in order: pass them through uncopied.
         let direct = bindings.len() == args.len()
             && bindings.iter().enumerate().all(|(i, b)| matches!(b, Binding::Arg(j) if *j == i));
         if direct {
-            return run.exe.run(args).map_err(|e| trace::with_context(e, &format!("running `{}`", self.name)));
+            return Ok((args.to_vec(), run.exe.run(args).map_err(running)?));
         }
         let mut inputs = Vec::with_capacity(bindings.len());
         for binding in bindings {
@@ -379,7 +408,9 @@ where
                 })?,
             });
         }
-        run.exe.run(&inputs).map_err(|e| trace::with_context(e, &format!("running `{}`", self.name)))
+        unalias(&mut inputs, written_in_place)?;
+        let outputs = run.exe.run(&inputs).map_err(running)?;
+        Ok((inputs, outputs))
     }
 
     fn trace_new(
@@ -411,16 +442,18 @@ where
             }
         };
         let (outputs, kind) = match outcome {
-            TraceOutcome::Whole { graph, bindings, writes } => {
+            TraceOutcome::Whole(WholeGraph { graph, bindings, writes, stopped }) => {
                 logging::breaks_traced(&self.name, &signature_text, &[]);
-                let exe = backend::compile_traced(&graph, target, &self.name)?;
+                let exe = backend::compile_traced(&graph, target, &self.name, &writes.in_place_requests(&bindings))?;
+                let written_in_place = exe.plan().map(|plan| plan.in_place_inputs()).unwrap_or_default();
                 let run = GraphRun { graph: Arc::new(graph), exe };
                 self.lock().whole_graphs_compiled += 1;
-                let outputs = self.run_whole(&run, &bindings, &writes, args)?;
+                let whole = WholeEntry { run, bindings, writes, stopped, target, written_in_place };
+                let outputs = self.run_whole(&whole, args)?;
                 if let Some(report) = report {
-                    report.runs.push(run.clone());
+                    report.runs.push(whole.run.clone());
                 }
-                (outputs, EntryKind::Whole { run, bindings, writes })
+                (outputs, EntryKind::Whole(whole))
             }
             TraceOutcome::Split(split) => {
                 logging::breaks_traced(&self.name, &signature_text, &split.breaks);
@@ -472,6 +505,21 @@ where
         state.stats.eager_fallbacks += 1;
         Ok(true)
     }
+}
+
+/// Gives every input that shares its data with an input the run overwrites in place (a weight
+/// both captured and passed as an argument) a copy of its own, so it still reads the old values.
+fn unalias(inputs: &mut [Tensor], written_in_place: &[usize]) -> Result<()> {
+    if written_in_place.is_empty() {
+        return Ok(());
+    }
+    let written: HashSet<usize> = written_in_place.iter().map(|&i| inputs[i].data_ptr()).collect();
+    for (j, input) in inputs.iter_mut().enumerate() {
+        if !written_in_place.contains(&j) && written.contains(&input.data_ptr()) {
+            *input = crate::no_grad(|| input.mul_scalar(1.0))?;
+        }
+    }
+    Ok(())
 }
 
 /// The entry whose guards `args` pass; otherwise why an entry traced for these inputs no longer

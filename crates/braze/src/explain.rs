@@ -42,6 +42,11 @@ pub struct Explanation {
     /// Bytes of the arena holding the fused plans' intermediates (buffers whose lifetimes do not
     /// overlap share it), summed over the plans; `None` without fused plans.
     pub arena_bytes: Option<usize>,
+    /// Assigned captured tensors the graphs update in place: written directly by the kernel that
+    /// computes the new value, or (where that could clobber values still to be read) through a
+    /// temporary and a copy kernel. Assignments in neither count swap in new data after the call.
+    pub write_backs_in_place: usize,
+    pub write_backs_copied: usize,
 }
 
 impl Explanation {
@@ -60,6 +65,10 @@ impl Explanation {
             .filter_map(|p| saved_for_backward(p))
             .reduce(|a, b| SavedForBackward { buffers: a.buffers + b.buffers, bytes: a.bytes + b.bytes });
         let arena_bytes = (!plans.is_empty()).then(|| plans.iter().map(|p| MemoryPlan::for_plan(p).arena_bytes).sum());
+        let write_backs = plans.iter().fold((0, 0), |(direct, copied), plan| {
+            let w = plan.write_backs();
+            (direct + w.direct, copied + w.copied)
+        });
         Explanation {
             function: function.to_string(),
             mode,
@@ -74,6 +83,8 @@ impl Explanation {
             launches: counts.as_ref().map(|c| c.iter().map(|k| k.launches_per_call).sum()),
             saved_for_backward: saved,
             arena_bytes,
+            write_backs_in_place: write_backs.0,
+            write_backs_copied: write_backs.1,
         }
     }
 }
@@ -109,6 +120,13 @@ impl fmt::Display for Explanation {
         writeln!(f, "recompiles: {}", self.recompiles)?;
         for reason in &self.recompile_reasons {
             writeln!(f, "  recompile: {reason}")?;
+        }
+        if self.write_backs_in_place + self.write_backs_copied > 0 {
+            writeln!(
+                f,
+                "write-backs: {} in place, {} through a copy",
+                self.write_backs_in_place, self.write_backs_copied
+            )?;
         }
         writeln!(f, "kernels: {}", or_na(self.kernels))?;
         writeln!(f, "launches: {}", or_na(self.launches))?;

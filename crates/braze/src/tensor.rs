@@ -61,10 +61,33 @@ impl AutogradMeta {
     }
 }
 
-/// How an eager result was computed: its op's graph (input `i` is `operands[i]`, one output).
-pub(crate) struct TapeEntry {
-    pub(crate) graph: Arc<braze_ir::Graph>,
-    pub(crate) operands: Vec<Tensor>,
+/// How a result that needs a gradient was computed (the node of the autograd graph behind it).
+pub(crate) enum TapeEntry {
+    /// An eager op: its one-op graph (input `i` is `operands[i]`, one output).
+    Op { graph: Arc<braze_ir::Graph>, operands: Vec<Tensor> },
+    /// Output `output` of a compiled graph (a whole compiled function, or one piece of a function
+    /// split at graph breaks), whose backward is a compiled graph of its own.
+    Compiled { node: Arc<CompiledNode>, output: usize },
+    /// The result of host code (a host custom op) on tensors that need gradients: gradients
+    /// cannot flow through it, and a backward that reaches it is an error naming it.
+    Opaque { op: String, loc: SourceLoc },
+}
+
+/// Gradients of the outputs of a compiled graph in (and where `backward()` was called, for
+/// errors), gradients of its `inputs` out.
+pub(crate) type BackwardFn = dyn Fn(&[Option<Tensor>], &SourceLoc) -> Result<Vec<Option<Tensor>>> + Send + Sync;
+
+/// A compiled graph on the autograd tape (what torch.compile's AOTAutograd records as one
+/// `CompiledFunction` node): the inputs gradients flow into and its backward.
+pub(crate) struct CompiledNode {
+    /// Creation order across the process: a node's inputs were computed before it, so running
+    /// pending nodes from the highest `seq` down is a reverse topological order.
+    pub(crate) seq: u64,
+    /// The graph's inputs that need gradients; `backward` returns one gradient per input.
+    pub(crate) inputs: Vec<Tensor>,
+    /// How many outputs the graph has (`backward` takes one gradient per output).
+    pub(crate) outputs: usize,
+    pub(crate) backward: Box<BackwardFn>,
 }
 
 #[derive(Clone)]
@@ -203,6 +226,49 @@ impl Tensor {
     /// a tensor that does.
     pub(crate) fn needs_grad(&self) -> bool {
         self.inner.autograd.requires_grad() || self.inner.autograd.tape.get().is_some()
+    }
+
+    /// A new handle on the same data with no autograd history: how a compiled node keeps its
+    /// outputs' values for its backward without keeping the outputs (and so itself) alive.
+    pub(crate) fn snapshot(&self) -> Tensor {
+        Tensor::from_storage(self.storage().clone())
+    }
+
+    /// Whether both handles hold the very same data (not equal copies).
+    pub(crate) fn shares_data(&self, other: &Tensor) -> bool {
+        match (&*self.storage(), &*other.storage()) {
+            (Storage::Host(a), Storage::Host(b)) => Arc::ptr_eq(a, b),
+            (Storage::Cuda(a), Storage::Cuda(b)) => {
+                a.ordinal == b.ordinal && a.buffer.device_address() == b.buffer.device_address()
+            }
+            _ => false,
+        }
+    }
+
+    /// Where this tensor's data starts in host or device memory (as PyTorch's `data_ptr()`): it
+    /// changes when `assign` swaps in new data, not when a compiled function updates the tensor
+    /// in place. 0 for a traced tensor.
+    pub fn data_ptr(&self) -> usize {
+        match &*self.storage() {
+            Storage::Host(h) => h.data().address(),
+            Storage::Cuda(c) => c.buffer.device_address() as usize,
+            Storage::Traced(_) => 0,
+        }
+    }
+
+    /// Overwrites this CPU tensor's values with `values` in its own allocation, when nothing else
+    /// shares that allocation; `false` (nothing written) otherwise.
+    pub(crate) fn overwrite_host(&self, values: &HostTensor) -> bool {
+        let mut storage = self.inner.storage.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+        match &mut *storage {
+            Storage::Host(data) => Arc::get_mut(data).is_some_and(|data| data.copy_from(values).is_ok()),
+            Storage::Cuda(_) | Storage::Traced(_) => false,
+        }
+    }
+
+    /// Records that this tensor's data was changed in place (by a compiled write-back).
+    pub(crate) fn mark_written(&self) {
+        self.inner.version.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Whether both handles are the same tensor.

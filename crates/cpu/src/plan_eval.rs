@@ -23,7 +23,9 @@ use std::borrow::Cow;
 /// The plan is validated first ([`Plan::validate`]); a plan that breaks a rule is a
 /// [`CpuError::InvalidPlan`] naming the kernel and the rule, and the loops below rely on the
 /// rules (slots, dtypes, load bounds, sizes) without checking again. Intermediate buffers are
-/// dropped after their last reader.
+/// dropped after their last reader. An in-place output ([`BufferRole::InPlace`]) is returned like
+/// any other, for the caller to store into its input's memory: the plan's rules make that the same
+/// as the GPU executor writing it there while the plan runs (no kernel reads the input after).
 pub fn eval_plan(plan: &Plan, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {
     plan.validate()?;
     if inputs.len() != plan.inputs.len() {

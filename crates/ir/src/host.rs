@@ -29,6 +29,41 @@ impl HostData {
         self.len() == 0
     }
 
+    /// Where the values start in memory (identifies the allocation, e.g. to tell an update in
+    /// place from a new buffer).
+    pub fn address(&self) -> usize {
+        match self {
+            HostData::F32(v) => v.as_ptr() as usize,
+            HostData::F16(v) => v.as_ptr() as usize,
+            HostData::BF16(v) => v.as_ptr() as usize,
+            HostData::I32(v) => v.as_ptr() as usize,
+            HostData::I64(v) => v.as_ptr() as usize,
+            HostData::Bool(v) => v.as_ptr() as usize,
+        }
+    }
+
+    /// Overwrites the values with `other`'s (same dtype and length), keeping this allocation.
+    fn copy_from(&mut self, other: &HostData) -> Result<()> {
+        match (self, other) {
+            (HostData::F32(a), HostData::F32(b)) if a.len() == b.len() => a.copy_from_slice(b),
+            (HostData::F16(a), HostData::F16(b)) if a.len() == b.len() => a.copy_from_slice(b),
+            (HostData::BF16(a), HostData::BF16(b)) if a.len() == b.len() => a.copy_from_slice(b),
+            (HostData::I32(a), HostData::I32(b)) if a.len() == b.len() => a.copy_from_slice(b),
+            (HostData::I64(a), HostData::I64(b)) if a.len() == b.len() => a.copy_from_slice(b),
+            (HostData::Bool(a), HostData::Bool(b)) if a.len() == b.len() => a.copy_from_slice(b),
+            (a, b) => {
+                return Err(IrError::HostData(format!(
+                    "cannot copy {} x{} values into {} x{}",
+                    b.dtype(),
+                    b.len(),
+                    a.dtype(),
+                    a.len()
+                )))
+            }
+        }
+        Ok(())
+    }
+
     pub fn dtype(&self) -> DType {
         match self {
             HostData::F32(_) => DType::F32,
@@ -96,6 +131,12 @@ impl HostTensor {
 
     pub fn data(&self) -> &HostData {
         &self.data
+    }
+
+    /// Overwrites the values with `other`'s (same dtype and element count), keeping this
+    /// allocation: an update in place.
+    pub fn copy_from(&mut self, other: &HostTensor) -> Result<()> {
+        self.data.copy_from(&other.data)
     }
 
     pub fn into_data(self) -> HostData {

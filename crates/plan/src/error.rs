@@ -42,6 +42,13 @@ pub enum Rule {
     /// No kernel writes a graph input, and every other buffer is written by at most one kernel
     /// and at most once by it: a plan computes every value in exactly one kernel.
     SingleWriter,
+    /// An `InPlace(n)` buffer names an input of the plan, has its dtype and element count, and
+    /// is the only one in place of it; input `n` is not itself a plan output (the caller would
+    /// get memory the plan overwrites). Once a kernel writes it, no later kernel reads input
+    /// `n` (it would read the new values), and the writing kernel itself reads input `n` only at
+    /// the element it stores ([`crate::Kernel::reads_only_stored_element`]); otherwise the value
+    /// is computed into a temporary and copied in by a last kernel.
+    InPlace,
     /// Every plan output names a buffer that is a graph input or was written, holding exactly
     /// the elements of the output's shape.
     Outputs,

@@ -34,6 +34,10 @@ pub enum BufferRole {
     Intermediate,
     /// Read by the caller after the plan ran (possibly also by later kernels).
     Output,
+    /// An output that lives in the memory of graph input number `n` (a write-back: a captured
+    /// tensor updated in place): after the plan ran, the input's memory holds it. Which kernels
+    /// may write and read it is [`crate::Rule::InPlace`].
+    InPlace(usize),
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -302,9 +306,66 @@ impl Body {
     }
 }
 
+/// The source op of the kernel that copies a write-back into its input's memory when writing it
+/// there directly is not safe (see [`crate::Rule::InPlace`]).
+pub const WRITE_BACK_COPY: &str = "write_back_copy";
+
+/// How a plan's in-place outputs are written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WriteBackCounts {
+    /// Written by the kernel that computes them.
+    pub direct: usize,
+    /// Computed into a temporary first, then copied in by a [`WRITE_BACK_COPY`] kernel.
+    pub copied: usize,
+}
+
+impl Kernel {
+    /// Whether every load of input slot `input` reads, at each point of the domain, exactly the
+    /// element the kernel stores to output slot `output` there, before storing it (so the
+    /// output may overwrite the input in place). Only families whose every element is loaded,
+    /// computed and stored by one thread qualify; the others answer `false`.
+    pub fn reads_only_stored_element(&self, input: usize, _output: usize) -> bool {
+        match &self.kind {
+            KernelKind::Pointwise(pw) => {
+                let contiguous = pw.shape.strides();
+                pw.body.values.iter().all(|v| match &v.expr {
+                    Expr::Load { input: slot, offset, strides } if *slot == input => {
+                        *offset == 0
+                            && strides.iter().zip(&contiguous).zip(pw.shape.dims()).all(|((s, c), &d)| d == 1 || s == c)
+                    }
+                    _ => true,
+                })
+            }
+            KernelKind::Row(_) | KernelKind::MultiReduce(_) | KernelKind::MatMul(_) | KernelKind::Concat(_) => false,
+        }
+    }
+}
+
 impl Plan {
     pub fn buffer(&self, id: BufferId) -> &Buffer {
         &self.buffers[id.0]
+    }
+
+    /// The inputs some output is written in place of.
+    pub fn in_place_inputs(&self) -> Vec<usize> {
+        self.buffers.iter().filter_map(|b| if let BufferRole::InPlace(n) = b.role { Some(n) } else { None }).collect()
+    }
+
+    /// How the in-place outputs are written: directly, or through a copy.
+    pub fn write_backs(&self) -> WriteBackCounts {
+        let mut counts = WriteBackCounts::default();
+        for kernel in &self.kernels {
+            for &b in &kernel.outputs {
+                if let BufferRole::InPlace(_) = self.buffer(b).role {
+                    if kernel.sources.iter().any(|s| s.op == WRITE_BACK_COPY) {
+                        counts.copied += 1;
+                    } else {
+                        counts.direct += 1;
+                    }
+                }
+            }
+        }
+        counts
     }
 
     /// Kernels that launch device code (all families; a matmul is one library call).

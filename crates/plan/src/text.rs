@@ -81,6 +81,7 @@ impl fmt::Display for Plan {
                 BufferRole::Input(n) => format!("input #{n}"),
                 BufferRole::Intermediate => "intermediate".into(),
                 BufferRole::Output => "output".into(),
+                BufferRole::InPlace(n) => format!("output in place of input #{n}"),
             };
             writeln!(f, "b{i}: {} x{} {role}", b.dtype, b.numel)?;
         }

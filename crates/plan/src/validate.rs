@@ -63,6 +63,7 @@ impl Plan {
             }
             self.validate_kernel(kernel).map_err(|e| invalid(e.rule, at(), e.detail))?;
         }
+        self.validate_in_place()?;
         for (j, out) in self.outputs.iter().enumerate() {
             let at = format!("output {j}");
             let Some(buffer) = self.buffers.get(out.buffer.0) else {
@@ -106,6 +107,57 @@ impl Plan {
                 if self.inputs.get(i) != Some(&BufferId(id)) {
                     return Err(invalid(Rule::InputRoles, "plan", format!("b{id} is input #{i} but not inputs[{i}]")));
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// [`Rule::InPlace`]; kernels' buffer ids are known to exist.
+    fn validate_in_place(&self) -> Result<()> {
+        let mut taken = vec![false; self.inputs.len()];
+        for (id, buffer) in self.buffers.iter().enumerate() {
+            let BufferRole::InPlace(n) = buffer.role else { continue };
+            let at = format!("b{id}");
+            let Some(&input) = self.inputs.get(n) else {
+                return Err(invalid(Rule::InPlace, at, format!("in place of input #{n}, which does not exist")));
+            };
+            let source = self.buffer(input);
+            if source.dtype != buffer.dtype || source.numel != buffer.numel {
+                return Err(invalid(
+                    Rule::InPlace,
+                    at,
+                    format!(
+                        "{} x{} in place of input #{n}, a {} x{}",
+                        buffer.dtype, buffer.numel, source.dtype, source.numel
+                    ),
+                ));
+            }
+            if std::mem::replace(&mut taken[n], true) {
+                return Err(invalid(Rule::InPlace, at, format!("a second buffer in place of input #{n}")));
+            }
+            if self.outputs.iter().any(|o| o.buffer == input) {
+                return Err(invalid(Rule::InPlace, at, format!("input #{n} is also a plan output")));
+            }
+            let Some(w) = self.kernels.iter().position(|k| k.outputs.contains(&BufferId(id))) else { continue };
+            let writer = &self.kernels[w];
+            let output_slot = writer.outputs.iter().position(|&b| b == BufferId(id)).unwrap_or(0);
+            for (slot, _) in writer.inputs.iter().enumerate().filter(|(_, &b)| b == input) {
+                if !writer.reads_only_stored_element(slot, output_slot) {
+                    return Err(invalid(
+                        Rule::InPlace,
+                        format!("kernel {w} ({})", writer.name),
+                        format!("writes {at} in place of input #{n} and reads that input at other elements"),
+                    ));
+                }
+            }
+            if let Some((k, later)) =
+                self.kernels.iter().enumerate().skip(w + 1).find(|(_, k)| k.inputs.contains(&input))
+            {
+                return Err(invalid(
+                    Rule::InPlace,
+                    format!("kernel {k} ({})", later.name),
+                    format!("reads input #{n} after kernel {w} overwrote it with {at}"),
+                ));
             }
         }
         Ok(())

@@ -593,3 +593,57 @@ fn json_round_trips_and_validates() {
     assert_eq!(Plan::from_json(&broken.to_json()).unwrap_err().rule(), Some(Rule::KernelNames));
     assert!(matches!(Plan::from_json("{\"buffers\": 3}"), Err(PlanError::Json(_))));
 }
+
+/// `pointwise()` with its output written in place of its input.
+fn in_place() -> Plan {
+    let mut plan = pointwise();
+    plan.buffers[1].role = BufferRole::InPlace(0);
+    plan
+}
+
+#[test]
+fn in_place_output_read_only_at_the_stored_element_is_valid() {
+    check(&in_place(), None);
+    assert_eq!(in_place().write_backs(), braze_plan::WriteBackCounts { direct: 1, copied: 0 });
+}
+
+#[test]
+fn in_place_output_whose_writer_reads_other_elements_breaks_in_place() {
+    // Reads the input transposed: element (i, j) of the output would overwrite an element a
+    // later thread still reads.
+    let mut plan = in_place();
+    if let Expr::Load { strides, .. } = &mut pointwise_body(&mut plan).values[0].expr {
+        *strides = vec![1, 2];
+    }
+    check(&plan, Some(Rule::InPlace));
+}
+
+#[test]
+fn in_place_input_read_after_the_write_breaks_in_place() {
+    let mut plan = in_place();
+    let mut body = Body::default();
+    let x = load(&mut body, 0, 0, &[1], F);
+    body.stores.push(Store { value: x, output: 0 });
+    plan.buffers.push(buffer(F, 6, BufferRole::Output));
+    plan.kernels.push(kernel(
+        "pointwise_copy",
+        KernelKind::Pointwise(Pointwise { shape: Shape::new(vec![6]), body }),
+        &[0],
+        &[2],
+    ));
+    plan.outputs.push(output(2, &[6]));
+    check(&plan, Some(Rule::InPlace));
+    // Reading the new values through the in-place buffer is fine.
+    plan.kernels[1].inputs = ids(&[1]);
+    check(&plan, None);
+}
+
+#[test]
+fn in_place_of_a_missing_input_of_another_type_or_twice_breaks_in_place() {
+    let mut missing = in_place();
+    missing.buffers[1].role = BufferRole::InPlace(3);
+    check(&missing, Some(Rule::InPlace));
+    let mut returned = in_place();
+    returned.outputs.push(output(0, &[2, 3]));
+    check(&returned, Some(Rule::InPlace));
+}

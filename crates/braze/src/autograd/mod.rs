@@ -3,13 +3,16 @@
 //! calls, `no_grad` regions and `detach`.
 //!
 //! Outside `compile()` every op on a tensor that needs a gradient leaves a [`tape`] entry (the
-//! op's one-op graph and its operands); `backward()` joins the entries reachable from the loss
-//! into one graph, appends its backward with `braze_autodiff`, and runs that graph. Inside a
-//! compiled function `backward()` appends the backward ops to the trace itself, so forward and
-//! backward are one joint graph that is optimized and fused together, and the gradients are
-//! written to `.grad` after each call.
+//! op's one-op graph and its operands), and every compiled graph whose outputs need one leaves a
+//! node whose backward is a compiled graph ([`compiled`]); `backward()` joins the op entries
+//! reachable from the loss into one graph, appends its backward with `braze_autodiff`, runs it,
+//! and goes on through the compiled nodes it reaches. Inside a compiled function `backward()`
+//! appends the backward ops to the trace itself, so forward and backward are one joint graph
+//! that is optimized and fused together, and the gradients are written to `.grad` after each
+//! call; gradients flowing on into pieces before a graph break run those pieces' backwards.
 
 mod api;
+pub(crate) mod compiled;
 mod functional;
 pub(crate) mod tape;
 

@@ -18,6 +18,7 @@ use braze_ir::{DType, Graph, HostTensor, NodeId, Op, Shape, SourceLoc};
 use recording::Trace;
 pub(crate) use recording::{GradAtEntry, WriteBacks};
 use std::cell::RefCell;
+use std::collections::HashSet;
 use std::sync::Arc;
 
 thread_local! {
@@ -215,23 +216,30 @@ pub(crate) fn host_call(
         cell.borrow_mut().as_mut().map(|trace| {
             let values = inputs.iter().map(|t| trace.value_of(t, op, Some(&loc))).collect::<Result<Vec<usize>>>()?;
             trace.graph_break(BreakKind::OpaqueHostFn, op, &loc, &values)?;
-            values.iter().map(|&v| trace.host_of(v, op, &loc).map(|h| (*h).clone())).collect::<Result<Vec<_>>>()
+            let need_grad = values.iter().any(|&v| trace.needs_grad(v));
+            let host =
+                values.iter().map(|&v| trace.host_of(v, op, &loc).map(|h| (*h).clone())).collect::<Result<Vec<_>>>()?;
+            Ok((host, need_grad))
         })
     });
-    let host_inputs = match in_trace {
+    let (host_inputs, need_grad) = match in_trace {
         Some(result) => result?,
-        None => inputs
-            .iter()
-            .map(|t| {
-                t.read_host(op)?
-                    .map(|h| (*h).clone())
-                    .ok_or_else(|| Error::StaleTrace { op: op.to_string(), loc: Some(loc.clone()) })
-            })
-            .collect::<Result<Vec<_>>>()?,
+        None => {
+            let host = inputs
+                .iter()
+                .map(|t| {
+                    t.read_host(op)?
+                        .map(|h| (*h).clone())
+                        .ok_or_else(|| Error::StaleTrace { op: op.to_string(), loc: Some(loc.clone()) })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            (host, inputs.iter().any(Tensor::needs_grad))
+        }
     };
     // Host code may use tensors itself; those run eagerly, outside the trace.
-    let outputs = suspended(|| host_fn(&host_inputs))?;
-    Ok(outputs.into_iter().map(Tensor::from_host).collect())
+    let outputs: Vec<Tensor> = suspended(|| host_fn(&host_inputs))?.into_iter().map(Tensor::from_host).collect();
+    crate::autograd::tape::record_opaque(&outputs, need_grad, op, &loc);
+    Ok(outputs)
 }
 
 /// Runs `f` with this thread's trace set aside, restoring it afterwards (also on unwind).
@@ -304,9 +312,18 @@ pub(crate) enum Binding {
     GradOf { param: Tensor },
 }
 
+/// A function traced without a break: one graph, not yet run, to cache and replay without
+/// running the function again.
+pub(crate) struct WholeGraph {
+    pub graph: Graph,
+    pub bindings: Vec<Binding>,
+    pub writes: WriteBacks,
+    /// Nodes gradients do not flow through (computed under `no_grad`, or detached).
+    pub stopped: Arc<HashSet<NodeId>>,
+}
+
 pub(crate) enum TraceOutcome {
-    /// No break: one graph, not yet run, to cache and replay without running the function again.
-    Whole { graph: Graph, bindings: Vec<Binding>, writes: WriteBacks },
+    Whole(WholeGraph),
     /// Breaks split the function; its graphs already ran.
     Split(SplitRun),
 }
@@ -326,8 +343,7 @@ where
 {
     let (mut trace, returned) = run_traced(f, args, config)?;
     if trace.breaks.is_empty() {
-        let (graph, bindings, writes) = trace.whole_graph(&returned)?;
-        Ok(TraceOutcome::Whole { graph, bindings, writes })
+        trace.whole_graph(&returned).map(TraceOutcome::Whole)
     } else {
         trace.finish_split(&returned).map(TraceOutcome::Split)
     }

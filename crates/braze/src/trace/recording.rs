@@ -3,7 +3,8 @@
 
 mod gradients;
 
-use super::{with_context, Binding, GraphRun, OpBuilder, SplitRun, TraceConfig};
+use super::{with_context, Binding, GraphRun, OpBuilder, SplitRun, TraceConfig, WholeGraph};
+use crate::autograd::compiled::GraphSite;
 use crate::logging::targets;
 use crate::signature::TensorSig;
 use crate::tensor::{Storage, TensorInner, TracedRef};
@@ -223,6 +224,12 @@ impl Trace {
         }
     }
 
+    /// Whether gradients flow into `value` from outside the current segment: a concrete tensor
+    /// that requires grad or was computed from one.
+    pub(super) fn needs_grad(&self, value: ValueId) -> bool {
+        matches!(&self.values[value].state, ValueState::Concrete(t) if t.needs_grad())
+    }
+
     pub(super) fn host_of(&self, value: ValueId, op: &str, loc: &SourceLoc) -> Result<Arc<HostTensor>> {
         self.concrete(value)?
             .read_host(op)?
@@ -303,15 +310,24 @@ impl Trace {
                 self.runs.len()
             );
         }
-        let context = format!("running graph {} of `{}`", self.runs.len(), self.config.function);
-        let results = exe.run(&inputs).map_err(|e| with_context(e, &context))?;
-        self.runs.push(GraphRun { graph: Arc::new(segment.graph), exe });
+        let name = format!("graph {} of `{}`", self.runs.len(), self.config.function);
+        let results = exe.run(&inputs).map_err(|e| with_context(e, &format!("running {name}")))?;
+        let graph = Arc::new(segment.graph);
+        let site = GraphSite {
+            graph: graph.clone(),
+            stopped: Arc::new(segment.stopped),
+            target: self.config.target,
+            cache: self.config.graphs.clone(),
+            name,
+        };
+        crate::autograd::compiled::record(site, &inputs, &results);
+        self.runs.push(GraphRun { graph, exe });
         Ok(results)
     }
 
-    /// The current segment as the whole graph with `returned` as outputs, then the gradients to
-    /// write back; its bindings and the write-backs.
-    pub(super) fn whole_graph(&mut self, returned: &[Tensor]) -> Result<(Graph, Vec<Binding>, WriteBacks)> {
+    /// The current segment as the whole graph with `returned` as outputs, then the gradients and
+    /// assigned values to write back.
+    pub(super) fn whole_graph(&mut self, returned: &[Tensor]) -> Result<WholeGraph> {
         let mut nodes = Vec::with_capacity(returned.len());
         for t in returned {
             let value = self.value_of(t, "return", None)?;
@@ -339,7 +355,12 @@ impl Trace {
         segment.graph.set_outputs(nodes);
         prune_dead(&mut segment.graph);
         let bindings = segment.bindings.iter().map(|&v| self.binding(v)).collect::<Result<Vec<_>>>()?;
-        Ok((segment.graph, bindings, WriteBacks { grads: effects, assigns }))
+        Ok(WholeGraph {
+            graph: segment.graph,
+            bindings,
+            writes: WriteBacks { grads: effects, assigns },
+            stopped: Arc::new(segment.stopped),
+        })
     }
 
     /// Runs the last segment for the returned values still pending and collects the results.

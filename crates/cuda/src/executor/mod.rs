@@ -296,6 +296,16 @@ impl PlanExecutable {
                 return Err(CudaError::InvalidArgument(format!("input {i} lives on another device")));
             }
         }
+        // The plan overwrites these inputs; another input in the same memory would see it.
+        for b in &self.plan.buffers {
+            let BufferRole::InPlace(n) = b.role else { continue };
+            let address = inputs[n].device_address();
+            if let Some(j) = (0..inputs.len()).find(|&j| j != n && inputs[j].device_address() == address) {
+                return Err(CudaError::InvalidArgument(format!(
+                    "inputs {n} and {j} share memory, and the plan writes input {n} in place"
+                )));
+            }
+        }
         Ok(())
     }
 
@@ -327,7 +337,9 @@ impl PlanExecutable {
     /// Where plan buffer `id` lives for this call: a buffer and a byte offset.
     fn locate<'a>(&'a self, id: BufferId, inputs: &'a [DeviceBuffer], set: &'a OutputSet) -> (&'a DeviceBuffer, usize) {
         match self.plan.buffer(id).role {
-            BufferRole::Input(i) => (&inputs[i], 0),
+            // An in-place output is bound to its input's own buffer: no copy, no new buffer, and a
+            // captured CUDA graph replays into the same memory.
+            BufferRole::Input(i) | BufferRole::InPlace(i) => (&inputs[i], 0),
             BufferRole::Output => (set.buffers[id.0].as_ref().expect("output sets hold every output buffer"), 0),
             BufferRole::Intermediate => (
                 self.arena.as_ref().expect("a plan with intermediates has an arena"),

@@ -23,6 +23,7 @@
 mod access;
 mod cycles;
 mod grouping;
+mod in_place;
 mod legalize;
 mod lower;
 mod matmul_epilogue;
@@ -52,11 +53,15 @@ pub struct FusionOptions {
     /// `false`: every op becomes a kernel of its own (views still fold into loads), for debugging
     /// and for testing the fusion against unfused plans.
     pub fuse: bool,
+    /// `(graph output, graph input)` pairs: the caller stores the output into the input's tensor
+    /// after each run (a write-back), so the plan writes it into the input's memory where its
+    /// rules allow ([`braze_plan::BufferRole::InPlace`]).
+    pub in_place: Vec<(usize, usize)>,
 }
 
 impl Default for FusionOptions {
     fn default() -> FusionOptions {
-        FusionOptions { row_cache_limit: 16384, fuse: true }
+        FusionOptions { row_cache_limit: 16384, fuse: true, in_place: Vec::new() }
     }
 }
 
@@ -83,7 +88,8 @@ fn fuse_with_origins(graph: &Graph, options: &FusionOptions, origins: &Origins) 
     fuser.claim_multi_reductions();
     fuser.plan_materializations()?;
     fuser.group_nodes()?;
-    let plan = fuser.lower()?;
+    let mut plan = fuser.lower()?;
+    in_place::place(&mut plan, &options.in_place);
     if cfg!(debug_assertions) {
         plan.validate()?;
     }

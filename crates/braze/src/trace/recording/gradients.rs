@@ -3,9 +3,10 @@
 //! writes back after it ran.
 
 use super::{Origin, Trace, Value, ValueState};
+use crate::autograd::tape::Seed;
 use crate::signature::TensorSig;
 use crate::tensor::Storage;
-use crate::{Error, Result, Tensor};
+use crate::{BreakKind, Error, Result, Tensor};
 use braze_ir::{NodeId, Op, SourceLoc};
 use std::sync::{Arc, Weak};
 
@@ -46,9 +47,29 @@ impl WriteBacks {
             effect.param.inner.autograd.set_grad(effect.output.map(|i| outputs[i].clone()));
         }
         for (target, output) in &self.assigns {
-            target.replace_storage(outputs[*output].storage().clone(), crate::tensor::caller())?;
+            let new_data = &outputs[*output];
+            // The plan wrote it into the target's own memory (an in-place output): nothing to swap.
+            if target.shares_data(new_data) {
+                target.mark_written();
+            } else {
+                target.replace_storage(new_data.storage().clone(), crate::tensor::caller())?;
+            }
         }
         Ok(())
+    }
+
+    /// `(graph output, graph input)` for each assigned tensor the graph also reads as an input:
+    /// the outputs the plan may write in place ([`braze_passes::FusionOptions::in_place`]).
+    pub(crate) fn in_place_requests(&self, bindings: &[super::super::Binding]) -> Vec<(usize, usize)> {
+        self.assigns
+            .iter()
+            .filter_map(|(target, output)| {
+                let input = bindings.iter().position(
+                    |b| matches!(b, super::super::Binding::Captured { tensor, .. } if tensor.same_tensor(target)),
+                )?;
+                Some((*output, input))
+            })
+            .collect()
     }
 }
 
@@ -162,6 +183,17 @@ impl Trace {
         const OP: &str = "value_and_grad";
         self.check_aborted()?;
         let (root_node, seed_node) = self.root_and_seed(root, None, OP, loc)?;
+        // The functional form differentiates this segment only: its arguments are not leaves on
+        // the tape, so no gradient could reach them through graphs that already ran.
+        if self.segment.bindings.iter().any(|&v| matches!(self.values[v].origin, Origin::Computed)) {
+            return Err(Error::invalid(
+                OP,
+                loc,
+                "a graph break before value_and_grad() split this function, and the functional form does \
+                 not follow gradients across a break; call it outside the compiled function, or use \
+                 set_requires_grad and backward()",
+            ));
+        }
         let mut nodes = Vec::with_capacity(wrt.len());
         for t in wrt {
             let value = self.value_of(t, OP, Some(loc))?;
@@ -175,7 +207,7 @@ impl Trace {
     }
 
     /// The node of `root` and of the gradient flowing into it (`seed`, or 1 for a one-element
-    /// root), refusing a root whose graph was split by a break before it.
+    /// root).
     fn root_and_seed(
         &mut self,
         root: &Tensor,
@@ -185,17 +217,6 @@ impl Trace {
     ) -> Result<(NodeId, NodeId)> {
         let root_value = self.value_of(root, op, Some(loc))?;
         let root_node = self.node_for(root_value, op, Some(loc))?;
-        // Values computed by graphs that already ran (before a graph break) are inputs here;
-        // gradients cannot flow back into those graphs.
-        if self.segment.bindings.iter().any(|&v| matches!(self.values[v].origin, Origin::Computed)) {
-            return Err(Error::invalid(
-                op,
-                loc,
-                "a graph break before backward() split this function, and gradients do not flow back \
-                 across a graph break; move the host read after backward() or compile with fullgraph(true) \
-                 to see the break",
-            ));
-        }
         let seed_node = match seed {
             Some(s) => {
                 let v = self.value_of(s, op, Some(loc))?;
@@ -228,34 +249,60 @@ impl Trace {
         const OP: &str = "backward";
         self.check_aborted()?;
         let (root_node, seed_node) = self.root_and_seed(root, seed, OP, loc)?;
+        // Leaves get their gradient in a slot; tensors computed outside this segment (by a piece
+        // before a break, or eagerly before the call) pass theirs on through the tape.
         let mut params = Vec::new();
+        let mut upstream = Vec::new();
         let mut wrt = Vec::new();
         for &value in &self.segment.bindings {
-            if let (ValueState::Concrete(t), Origin::Arg(_) | Origin::Captured(_)) =
-                (&self.values[value].state, &self.values[value].origin)
-            {
-                if t.requires_grad() {
-                    params.push(t.clone());
-                    wrt.push(self.segment.input_nodes[&value]);
-                }
+            let v = &self.values[value];
+            let (ValueState::Concrete(t), false) = (&v.state, matches!(v.origin, Origin::GradOf(_))) else { continue };
+            let leaf = t.requires_grad() && t.inner.autograd.tape.get().is_none();
+            if leaf || t.needs_grad() {
+                if leaf { &mut params } else { &mut upstream }.push((wrt.len(), t.clone()));
+                wrt.push(self.segment.input_nodes[&value]);
             }
         }
         let stopped = self.segment.stopped.clone();
         let grads =
             braze_autodiff::backward_stopping(&mut self.segment.graph, &[(root_node, seed_node)], &wrt, &stopped)
                 .map_err(|e| Error::Gradient { op: OP.into(), loc: Some(loc.clone()), autodiff: Box::new(e) })?;
-        for (param, grad) in params.iter().zip(grads) {
-            let Some(grad) = grad else { continue };
-            let fresh = self.pending_value(grad);
-            let slot = self.grad_slot(param, true);
-            let total = match self.grads[slot].current.clone() {
-                Some(previous) => self.record(OP, &[&previous, &fresh], loc, &|b, ids| {
-                    b.op(Op::Binary { op: braze_ir::BinaryOp::Add }, ids)
-                })?,
-                None => fresh,
-            };
-            self.grads[slot].current = Some(total);
+        for (i, param) in &params {
+            if let Some(grad) = grads[*i] {
+                let fresh = self.pending_value(grad);
+                self.add_to_slot(param, &fresh, loc)?;
+            }
         }
+        let flowing: Vec<(Tensor, Tensor)> =
+            upstream.iter().filter_map(|(i, t)| grads[*i].map(|g| (t.clone(), self.pending_value(g)))).collect();
+        if flowing.is_empty() {
+            return Ok(());
+        }
+        // Their backwards need this segment's gradients as data: run it (a break), then follow the
+        // tape from them and add what reaches the leaves to the slots.
+        let reads = flowing.iter().map(|(_, g)| self.value_of(g, OP, Some(loc))).collect::<Result<Vec<_>>>()?;
+        self.graph_break(BreakKind::BackwardAcrossBreak, OP, loc, &reads)?;
+        let roots = reads
+            .iter()
+            .zip(&flowing)
+            .map(|(&g, (t, _))| Ok((t.clone(), Seed::Given(self.concrete(g)?))))
+            .collect::<Result<Vec<_>>>()?;
+        for (leaf, grad) in crate::autograd::tape::leaf_gradients(roots, loc)? {
+            self.add_to_slot(&leaf, &grad, loc)?;
+        }
+        Ok(())
+    }
+
+    /// Adds `grad` to the gradient `param` has so far in this call.
+    fn add_to_slot(&mut self, param: &Tensor, grad: &Tensor, loc: &SourceLoc) -> Result<()> {
+        let slot = self.grad_slot(param, true);
+        let total = match self.grads[slot].current.clone() {
+            Some(previous) => self.record("backward", &[&previous, grad], loc, &|b, ids| {
+                b.op(Op::Binary { op: braze_ir::BinaryOp::Add }, ids)
+            })?,
+            None => grad.clone(),
+        };
+        self.grads[slot].current = Some(total);
         Ok(())
     }
 }
