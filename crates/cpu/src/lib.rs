@@ -59,6 +59,7 @@
 //! tests use.
 
 pub mod compare;
+mod column_eval;
 mod error;
 mod eval;
 mod plan_eval;

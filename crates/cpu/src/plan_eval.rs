@@ -98,6 +98,7 @@ fn run_kernel(plan: &Plan, kernel: &Kernel, inputs: &[&HostData]) -> Vec<HostDat
         KernelKind::MultiReduce(multi) => run_multi_reduce(multi, inputs, &mut outputs),
         KernelKind::MatMul(matmul) => run_matmul(matmul, inputs, &mut outputs),
         KernelKind::Concat(concat) => run_concat(concat, inputs, &mut outputs),
+        KernelKind::Column(column) => crate::column_eval::run_column(column, inputs, &mut outputs),
     }
     outputs
 }
@@ -106,10 +107,10 @@ fn run_kernel(plan: &Plan, kernel: &Kernel, inputs: &[&HostData]) -> Vec<HostDat
 // Values
 
 /// A value in registers: floats in f32, integers in i64 (already wrapped to their dtype).
-type Val = Elem<f32>;
+pub(crate) type Val = Elem<f32>;
 
 /// The float inside; callers have checked the dtype is a float.
-fn float_of(value: Val) -> f32 {
+pub(crate) fn float_of(value: Val) -> f32 {
     match value {
         Val::Float(x) => x,
         other => unreachable!("{other:?} where the dtype check promised a float"),
@@ -129,7 +130,7 @@ fn zeros(dtype: DType, numel: usize) -> HostData {
 }
 
 /// Loads element `i`, widening f16/bf16 to f32.
-fn load(data: &HostData, i: usize) -> Val {
+pub(crate) fn load(data: &HostData, i: usize) -> Val {
     match data {
         HostData::F32(v) => Val::Float(v[i]),
         HostData::F16(v) => Val::Float(v[i].to_f32()),
@@ -142,7 +143,7 @@ fn load(data: &HostData, i: usize) -> Val {
 
 /// Stores `value` at element `i`, narrowing to the storage's dtype (the dtypes were checked
 /// to agree).
-fn store(data: &mut HostData, i: usize, value: Val) {
+pub(crate) fn store(data: &mut HostData, i: usize, value: Val) {
     match (data, value) {
         (HostData::F32(v), Val::Float(x)) => v[i] = x,
         (HostData::F16(v), Val::Float(x)) => v[i] = f16::from_f32(x),
@@ -197,7 +198,7 @@ fn settle(value: Val, dtype: DType) -> Val {
 
 /// Constants, casts, unary, binary and where on already computed operands (`arg` looks them
 /// up); the value's dtype was checked against its operands before the kernel ran.
-fn compute(expr: &Expr, dtype: DType, arg: impl Fn(ValueId) -> Val) -> Val {
+pub(crate) fn compute(expr: &Expr, dtype: DType, arg: impl Fn(ValueId) -> Val) -> Val {
     let value = match expr {
         Expr::Const { value } => return cast_const(*value, dtype),
         Expr::Cast { x } => return cast(arg(*x), dtype),
@@ -223,7 +224,7 @@ fn cast_const(c: Literal, dtype: DType) -> Val {
 
 /// Folds `values` with a reduction in registers: f32 sums in order, NaN-propagating max/min,
 /// wrapping integer sums, any/all on bools. `Mean` divides the sum by `count` (NaN when 0).
-fn reduce(op: ReduceOp, dtype: DType, count: usize, values: impl Iterator<Item = Val>) -> Val {
+pub(crate) fn reduce(op: ReduceOp, dtype: DType, count: usize, values: impl Iterator<Item = Val>) -> Val {
     match dtype {
         DType::F32 | DType::F16 | DType::BF16 => {
             let identity = match op {
@@ -266,14 +267,14 @@ fn reduce(op: ReduceOp, dtype: DType, count: usize, values: impl Iterator<Item =
 // Index math
 
 /// Row-major coordinate of `flat` within `dims`, written into `coord`.
-fn unravel_into(mut flat: usize, dims: &[usize], coord: &mut [usize]) {
+pub(crate) fn unravel_into(mut flat: usize, dims: &[usize], coord: &mut [usize]) {
     for d in (0..dims.len()).rev() {
         coord[d] = flat % dims[d];
         flat /= dims[d];
     }
 }
 
-fn dot(coord: &[usize], strides: &[usize]) -> usize {
+pub(crate) fn dot(coord: &[usize], strides: &[usize]) -> usize {
     coord.iter().zip(strides).map(|(c, s)| c * s).sum()
 }
 
