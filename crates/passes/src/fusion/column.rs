@@ -57,6 +57,13 @@ impl Fuser<'_> {
         self.column_prologue = found;
     }
 
+    /// Whether group `gid` is elementwise work that only column reductions read.
+    pub(super) fn is_column_prologue_group(&self, gid: usize) -> bool {
+        let group = self.group(gid);
+        matches!(group.kind, GroupKind::Pointwise { .. })
+            && group.members.iter().all(|m| self.column_prologue.contains(m))
+    }
+
     /// Places reduction `r` of column geometry `geo`: into the column kernel computing its
     /// operand, else into a new one that takes the operand's elementwise group as its prologue
     /// and joins an earlier column kernel over the same rows that reads the same buffers.

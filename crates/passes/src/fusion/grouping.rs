@@ -126,8 +126,9 @@ impl Fuser<'_> {
         }
         let mut candidates = self.operand_groups(n);
         if self.column_prologue.contains(&n) {
-            // Only column reductions read it: it becomes their prologue, not a row kernel's output.
-            candidates.retain(|&gid| matches!(self.group(gid).kind, GroupKind::Pointwise { .. }));
+            // Only column reductions read it: it joins their prologue, not a kernel that would
+            // store it for them.
+            candidates.retain(|&gid| self.is_column_prologue_group(gid));
         }
         let mut home = None;
         if self.options.fuse {
