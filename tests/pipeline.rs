@@ -87,7 +87,7 @@ const CASES: &[Case] = &[
         name: "softmax_axis_0",
         build: || softmax(100, 48, 0),
         inputs: Inputs::Random,
-        kernels: &["row", "pointwise", "row", "pointwise"],
+        kernels: &["column", "pointwise", "column", "pointwise"],
     },
     Case {
         name: "broadcast_chain",
@@ -145,7 +145,7 @@ const CASES: &[Case] = &[
         name: "linear_backward",
         build: || linear_backward(24, 40, 56),
         inputs: Inputs::Random,
-        kernels: &["matmul", "matmul", "column"],
+        kernels: &["column", "matmul", "matmul"],
     },
     Case {
         name: "reduce_middle_axis",
@@ -169,7 +169,7 @@ const CASES: &[Case] = &[
         name: "mean_max_min_keepdim",
         build: || mean_max_min_keepdim(12, 40),
         inputs: Inputs::Random,
-        kernels: &["row"; 4],
+        kernels: &["row", "row", "column", "row"],
     },
     Case {
         name: "permute_slice_loads",
