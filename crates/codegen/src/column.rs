@@ -171,10 +171,13 @@ pub(crate) fn generate(
 
     // The prologue: what the reductions' operands need, per row. The epilogue: what the stores
     // need once the rows are folded (reductions are its leaves).
-    let prologue = live_values(body, reductions.iter().map(|r| match body.values[r.0].expr {
-        Expr::Reduce { x, .. } => x,
-        _ => unreachable!("reductions are reduce values"),
-    }));
+    let prologue = live_values(
+        body,
+        reductions.iter().map(|r| match body.values[r.0].expr {
+            Expr::Reduce { x, .. } => x,
+            _ => unreachable!("reductions are reduce values"),
+        }),
+    );
     let mut epilogue = vec![false; body.values.len()];
     for s in &body.stores {
         epilogue[s.value.0] = true;
@@ -187,7 +190,9 @@ pub(crate) fn generate(
         }
     }
     let per_column = body.column_values(reduced_rank);
-    if let Some(id) = (0..body.values.len()).find(|&id| prologue[id] && matches!(body.values[id].expr, Expr::Reduce { .. })) {
+    if let Some(id) =
+        (0..body.values.len()).find(|&id| prologue[id] && matches!(body.values[id].expr, Expr::Reduce { .. }))
+    {
         return Err(malformed(&name, format!("v{id}: a reduction of a value computed from a reduction")));
     }
     if let Some(id) = (0..body.values.len()).find(|&id| epilogue[id] && !per_column[id]) {
@@ -259,7 +264,17 @@ pub(crate) fn generate(
         w.line(format!("{} ld{id}[{vec}];", value_type(dtype)));
         w.open("if (full)");
         let offset = info.offset("r", "c0", width);
-        emit_vector_load(&mut w, helpers, dtype, &format!("in{}", info.slot), &offset, &format!("ld{id}"), "", vec, width);
+        emit_vector_load(
+            &mut w,
+            helpers,
+            dtype,
+            &format!("in{}", info.slot),
+            &offset,
+            &format!("ld{id}"),
+            "",
+            vec,
+            width,
+        );
         w.reopen("else");
         w.line("#pragma unroll");
         w.open(format!("for (unsigned u = 0u; u < {vec}u; ++u)"));
@@ -428,7 +443,12 @@ pub(crate) fn generate(
     }
     let ops: Vec<&str> = reductions.iter().map(|r| r.1.name()).collect();
     Ok(Emitted {
-        summary: format!("{} over {rows} rows of {cols} columns (reduced {:?}, kept {:?})", ops.join(", "), col.reduced, col.kept),
+        summary: format!(
+            "{} over {rows} rows of {cols} columns (reduced {:?}, kept {:?})",
+            ops.join(", "),
+            col.reduced,
+            col.kept
+        ),
         notes,
         width: Some(width),
         code: w.finish(),

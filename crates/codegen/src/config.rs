@@ -1,9 +1,9 @@
 //! Launch configurations: what the autotuner varies, with defaults chosen for a [`Target`]
 //! (tuned on the H200).
 
+use crate::column::{partials_fit as column_partials_fit, vector_width as column_vector_width};
 use crate::cuda::Helpers;
 use crate::index::merge_view;
-use crate::column::{partials_fit as column_partials_fit, vector_width as column_vector_width};
 use crate::row::{vector_width, RowAnalysis, MAX_CACHED_PER_THREAD};
 use crate::{Target, Unit};
 use braze_plan::{ColumnKernel, Expr, KernelKind, Plan, RowKernel};
@@ -289,7 +289,12 @@ fn column_candidates(unit: &Unit<'_>, col: &ColumnKernel) -> Vec<KernelConfig> {
         let row_threads = row_threads.max(32u32.div_ceil(col_threads)).min(1024 / col_threads);
         let tiles = cols.div_ceil(col_threads as usize * vec);
         let rows_per_block = column_rows_per_block(rows, tiles, row_threads, sms) as f64 * rows_scale;
-        KernelConfig::Column { col_threads, row_threads, vec: vec as u32, rows_per_block: (rows_per_block as u32).max(1) }
+        KernelConfig::Column {
+            col_threads,
+            row_threads,
+            vec: vec as u32,
+            rows_per_block: (rows_per_block as u32).max(1),
+        }
     };
     let vec = column_vector_width(unit, col);
     // 256-thread blocks by default.

@@ -294,9 +294,7 @@ fn column_kernels_tile_columns_split_rows_and_clean_their_scratch() {
     // enough chunks to fill the GPU; partials per chunk and column, counters per tile.
     let plan = plans::bias_grad(4096, 1024);
     let config = default_config(&plan, 0, &Target::h200());
-    let KernelConfig::Column { col_threads, row_threads, vec, rows_per_block } = config else {
-        panic!("{config}")
-    };
+    let KernelConfig::Column { col_threads, row_threads, vec, rows_per_block } = config else { panic!("{config}") };
     assert_eq!((col_threads, row_threads, vec), (32, 8, 4));
     let kernel = cuda(&plan, &config);
     let launch = &kernel.launches[0];

@@ -21,8 +21,8 @@ pub(crate) fn run_column(column: &ColumnKernel, inputs: &[&HostData], outputs: &
     // Values computed from a reduction exist only once the rows are folded.
     let mut after_reduce = vec![false; body.values.len()];
     for (i, value) in body.values.iter().enumerate() {
-        after_reduce[i] = matches!(value.expr, Expr::Reduce { .. })
-            || value.expr.operands().iter().any(|o| after_reduce[o.0]);
+        after_reduce[i] =
+            matches!(value.expr, Expr::Reduce { .. }) || value.expr.operands().iter().any(|o| after_reduce[o.0]);
     }
     let reductions: Vec<(usize, ReduceOp, usize)> = body
         .values

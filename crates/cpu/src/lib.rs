@@ -58,8 +58,8 @@
 //! GPU. [`mod@compare`] and [`random`] hold the checks and reproducible test data the other crates'
 //! tests use.
 
-pub mod compare;
 mod column_eval;
+pub mod compare;
 mod error;
 mod eval;
 mod plan_eval;

@@ -110,8 +110,10 @@ impl Fuser<'_> {
                 continue;
             }
             if let Some(&gid) = self.group_of.get(&o) {
-                if matches!(self.group(gid).kind, GroupKind::Pointwise { .. } | GroupKind::Row(_) | GroupKind::Column(_))
-                    && !found.contains(&gid)
+                if matches!(
+                    self.group(gid).kind,
+                    GroupKind::Pointwise { .. } | GroupKind::Row(_) | GroupKind::Column(_)
+                ) && !found.contains(&gid)
                 {
                     found.push(gid);
                 }

@@ -6,8 +6,8 @@ use super::{is_view, lowering_error, Fuser, GroupKind, Space};
 use crate::Result;
 use braze_ir::{DType, Literal, NodeId, Op, Shape};
 use braze_plan::{
-    Body, Buffer, BufferId, BufferRole, ColumnKernel, Concat, Expr, Kernel, KernelKind, MatMul, MultiReduce, Plan, PlanOutput,
-    Pointwise, RowKernel, SourceOp, Store, ValueId,
+    Body, Buffer, BufferId, BufferRole, ColumnKernel, Concat, Expr, Kernel, KernelKind, MatMul, MultiReduce, Plan,
+    PlanOutput, Pointwise, RowKernel, SourceOp, Store, ValueId,
 };
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap, HashMap};

@@ -107,14 +107,18 @@ enum Space {
 
 #[derive(Clone, Debug)]
 enum GroupKind {
-    Pointwise { domain: Shape },
+    Pointwise {
+        domain: Shape,
+    },
     Row(RowGeometry),
     /// Reductions over leading axes: the geometry's reduced axes are the rows, its kept axes the
     /// columns.
     Column(RowGeometry),
     MultiReduce(MultiReduceGroup),
     MatMul(MatMulGroup),
-    Concat { node: NodeId },
+    Concat {
+        node: NodeId,
+    },
 }
 
 #[derive(Clone, Debug)]
