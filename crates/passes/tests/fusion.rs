@@ -309,3 +309,28 @@ fn plans_round_trip_through_json() {
     let back = Plan::from_json(&plan.to_json()).unwrap();
     assert_eq!(back, plan);
 }
+
+#[test]
+fn column_kernels_never_reduce_their_own_results_or_store_element_values() {
+    // softmax over axis 0, then a reduction of it over the same axis: the second reduction reads
+    // the first's result, so the two column kernels stay apart (found by the fuzzer).
+    for (dtype, rows, cols) in [(DType::BF16, 5, 33), (DType::F32, 3, 0)] {
+        let mut g = Graph::new();
+        let x = g.input(dtype, [rows, cols]);
+        let y = op(&mut g, Op::Softmax { axis: 0 }, &[x]);
+        let m = op(&mut g, Op::Reduce { op: ReduceOp::Mean, axes: vec![0], keepdim: true }, &[y]);
+        g.set_outputs(vec![m]);
+        assert!(families(&g).iter().filter(|&&f| f == "column").count() >= 2);
+    }
+    // A value one column reduction reads directly is placed before the product another reduces:
+    // the product cannot become a prologue that would have to store the value for the first.
+    let mut g = Graph::new();
+    let x = g.input(DType::F32, [40, 8]);
+    let y = g.input(DType::F32, [40, 8]);
+    let c = un(&mut g, UnaryOp::Exp, x);
+    let first = sum(&mut g, c, &[0], false);
+    let prod = mul(&mut g, c, y);
+    let second = sum(&mut g, prod, &[0], false);
+    g.set_outputs(vec![first, second]);
+    assert!(families(&g).contains(&"column"));
+}

@@ -81,7 +81,7 @@ impl Fuser<'_> {
         let home = self.new_group(GroupKind::Column(geo.clone()), r, space);
         if let Some(src) = source {
             if matches!(&self.group(src).kind, GroupKind::Pointwise { domain } if *domain == geo.input) {
-                if self.prologue_closed(src, &geo) {
+                if self.prologue_closed(src, home, &geo) {
                     self.absorb(src, home, Some(Space::Element));
                 } else {
                     self.refused(r, src, "the prologue's values are also needed outside the column kernel");
@@ -91,14 +91,19 @@ impl Fuser<'_> {
         self.join_column_sibling(home, &geo);
     }
 
-    /// Whether every value of group `src` is read only inside it or by reductions of geometry
-    /// `geo` (which join the column kernel it becomes part of).
-    fn prologue_closed(&self, src: usize, geo: &RowGeometry) -> bool {
+    /// Whether every value of group `src` is read only inside it, by column group `home`, or by
+    /// reductions of geometry `geo` not placed yet (they join the column kernel it becomes part
+    /// of; one placed elsewhere already reads a buffer, which a column kernel does not write for
+    /// element values).
+    fn prologue_closed(&self, src: usize, home: usize, geo: &RowGeometry) -> bool {
         self.group(src).members.iter().all(|&m| {
             !self.g.is_output(m)
                 && self.users(m).iter().all(|&u| {
                     self.in_group(u, src)
-                        || (self.column_geometry(u).as_ref() == Some(geo) && self.node(u).operands[0] == m)
+                        || self.in_group(u, home)
+                        || (!self.group_of.contains_key(&u)
+                            && self.column_geometry(u).as_ref() == Some(geo)
+                            && self.node(u).operands[0] == m)
                 })
         })
     }
@@ -116,6 +121,10 @@ impl Fuser<'_> {
             if self.external_reads(sibling).is_disjoint(&reads) {
                 continue;
             }
+            if self.reads_group(home, sibling) || self.reads_group(sibling, home) {
+                self.refused(self.group(home).members[0], sibling, "one reduces what the other computes");
+                continue;
+            }
             if self.outside_path(&Side { groups: &[sibling], extra: &[] }, &Side { groups: &[home], extra: &[] }) {
                 self.refused(self.group(home).members[0], sibling, "a path through another kernel would form a cycle");
                 continue;
@@ -124,6 +133,11 @@ impl Fuser<'_> {
             self.absorb(home, sibling, None);
             return;
         }
+    }
+
+    /// Whether a member of group `reader` reads a value of group `writer`.
+    fn reads_group(&self, reader: usize, writer: usize) -> bool {
+        self.group(reader).members.iter().any(|&m| self.node(m).operands.iter().any(|&o| self.in_group(o, writer)))
     }
 
     /// The buffers group `gid` reads from outside (the bases of the views it loads).
