@@ -58,7 +58,6 @@
 //! GPU. [`mod@compare`] and [`random`] hold the checks and reproducible test data the other crates'
 //! tests use.
 
-mod column_eval;
 pub mod compare;
 mod error;
 mod eval;

@@ -4,16 +4,16 @@
 //! combined in chunk order, so the same plan gives the same bits on every run (the GPU sizes its
 //! chunks by launch config, so the two agree within tolerance, not bit for bit).
 
-use crate::plan_eval::{compute, dot, load, reduce, store, unravel_into, Val};
+use super::{compute, dot, load, reduce, store, unravel_into, Val};
 use braze_ir::{HostData, ReduceOp};
 use braze_plan::{ColumnKernel, Expr};
 
 /// Rows folded into one partial before partials are combined.
-pub(crate) const ROWS_PER_CHUNK: usize = 256;
+const ROWS_PER_CHUNK: usize = 256;
 
 /// For each column: the prologue over every row, each reduction folded chunk by chunk, then the
 /// epilogue (the per-column values) and the stores of the column's element.
-pub(crate) fn run_column(column: &ColumnKernel, inputs: &[&HostData], outputs: &mut [HostData]) {
+pub(super) fn run_column(column: &ColumnKernel, inputs: &[&HostData], outputs: &mut [HostData]) {
     let body = &column.body;
     let reduced_rank = column.reduced.len();
     let (rows, cols) = (column.rows(), column.cols());

@@ -6,6 +6,8 @@
 //! to f16/bf16 rounds, a store narrows); integers compute in their own width (i64 wrapped to
 //! i32 for i32 values); bools are bools.
 
+mod column;
+
 use crate::scalar;
 use crate::{CpuError, Result};
 use braze_ir::elementwise::{nan_max, nan_min, Elem};
@@ -98,7 +100,7 @@ fn run_kernel(plan: &Plan, kernel: &Kernel, inputs: &[&HostData]) -> Vec<HostDat
         KernelKind::MultiReduce(multi) => run_multi_reduce(multi, inputs, &mut outputs),
         KernelKind::MatMul(matmul) => run_matmul(matmul, inputs, &mut outputs),
         KernelKind::Concat(concat) => run_concat(concat, inputs, &mut outputs),
-        KernelKind::Column(column) => crate::column_eval::run_column(column, inputs, &mut outputs),
+        KernelKind::Column(column) => column::run_column(column, inputs, &mut outputs),
     }
     outputs
 }
@@ -107,10 +109,10 @@ fn run_kernel(plan: &Plan, kernel: &Kernel, inputs: &[&HostData]) -> Vec<HostDat
 // Values
 
 /// A value in registers: floats in f32, integers in i64 (already wrapped to their dtype).
-pub(crate) type Val = Elem<f32>;
+type Val = Elem<f32>;
 
 /// The float inside; callers have checked the dtype is a float.
-pub(crate) fn float_of(value: Val) -> f32 {
+fn float_of(value: Val) -> f32 {
     match value {
         Val::Float(x) => x,
         other => unreachable!("{other:?} where the dtype check promised a float"),
@@ -130,7 +132,7 @@ fn zeros(dtype: DType, numel: usize) -> HostData {
 }
 
 /// Loads element `i`, widening f16/bf16 to f32.
-pub(crate) fn load(data: &HostData, i: usize) -> Val {
+fn load(data: &HostData, i: usize) -> Val {
     match data {
         HostData::F32(v) => Val::Float(v[i]),
         HostData::F16(v) => Val::Float(v[i].to_f32()),
@@ -143,7 +145,7 @@ pub(crate) fn load(data: &HostData, i: usize) -> Val {
 
 /// Stores `value` at element `i`, narrowing to the storage's dtype (the dtypes were checked
 /// to agree).
-pub(crate) fn store(data: &mut HostData, i: usize, value: Val) {
+fn store(data: &mut HostData, i: usize, value: Val) {
     match (data, value) {
         (HostData::F32(v), Val::Float(x)) => v[i] = x,
         (HostData::F16(v), Val::Float(x)) => v[i] = f16::from_f32(x),
@@ -198,7 +200,7 @@ fn settle(value: Val, dtype: DType) -> Val {
 
 /// Constants, casts, unary, binary and where on already computed operands (`arg` looks them
 /// up); the value's dtype was checked against its operands before the kernel ran.
-pub(crate) fn compute(expr: &Expr, dtype: DType, arg: impl Fn(ValueId) -> Val) -> Val {
+fn compute(expr: &Expr, dtype: DType, arg: impl Fn(ValueId) -> Val) -> Val {
     let value = match expr {
         Expr::Const { value } => return cast_const(*value, dtype),
         Expr::Cast { x } => return cast(arg(*x), dtype),
@@ -224,7 +226,7 @@ fn cast_const(c: Literal, dtype: DType) -> Val {
 
 /// Folds `values` with a reduction in registers: f32 sums in order, NaN-propagating max/min,
 /// wrapping integer sums, any/all on bools. `Mean` divides the sum by `count` (NaN when 0).
-pub(crate) fn reduce(op: ReduceOp, dtype: DType, count: usize, values: impl Iterator<Item = Val>) -> Val {
+fn reduce(op: ReduceOp, dtype: DType, count: usize, values: impl Iterator<Item = Val>) -> Val {
     match dtype {
         DType::F32 | DType::F16 | DType::BF16 => {
             let identity = match op {
@@ -267,14 +269,14 @@ pub(crate) fn reduce(op: ReduceOp, dtype: DType, count: usize, values: impl Iter
 // Index math
 
 /// Row-major coordinate of `flat` within `dims`, written into `coord`.
-pub(crate) fn unravel_into(mut flat: usize, dims: &[usize], coord: &mut [usize]) {
+fn unravel_into(mut flat: usize, dims: &[usize], coord: &mut [usize]) {
     for d in (0..dims.len()).rev() {
         coord[d] = flat % dims[d];
         flat /= dims[d];
     }
 }
 
-pub(crate) fn dot(coord: &[usize], strides: &[usize]) -> usize {
+fn dot(coord: &[usize], strides: &[usize]) -> usize {
     coord.iter().zip(strides).map(|(c, s)| c * s).sum()
 }
 
