@@ -87,7 +87,7 @@ const CASES: &[Case] = &[
         name: "softmax_axis_0",
         build: || softmax(100, 48, 0),
         inputs: Inputs::Random,
-        kernels: &["row", "pointwise", "row", "pointwise"],
+        kernels: &["column", "pointwise", "column", "pointwise"],
     },
     Case {
         name: "broadcast_chain",
@@ -114,7 +114,38 @@ const CASES: &[Case] = &[
         name: "reduce_axis_0",
         build: || reduce_axes(&[300, 70], ReduceOp::Sum, &[0]),
         inputs: Inputs::Random,
-        kernels: &["row"],
+        kernels: &["column"],
+    },
+    Case {
+        name: "reduce_leading_axes_bf16",
+        build: || reduce_leading_bf16(&[40, 9, 77]),
+        inputs: Inputs::Random,
+        kernels: &["column"],
+    },
+    Case {
+        name: "reduce_axis_0_many_rows",
+        build: || reduce_axes(&[20_000, 7], ReduceOp::Max, &[0]),
+        inputs: Inputs::WithSpecials,
+        kernels: &["column"],
+    },
+    Case {
+        name: "layer_norm_backward",
+        build: || norm_backward(Op::LayerNorm { eps: 1e-5 }, 48, 96),
+        inputs: Inputs::Random,
+        kernels: &["row", "column"],
+    },
+    Case {
+        name: "rms_norm_backward",
+        build: || norm_backward(Op::RmsNorm { eps: 1e-6 }, 48, 96),
+        inputs: Inputs::Random,
+        kernels: &["row", "column"],
+    },
+    Case { name: "softmax_backward", build: || softmax_backward(40, 72), inputs: Inputs::Random, kernels: &["row"] },
+    Case {
+        name: "linear_backward",
+        build: || linear_backward(24, 40, 56),
+        inputs: Inputs::Random,
+        kernels: &["column", "matmul", "matmul"],
     },
     Case {
         name: "reduce_middle_axis",
@@ -138,7 +169,7 @@ const CASES: &[Case] = &[
         name: "mean_max_min_keepdim",
         build: || mean_max_min_keepdim(12, 40),
         inputs: Inputs::Random,
-        kernels: &["row"; 4],
+        kernels: &["row", "row", "column", "row"],
     },
     Case {
         name: "permute_slice_loads",
@@ -337,6 +368,58 @@ fn comparisons_and_logic(n: usize) -> Graph {
     let ints = b.bin(BinaryOp::And, le, either);
     let picked = b.op(Op::Where, &[either, x, y]);
     b.finish(vec![either, ne, ints, gt, picked])
+}
+
+/// `sum(x, axes=[0, 1])` of a bf16 `x` (f32 accumulation), kept as bf16, times 0.5.
+fn reduce_leading_bf16(shape: &[usize]) -> Graph {
+    let mut b = Builder::new();
+    let x = b.input(DType::BF16, shape.to_vec());
+    let s = b.reduce(ReduceOp::Sum, x, &[0, 1], false);
+    let half = b.constant(0.5, DType::BF16);
+    let y = b.mul(s, half);
+    b.finish(vec![y])
+}
+
+/// The gradients of a norm (`layer_norm(x, w, b)` or `rms_norm(x, w)`) with respect to all its
+/// inputs, for an incoming gradient `dy` (an input).
+fn norm_backward(norm: Op, rows: usize, hidden: usize) -> Graph {
+    let mut b = Builder::new();
+    let x = b.input(DType::F32, [rows, hidden]);
+    let mut operands = vec![x, b.input(DType::F32, [hidden])];
+    if matches!(norm, Op::LayerNorm { .. }) {
+        operands.push(b.input(DType::F32, [hidden]));
+    }
+    let y = b.op(norm, &operands);
+    let dy = b.input(DType::F32, [rows, hidden]);
+    gradients(b, &[(y, dy)], &operands)
+}
+
+/// The gradient of `softmax(x, axis=1)` for an incoming gradient `dy`.
+fn softmax_backward(rows: usize, cols: usize) -> Graph {
+    let mut b = Builder::new();
+    let x = b.input(DType::F32, [rows, cols]);
+    let y = b.op(Op::Softmax { axis: 1 }, &[x]);
+    let dy = b.input(DType::F32, [rows, cols]);
+    gradients(b, &[(y, dy)], &[x])
+}
+
+/// The gradients of `x @ w + bias` for an incoming gradient `dy`: two matmuls and the bias grad,
+/// a sum over the rows.
+fn linear_backward(rows: usize, k: usize, n: usize) -> Graph {
+    let mut b = Builder::new();
+    let x = b.input(DType::F32, [rows, k]);
+    let w = b.input(DType::F32, [k, n]);
+    let bias = b.input(DType::F32, [n]);
+    let xw = b.op(Op::MatMul, &[x, w]);
+    let y = b.add(xw, bias);
+    let dy = b.input(DType::F32, [rows, n]);
+    gradients(b, &[(y, dy)], &[x, w, bias])
+}
+
+/// The graph of the gradients of `seeds` with respect to `wrt`.
+fn gradients(mut b: Builder, seeds: &[(NodeId, NodeId)], wrt: &[NodeId]) -> Graph {
+    let grads = braze_autodiff::backward(&mut b.g, seeds, wrt).expect("float inputs");
+    b.finish(grads.into_iter().map(|g| g.expect("every input gets a gradient")).collect())
 }
 
 /// `op(x, axes)` without kept dims.
@@ -549,6 +632,11 @@ const SWEEP: &[Sweep] = &[
     Sweep { name: "rms_norm", build: rms_norm, specials: false },
     Sweep { name: "ew_chain", build: |r, h| graph::ew_chain(DType::F32, &[r, h]).unwrap(), specials: true },
     Sweep { name: "reduce_axis_0", build: |r, h| reduce_axes(&[r, h], ReduceOp::Sum, &[0]), specials: false },
+    Sweep {
+        name: "layer_norm_backward",
+        build: |r, h| norm_backward(Op::LayerNorm { eps: 1e-5 }, r, h),
+        specials: false,
+    },
     Sweep { name: "broadcast_chain", build: broadcast_chain, specials: true },
 ];
 
@@ -579,7 +667,7 @@ fn random_shapes_match_the_reference() {
 #[test]
 fn cases_cover_every_kernel_family() {
     let seen: BTreeSet<&str> = CASES.iter().flat_map(|c| c.kernels.iter().copied()).collect();
-    let all: BTreeSet<&str> = ["pointwise", "row", "multi_reduce", "matmul", "concat"].into();
+    let all: BTreeSet<&str> = ["pointwise", "row", "column", "multi_reduce", "matmul", "concat"].into();
     assert_eq!(seen, all);
     let names: BTreeSet<&str> = CASES.iter().map(|c| c.name).collect();
     assert_eq!(names.len(), CASES.len(), "case names are snapshot names and must be unique");

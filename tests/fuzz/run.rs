@@ -154,7 +154,7 @@ pub fn run_on_cpu(graph: &Graph, inputs: &[HostTensor], nvrtc: bool) -> Result<C
     })?;
     let plan = stage(Stage::Fuse, || {
         let plan = compile_to_plan(graph, &FusionOptions::default()).map_err(|e| e.to_string())?;
-        plan.validate().map_err(|e| e.to_string())?;
+        plan.validate().map_err(|e| format!("{e}\n{plan}"))?;
         Ok(plan)
     })?;
     let mut produced = Produced::default();

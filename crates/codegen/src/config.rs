@@ -1,11 +1,12 @@
 //! Launch configurations: what the autotuner varies, with defaults chosen for a [`Target`]
 //! (tuned on the H200).
 
+use crate::column::{partials_fit as column_partials_fit, vector_width as column_vector_width};
 use crate::cuda::Helpers;
 use crate::index::merge_view;
 use crate::row::{vector_width, RowAnalysis, MAX_CACHED_PER_THREAD};
 use crate::{Target, Unit};
-use braze_plan::{Expr, KernelKind, Plan, RowKernel};
+use braze_plan::{ColumnKernel, Expr, KernelKind, Plan, RowKernel};
 use std::fmt;
 
 /// Most reduction passes for which an uncached row kernel is a candidate.
@@ -39,6 +40,15 @@ pub enum KernelConfig {
     Concat {
         block: u32,
     },
+    /// `col_threads x row_threads` threads per block, `vec` consecutive columns per thread (a
+    /// power of two up to 8), each block folding `rows_per_block` rows (a grid of column tiles x
+    /// row chunks).
+    Column {
+        col_threads: u32,
+        row_threads: u32,
+        vec: u32,
+        rows_per_block: u32,
+    },
     /// The kernel is a library call (cuBLASLt); nothing to configure.
     Library,
 }
@@ -51,6 +61,7 @@ impl KernelConfig {
             KernelConfig::Row { .. } => "row",
             KernelConfig::MultiReduce { .. } => "multi_reduce",
             KernelConfig::Concat { .. } => "concat",
+            KernelConfig::Column { .. } => "column",
             KernelConfig::Library => "matmul",
         }
     }
@@ -69,6 +80,10 @@ impl fmt::Display for KernelConfig {
             ),
             KernelConfig::MultiReduce { block, chunk } => write!(f, "multi_reduce block={block} chunk={chunk}"),
             KernelConfig::Concat { block } => write!(f, "concat block={block}"),
+            KernelConfig::Column { col_threads, row_threads, vec, rows_per_block } => write!(
+                f,
+                "column col_threads={col_threads} row_threads={row_threads} vec={vec} rows_per_block={rows_per_block}"
+            ),
             KernelConfig::Library => write!(f, "library call"),
         }
     }
@@ -98,6 +113,7 @@ pub fn candidate_configs(plan: &Plan, kernel: usize, target: &Target) -> Vec<Ker
             .collect(),
         KernelKind::Concat(_) => [256, 128, 512].into_iter().map(|block| KernelConfig::Concat { block }).collect(),
         KernelKind::MatMul(_) => vec![KernelConfig::Library],
+        KernelKind::Column(col) => column_candidates(&unit, col),
     };
     let mut unique: Vec<KernelConfig> = Vec::new();
     for candidate in candidates {
@@ -248,6 +264,61 @@ fn row_candidates(unit: &Unit<'_>, row: &RowKernel) -> Vec<KernelConfig> {
     });
     if candidates.is_empty() {
         candidates.push(config(32, false));
+    }
+    candidates
+}
+
+/// Threads across columns for `cols` columns of `vec` each: a warp at most (rows fill the block).
+fn column_threads(cols: usize, vec: usize) -> u32 {
+    cols.div_ceil(vec).next_power_of_two().clamp(1, 32) as u32
+}
+
+/// Rows per block: enough chunks to give every SM two blocks, each thread at least four rows.
+fn column_rows_per_block(rows: usize, tiles: usize, row_threads: u32, sm_count: u32) -> u32 {
+    let wanted_chunks = (2 * sm_count as usize).div_ceil(tiles.max(1)).max(1);
+    let least = row_threads as usize * 4;
+    let rows_per_block = rows.div_ceil(wanted_chunks).max(least).next_multiple_of(row_threads as usize);
+    rows_per_block.min(u32::MAX as usize) as u32
+}
+
+fn column_candidates(unit: &Unit<'_>, col: &ColumnKernel) -> Vec<KernelConfig> {
+    let (rows, cols) = (col.rows(), col.cols());
+    let sms = unit.target.sm_count;
+    let config = |vec: usize, row_threads: u32, rows_scale: f64| {
+        let col_threads = column_threads(cols, vec);
+        let row_threads = row_threads.max(32u32.div_ceil(col_threads)).min(1024 / col_threads);
+        let tiles = cols.div_ceil(col_threads as usize * vec);
+        let rows_per_block = column_rows_per_block(rows, tiles, row_threads, sms) as f64 * rows_scale;
+        KernelConfig::Column {
+            col_threads,
+            row_threads,
+            vec: vec as u32,
+            rows_per_block: (rows_per_block as u32).max(1),
+        }
+    };
+    let vec = column_vector_width(unit, col);
+    // 256-thread blocks by default.
+    let row_threads = 256 / column_threads(cols, vec);
+    let mut candidates = vec![
+        config(vec, row_threads, 1.0),
+        config(vec, row_threads * 2, 1.0),
+        config(vec, (row_threads / 2).max(1), 1.0),
+        config(vec, row_threads, 4.0),
+        config(vec, row_threads, 0.25),
+        config(1, row_threads, 1.0),
+    ];
+    // Many reductions of wide accumulators: fewer row threads, down to one row (no shared memory).
+    candidates.retain(|c| {
+        let KernelConfig::Column { col_threads, row_threads, vec, .. } = *c else { return false };
+        column_partials_fit(col, col_threads as usize, row_threads as usize, vec as usize)
+    });
+    if candidates.is_empty() {
+        candidates.push(KernelConfig::Column {
+            col_threads: 32,
+            row_threads: 1,
+            vec: 1,
+            rows_per_block: column_rows_per_block(rows, cols.div_ceil(32), 1, sms),
+        });
     }
     candidates
 }

@@ -28,6 +28,7 @@
 //! round where a cast says so); the op semantics are those of the CPU reference.
 
 mod body;
+mod column;
 mod concat;
 mod config;
 mod cuda;
@@ -134,6 +135,9 @@ pub fn generate(plan: &Plan, kernel: usize, config: &KernelConfig, target: &Targ
             multi_reduce::generate(&mut unit, multi, block, chunk)?
         }
         (KernelKind::Concat(concat), KernelConfig::Concat { block }) => concat::generate(&mut unit, concat, block)?,
+        (KernelKind::Column(col), KernelConfig::Column { col_threads, row_threads, vec, rows_per_block }) => {
+            column::generate(&mut unit, col, col_threads, row_threads, vec, rows_per_block)?
+        }
         _ => return Err(mismatch()),
     };
     Ok(KernelCode::Cuda(assemble(unit, config, emitted)))
@@ -293,7 +297,7 @@ fn assemble(unit: Unit<'_>, config: &KernelConfig, emitted: Emitted) -> Generate
         w.line(format!(
             "//   {}<<<{}, {}, {}>>>({})",
             launch.entry,
-            launch.grid[0],
+            grid_text(launch.grid),
             launch.block[0],
             launch.shared_bytes,
             params.join(", ")
@@ -313,6 +317,15 @@ fn assemble(unit: Unit<'_>, config: &KernelConfig, emitted: Emitted) -> Generate
         launches: emitted.launches,
         scratch: emitted.scratch,
         tables: emitted.tables,
+    }
+}
+
+/// `x` or `(x, y)` or `(x, y, z)`: the grid as the launch comment prints it.
+fn grid_text(grid: [u32; 3]) -> String {
+    match grid {
+        [x, 1, 1] => x.to_string(),
+        [x, y, 1] => format!("({x}, {y})"),
+        [x, y, z] => format!("({x}, {y}, {z})"),
     }
 }
 

@@ -287,3 +287,63 @@ fn grids_follow_the_target() {
     assert_eq!(grid(&Target::h200()), 132 * 8);
     assert_eq!(grid(&half), 66 * 8);
 }
+
+#[test]
+fn column_kernels_tile_columns_split_rows_and_clean_their_scratch() {
+    // 4096 x 1024 f32: 4 columns per thread, a warp across 128 columns, 8 tiles, rows split into
+    // enough chunks to fill the GPU; partials per chunk and column, counters per tile.
+    let plan = plans::bias_grad(4096, 1024);
+    let config = default_config(&plan, 0, &Target::h200());
+    let KernelConfig::Column { col_threads, row_threads, vec, rows_per_block } = config else { panic!("{config}") };
+    assert_eq!((col_threads, row_threads, vec), (32, 8, 4));
+    let kernel = cuda(&plan, &config);
+    let launch = &kernel.launches[0];
+    let chunks = 4096usize.div_ceil(rows_per_block as usize) as u32;
+    assert!(chunks > 1, "{config}");
+    assert_eq!((launch.grid, launch.block), ([8, chunks, 1], [256, 1, 1]));
+    assert_eq!(launch.params, vec![Param::Input(0), Param::Output(0), Param::Scratch(0), Param::Scratch(1)]);
+    assert_eq!(
+        kernel.scratch,
+        vec![
+            ScratchSpec { bytes: chunks as usize * 1024 * 4, zero_init: false },
+            ScratchSpec { bytes: 8 * 4, zero_init: true }
+        ]
+    );
+    assert!(kernel.source.contains("load_f32x4(in0 + (r * 1024u + c0), ld0);"), "{}", kernel.source);
+    assert!(kernel.source.contains("arrivals[blockIdx.x] = 0u;"));
+    assert!(!kernel.source.contains("atomicAdd(&out"), "no float atomics");
+
+    // Few rows: one chunk, no scratch, the block stores directly.
+    let small = plans::bias_grad(64, 32);
+    let kernel = cuda(&small, &default_config(&small, 0, &Target::h200()));
+    assert_eq!(kernel.launches[0].grid, [1, 1, 1]);
+    assert!(kernel.scratch.is_empty() && !kernel.source.contains("atomicAdd"));
+
+    // Two reductions of bf16 rows: 8 columns per 16-byte load, f32 partials for each.
+    let grads = plans::norm_weight_bias_grads_bf16(8, 512, 768);
+    let config = default_config(&grads, 0, &Target::h200());
+    assert!(matches!(config, KernelConfig::Column { vec: 8, .. }), "{config}");
+    let kernel = cuda(&grads, &config);
+    assert_eq!(kernel.scratch.len(), 3);
+    assert!(kernel.source.contains("load_bf16x8("), "{}", kernel.source);
+
+    // Seven columns: one per thread, read by index math.
+    let odd = plans::column_max(65_536, 7);
+    let config = default_config(&odd, 0, &Target::h200());
+    assert!(matches!(config, KernelConfig::Column { col_threads: 8, vec: 1, .. }), "{config}");
+    assert!(cuda(&odd, &config).launches[0].grid[1] >= 132, "rows spread over the SMs");
+}
+
+#[test]
+fn column_configs_are_checked() {
+    let plan = plans::bias_grad(64, 32);
+    let bad = |config: KernelConfig| generate(&plan, 0, &config, &Target::h200()).unwrap_err();
+    let err = bad(KernelConfig::Column { col_threads: 8, row_threads: 2, vec: 4, rows_per_block: 8 });
+    assert!(err.to_string().contains("a block of 16 threads"), "{err}");
+    let err = bad(KernelConfig::Column { col_threads: 32, row_threads: 1, vec: 3, rows_per_block: 8 });
+    assert!(err.to_string().contains("vec 3"), "{err}");
+    let err = bad(KernelConfig::Column { col_threads: 32, row_threads: 8, vec: 4, rows_per_block: 0 });
+    assert!(err.to_string().contains("rows_per_block"), "{err}");
+    let err = bad(KernelConfig::Row { threads_per_row: 32, rows_per_block: 1, cached: false });
+    assert!(matches!(err, CodegenError::ConfigMismatch { family: "column", .. }), "{err}");
+}

@@ -28,6 +28,7 @@ fn check_invariants(name: &str, graph: &Graph, plan: &Plan) {
         let body = match &k.kind {
             KernelKind::Pointwise(pw) => &pw.body,
             KernelKind::Row(row) => &row.body,
+            KernelKind::Column(col) => &col.body,
             KernelKind::MultiReduce(mr) => &mr.prologue,
             KernelKind::MatMul(_) | KernelKind::Concat(_) => continue,
         };
@@ -132,12 +133,83 @@ fn two_results_used_outside_are_two_stores_of_one_kernel() {
 }
 
 #[test]
-fn reduction_over_axis_0_is_a_strided_row_kernel() {
+fn reduction_over_axis_0_is_a_column_kernel() {
     let mut g = Graph::new();
     let x = g.input(DType::F32, [4096, 512]);
     let s = op(&mut g, Op::Reduce { op: ReduceOp::Max, axes: vec![0], keepdim: true }, &[x]);
     g.set_outputs(vec![s]);
-    check("reduce_axis_0", g, defaults(), 1);
+    check("reduce_axis_0", g.clone(), defaults(), 1);
+    let plan = compile_to_plan(&g, &defaults()).unwrap();
+    assert_eq!(plan.kernels[0].kind.family(), "column");
+}
+
+/// The family of each kernel of `graph`'s plan.
+fn families(graph: &Graph) -> Vec<&'static str> {
+    let plan = compile_to_plan(graph, &defaults()).unwrap();
+    plan.validate().unwrap();
+    check_invariants("families", graph, &plan);
+    plan.kernels.iter().map(|k| k.kind.family()).collect()
+}
+
+#[test]
+fn only_leading_axes_with_contiguous_kept_axes_make_column_kernels() {
+    let reduce = |shape: &[usize], axes: &[usize]| {
+        let mut g = Graph::new();
+        let x = g.input(DType::F32, shape.to_vec());
+        let s = sum(&mut g, x, axes, false);
+        g.set_outputs(vec![s]);
+        families(&g)
+    };
+    assert_eq!(reduce(&[64, 32], &[0]), ["column"]);
+    assert_eq!(reduce(&[8, 16, 32], &[0, 1]), ["column"]);
+    // Unit dims do not count: [1, 64, 32] over axis 1 still reads rows of 32 contiguous columns.
+    assert_eq!(reduce(&[1, 64, 32], &[1]), ["column"]);
+    // Trailing, middle and all axes stay with the row family.
+    assert_eq!(reduce(&[64, 32], &[1]), ["row"]);
+    assert_eq!(reduce(&[8, 16, 32], &[1]), ["row"]);
+    assert_eq!(reduce(&[8, 16, 32], &[0, 2]), ["row"]);
+    assert_eq!(reduce(&[64, 32], &[0, 1]), ["row"]);
+    // Reducing only unit dims, or keeping only unit dims, is no column reduction.
+    assert_eq!(reduce(&[1, 32], &[0]), ["row"]);
+    assert_eq!(reduce(&[64, 1], &[0]), ["row"]);
+}
+
+#[test]
+fn weight_and_bias_grads_share_one_column_kernel_with_their_prologue() {
+    // d_weight = sum(dy * xhat, 0) and d_bias = sum(dy, 0), with dy = a + b computed elsewhere.
+    let mut g = Graph::new();
+    let a = g.input(DType::F32, [256, 48]);
+    let b = g.input(DType::F32, [256, 48]);
+    let xhat = g.input(DType::F32, [256, 48]);
+    let dy = add(&mut g, a, b);
+    let t = un(&mut g, UnaryOp::Tanh, dy);
+    let prod = mul(&mut g, dy, xhat);
+    let dw = sum(&mut g, prod, &[0], false);
+    let db = sum(&mut g, dy, &[0], false);
+    let scaled = mul(&mut g, db, db);
+    g.set_outputs(vec![t, dw, scaled]);
+    let plan = compile_to_plan(&g, &defaults()).unwrap();
+    let kinds: Vec<&str> = plan.kernels.iter().map(|k| k.kind.family()).collect();
+    assert_eq!(kinds, ["pointwise", "column"], "{plan}");
+    let column = &plan.kernels[1];
+    // Reads dy (the pointwise kernel's output) and xhat; the product is its prologue, the
+    // square of d_bias its epilogue; two stores.
+    assert_eq!(column.inputs.len(), 2, "{plan}");
+    assert_eq!(column.outputs.len(), 2, "{plan}");
+    let KernelKind::Column(body) = &column.kind else { unreachable!() };
+    let reductions = body.body.values.iter().filter(|v| matches!(v.expr, Expr::Reduce { .. })).count();
+    assert_eq!(reductions, 2, "{plan}");
+    check_invariants("weight_and_bias_grads", &g, &plan);
+}
+
+#[test]
+fn a_value_also_needed_elsewhere_is_read_from_its_kernel_not_recomputed() {
+    let mut g = Graph::new();
+    let x = g.input(DType::F32, [300, 20]);
+    let e = un(&mut g, UnaryOp::Exp, x);
+    let s = sum(&mut g, e, &[0], true);
+    g.set_outputs(vec![e, s]);
+    assert_eq!(families(&g), ["pointwise", "column"]);
 }
 
 #[test]
@@ -236,4 +308,29 @@ fn plans_round_trip_through_json() {
     let plan = compile_to_plan(&graph::mlp_block(DType::BF16, 64, 32, 128).unwrap(), &defaults()).unwrap();
     let back = Plan::from_json(&plan.to_json()).unwrap();
     assert_eq!(back, plan);
+}
+
+#[test]
+fn column_kernels_never_reduce_their_own_results_or_store_element_values() {
+    // softmax over axis 0, then a reduction of it over the same axis: the second reduction reads
+    // the first's result, so the two column kernels stay apart (found by the fuzzer).
+    for (dtype, rows, cols) in [(DType::BF16, 5, 33), (DType::F32, 3, 0)] {
+        let mut g = Graph::new();
+        let x = g.input(dtype, [rows, cols]);
+        let y = op(&mut g, Op::Softmax { axis: 0 }, &[x]);
+        let m = op(&mut g, Op::Reduce { op: ReduceOp::Mean, axes: vec![0], keepdim: true }, &[y]);
+        g.set_outputs(vec![m]);
+        assert!(families(&g).iter().filter(|&&f| f == "column").count() >= 2);
+    }
+    // A value one column reduction reads directly is placed before the product another reduces:
+    // the product cannot become a prologue that would have to store the value for the first.
+    let mut g = Graph::new();
+    let x = g.input(DType::F32, [40, 8]);
+    let y = g.input(DType::F32, [40, 8]);
+    let c = un(&mut g, UnaryOp::Exp, x);
+    let first = sum(&mut g, c, &[0], false);
+    let prod = mul(&mut g, c, y);
+    let second = sum(&mut g, prod, &[0], false);
+    g.set_outputs(vec![first, second]);
+    assert!(families(&g).contains(&"column"));
 }

@@ -65,14 +65,20 @@ pub enum Rule {
     /// domain dim, and stays inside the buffer whenever it runs (a load of an empty domain, or
     /// of the columns of rows with no columns, never runs).
     Loads,
-    /// Reductions appear only in row kernels. A float reduction accumulates in f32 whatever its
+    /// Reductions appear only in row and column kernels. A float reduction accumulates in f32 whatever its
     /// dtype; an f16/bf16 result stays unrounded, as every computed value does until a cast or a
     /// store.
     Reductions,
     /// Each output slot is stored exactly once, from a value of the buffer's dtype that fills
     /// the buffer exactly: the domain's elements for pointwise kernels; for row kernels one
-    /// element per row for per-row values and `rows * cols` for the others.
+    /// element per row for per-row values and `rows * cols` for the others; for column kernels
+    /// one element per column.
     Stores,
+    /// In a column kernel no reduction's operand is computed from another reduction (one pass
+    /// over the rows computes them all), and every store writes a per-column value
+    /// (`Body::column_values`): an element value varies with the row and has no place in the
+    /// `[cols]` outputs.
+    ColumnReduce,
     /// A multi-reduce has one input per item, each holding that item's elements of the
     /// kernel's dtype, and one output of one element per item; its prologue computes at least
     /// one value, stores nothing, loads only the current element

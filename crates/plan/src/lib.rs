@@ -2,8 +2,8 @@
 //! them (the CPU executor in `braze-cpu`, codegen in `braze-codegen`, the GPU executor in
 //! `braze-cuda`).
 //!
-//! - [`Plan`] and its parts: buffers, kernels of five families (pointwise, row reduction,
-//!   multi-tensor reduction, matmul, concat) and their SSA [`Body`] programs (`plan.rs`);
+//! - [`Plan`] and its parts: buffers, kernels of six families (pointwise, row reduction,
+//!   column reduction, multi-tensor reduction, matmul, concat) and their SSA [`Body`] programs (`plan.rs`);
 //! - the one validator, [`Plan::validate`], which checks every [`Rule`] of the contract, each
 //!   documented on its variant (`validate.rs`);
 //! - the deterministic text form (`Display`, for review and snapshots) and the JSON form

@@ -100,6 +100,7 @@ pub enum KernelKind {
     MultiReduce(MultiReduce),
     MatMul(MatMul),
     Concat(Concat),
+    Column(ColumnKernel),
 }
 
 impl KernelKind {
@@ -110,6 +111,7 @@ impl KernelKind {
             KernelKind::MultiReduce(_) => "multi_reduce",
             KernelKind::MatMul(_) => "matmul",
             KernelKind::Concat(_) => "concat",
+            KernelKind::Column(_) => "column",
         }
     }
 }
@@ -170,9 +172,10 @@ pub enum Expr {
         a: ValueId,
         b: ValueId,
     },
-    /// Row kernels only: reduces `x` over the inner (column) dims of the current row; the result
-    /// is a per-row value. Only `Sum`, `Max` and `Min` appear (a mean is a sum times 1/n). Float
-    /// sums accumulate in f32.
+    /// Row kernels: reduces `x` over the inner (column) dims of the current row; the result is a
+    /// per-row value. Column kernels: reduces `x` over the rows of the current column; the result
+    /// is a per-column value. Only `Sum`, `Max` and `Min` appear (a mean is a sum times 1/n).
+    /// Float sums accumulate in f32.
     Reduce {
         op: ReduceOp,
         x: ValueId,
@@ -228,6 +231,35 @@ impl RowKernel {
     /// Domain shape `outer ++ inner`, the shape the load strides index.
     pub fn domain(&self) -> Shape {
         Shape(self.outer.iter().chain(&self.inner).copied().collect())
+    }
+}
+
+/// Reductions over leading axes with prologue and epilogue. The domain is `reduced ++ kept`: a
+/// column is one coordinate of `kept` (cols = product of `kept`), its rows range over `reduced`
+/// (rows = product of `reduced`); both are row-major, so element (row, col) of a contiguous input
+/// sits at `row * cols + col`. Values are per-element (vary with the row) or per-column (see
+/// [`Body::column_values`]). Every [`Expr::Reduce`] folds its operand over the rows of one column
+/// and no reduction depends on another, so one pass over the rows computes them all (the weight
+/// and bias grads of a layer norm share one kernel); stores write per-column values, `cols`
+/// elements each. Backends split the rows into chunks and combine the chunks' partials in chunk
+/// order, so a result has the same bits on every run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ColumnKernel {
+    pub reduced: Vec<usize>,
+    pub kept: Vec<usize>,
+    pub body: Body,
+}
+
+impl ColumnKernel {
+    pub fn rows(&self) -> usize {
+        self.reduced.iter().product()
+    }
+    pub fn cols(&self) -> usize {
+        self.kept.iter().product()
+    }
+    /// Domain shape `reduced ++ kept`, the shape the load strides index.
+    pub fn domain(&self) -> Shape {
+        Shape(self.reduced.iter().chain(&self.kept).copied().collect())
     }
 }
 
@@ -293,16 +325,29 @@ impl Body {
     /// the same for every column of a row (a load with zero strides on every inner dim, a
     /// constant, a reduction, or an op on such values).
     pub fn row_values(&self, outer_rank: usize) -> Vec<bool> {
-        let mut per_row = Vec::with_capacity(self.values.len());
+        self.invariant_values(|strides| &strides[outer_rank..])
+    }
+
+    /// For a column kernel whose domain has `reduced_rank` reduced dims: `true` for each value
+    /// that is the same for every row of a column (a load with zero strides on every reduced
+    /// dim, a constant, a reduction, or an op on such values).
+    pub fn column_values(&self, reduced_rank: usize) -> Vec<bool> {
+        self.invariant_values(|strides| &strides[..reduced_rank])
+    }
+
+    /// Values that do not change along the reduced dims, which `reduced` picks out of a load's
+    /// strides.
+    fn invariant_values(&self, reduced: impl Fn(&[usize]) -> &[usize]) -> Vec<bool> {
+        let mut invariant = Vec::with_capacity(self.values.len());
         for v in &self.values {
             let r = match &v.expr {
-                Expr::Load { strides, .. } => strides[outer_rank..].iter().all(|&s| s == 0),
+                Expr::Load { strides, .. } => reduced(strides).iter().all(|&s| s == 0),
                 Expr::Const { .. } | Expr::Reduce { .. } => true,
-                e => e.operands().iter().all(|o| per_row[o.0]),
+                e => e.operands().iter().all(|o| invariant[o.0]),
             };
-            per_row.push(r);
+            invariant.push(r);
         }
-        per_row
+        invariant
     }
 }
 

@@ -110,6 +110,13 @@ impl Plan {
                     dims(&row.inner)
                 )
             }
+            KernelKind::Column(col) => format!(
+                "column: rows={} cols={} reduced={} kept={}",
+                col.rows(),
+                col.cols(),
+                dims(&col.reduced),
+                dims(&col.kept)
+            ),
             KernelKind::MultiReduce(mr) => format!(
                 "multi_reduce: {} of {}, {} elements, {}",
                 mr.op.name(),
@@ -160,11 +167,15 @@ impl Plan {
             KernelKind::Pointwise(pw) => fmt_body(f, &pw.body, None),
             KernelKind::Row(row) => {
                 let per_row = row.body.row_values(row.outer.len());
-                fmt_body(f, &row.body, Some(&per_row))?;
+                fmt_body(f, &row.body, Some((&per_row, "per-row")))?;
                 if !row.preserves_layout_hint() {
                     writeln!(f, "  note: reduces leading axes; loads are strided")?;
                 }
                 Ok(())
+            }
+            KernelKind::Column(col) => {
+                let per_column = col.body.column_values(col.reduced.len());
+                fmt_body(f, &col.body, Some((&per_column, "per-column")))
             }
             KernelKind::MultiReduce(mr) => {
                 writeln!(f, "  items: [{}]", listed(&mr.items, ","))?;
@@ -195,7 +206,9 @@ impl RowKernel {
     }
 }
 
-fn fmt_body(f: &mut fmt::Formatter<'_>, body: &Body, per_row: Option<&[bool]>) -> fmt::Result {
+/// The body's values and stores; `invariant` marks the values that are the same along the
+/// reduced dims, with the word that says so.
+fn fmt_body(f: &mut fmt::Formatter<'_>, body: &Body, invariant: Option<(&[bool], &str)>) -> fmt::Result {
     for (i, v) in body.values.iter().enumerate() {
         let expr = match &v.expr {
             Expr::Load { input, offset, strides } => {
@@ -208,8 +221,10 @@ fn fmt_body(f: &mut fmt::Formatter<'_>, body: &Body, per_row: Option<&[bool]>) -
             Expr::Where { cond, a, b } => format!("where {cond}, {a}, {b}"),
             Expr::Reduce { op, x } => format!("reduce_{} {x}", op.name()),
         };
-        let mark = if per_row.is_some_and(|p| p[i]) { "  (per-row)" } else { "" };
-        writeln!(f, "  v{i} = {expr} : {}{mark}", v.dtype)?;
+        match invariant {
+            Some((marks, word)) if marks[i] => writeln!(f, "  v{i} = {expr} : {}  ({word})", v.dtype)?,
+            _ => writeln!(f, "  v{i} = {expr} : {}", v.dtype)?,
+        }
     }
     for s in &body.stores {
         writeln!(f, "  store {} -> out{}", s.value, s.output)?;

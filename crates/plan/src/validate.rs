@@ -186,6 +186,7 @@ impl Plan {
                 })?;
                 self.validate_stores(kernel, &row.body, |v| if per_row[v.0] { rows } else { rows * cols })
             }
+            KernelKind::Column(col) => self.validate_column(kernel, col),
             KernelKind::MultiReduce(mr) => self.validate_multi_reduce(kernel, mr),
             KernelKind::MatMul(mm) => self.validate_matmul(kernel, mm),
             KernelKind::Concat(cat) => self.validate_concat(kernel, cat),
@@ -261,7 +262,7 @@ impl Plan {
                 Expr::Where { cond, a, b } => typed(Op::Where, &[*cond, *a, *b])?,
                 Expr::Reduce { op, x } => {
                     if !reductions_allowed {
-                        return Err(here(Rule::Reductions, "a reduction outside a row kernel".into()));
+                        return Err(here(Rule::Reductions, "a reduction outside a row or column kernel".into()));
                     }
                     typed(Op::Reduce { op: *op, axes: vec![], keepdim: false }, &[*x])?;
                 }
@@ -307,6 +308,30 @@ impl Plan {
             Some(slot) => Err(broken(Rule::Stores, format!("output slot {slot} is never stored"))),
             None => Ok(()),
         }
+    }
+
+    fn validate_column(&self, kernel: &Kernel, col: &crate::plan::ColumnKernel) -> KernelResult {
+        let domain = col.domain();
+        let (rows, cols) = (col.rows(), col.cols());
+        validate_value_order(&col.body)?;
+        validate_load_ranks(&col.body, domain.rank())?;
+        let per_column = col.body.column_values(col.reduced.len());
+        // The epilogue runs for every column even when there are no rows (it stores identities).
+        self.validate_body(&kernel.inputs, &col.body, domain.dims(), true, |i| {
+            cols > 0 && (per_column[i] || rows > 0)
+        })?;
+        let mut after_reduce = vec![false; col.body.values.len()];
+        for (i, value) in col.body.values.iter().enumerate() {
+            let operands = value.expr.operands();
+            if matches!(value.expr, Expr::Reduce { .. }) && operands.iter().any(|o| after_reduce[o.0]) {
+                return Err(broken(Rule::ColumnReduce, format!("v{i}: reduces a value computed from a reduction")));
+            }
+            after_reduce[i] = matches!(value.expr, Expr::Reduce { .. }) || operands.iter().any(|o| after_reduce[o.0]);
+        }
+        if let Some(s) = col.body.stores.iter().find(|s| s.value.0 < per_column.len() && !per_column[s.value.0]) {
+            return Err(broken(Rule::ColumnReduce, format!("stores {}, which varies with the row", s.value)));
+        }
+        self.validate_stores(kernel, &col.body, |_| cols)
     }
 
     fn validate_multi_reduce(&self, kernel: &Kernel, mr: &crate::plan::MultiReduce) -> KernelResult {

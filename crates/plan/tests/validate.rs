@@ -4,8 +4,8 @@
 
 use braze_ir::{BinaryOp, DType, Literal, ReduceOp, Shape, UnaryOp};
 use braze_plan::{
-    Body, Buffer, BufferId, BufferRole, Concat, Expr, Kernel, KernelKind, MatMul, MultiReduce, Plan, PlanError,
-    PlanOutput, Pointwise, RowKernel, Rule, Store, ValueId,
+    Body, Buffer, BufferId, BufferRole, ColumnKernel, Concat, Expr, Kernel, KernelKind, MatMul, MultiReduce, Plan,
+    PlanError, PlanOutput, Pointwise, RowKernel, Rule, Store, ValueId,
 };
 
 const F: DType = DType::F32;
@@ -194,6 +194,86 @@ fn cat(plan: &mut Plan) -> &mut Concat {
 }
 
 /// `plan` changed by `f`.
+/// `b1 = (b0 * w).sum(0) * 2` and `b2 = b0.max(0)` over the rows of `[4, 3]`, with `w: [3]`
+/// broadcast over the rows.
+fn column() -> Plan {
+    let mut body = Body::default();
+    let x = load(&mut body, 0, 0, &[3, 1], F);
+    let w = load(&mut body, 1, 0, &[0, 1], F);
+    let xw = body.push(Expr::Binary { op: BinaryOp::Mul, a: x, b: w }, F);
+    let s = body.push(Expr::Reduce { op: ReduceOp::Sum, x: xw }, F);
+    let two = body.push(Expr::Const { value: Literal::Float(2.0) }, F);
+    let scaled = body.push(Expr::Binary { op: BinaryOp::Mul, a: s, b: two }, F);
+    let m = body.push(Expr::Reduce { op: ReduceOp::Max, x }, F);
+    body.stores.push(Store { value: scaled, output: 0 });
+    body.stores.push(Store { value: m, output: 1 });
+    Plan {
+        buffers: vec![
+            buffer(F, 12, BufferRole::Input(0)),
+            buffer(F, 3, BufferRole::Input(1)),
+            buffer(F, 3, BufferRole::Output),
+            buffer(F, 3, BufferRole::Output),
+        ],
+        inputs: ids(&[0, 1]),
+        outputs: vec![output(2, &[3]), output(3, &[1, 3])],
+        kernels: vec![kernel(
+            "column_sum_max",
+            KernelKind::Column(ColumnKernel { reduced: vec![4], kept: vec![3], body }),
+            &[0, 1],
+            &[2, 3],
+        )],
+    }
+}
+
+fn col_kernel(plan: &mut Plan) -> &mut ColumnKernel {
+    match &mut plan.kernels[0].kind {
+        KernelKind::Column(col) => col,
+        _ => unreachable!(),
+    }
+}
+
+#[test]
+fn column_rule() {
+    check(&column(), None);
+    // A store of an element value (it varies with the row).
+    let element = with(column(), |p| col_kernel(p).body.stores[1].value = ValueId(2));
+    check(&element, Some(Rule::ColumnReduce));
+    // A reduction of a value computed from another reduction (would need a second pass).
+    let dependent = with(column(), |p| {
+        let body = &mut col_kernel(p).body;
+        let again = body.push(Expr::Reduce { op: ReduceOp::Sum, x: ValueId(5) }, F);
+        body.stores[1].value = again;
+    });
+    check(&dependent, Some(Rule::ColumnReduce));
+    // A per-column value stored into a buffer of the wrong size.
+    let short = with(column(), |p| p.buffers[3].numel = 2);
+    check(&with(short, |p| p.outputs[1].shape = Shape::new(vec![2])), Some(Rule::Stores));
+    // A broadcast load of `w` that reads past its 3 elements.
+    check(
+        &with(column(), |p| {
+            col_kernel(p).body.values[1].expr = Expr::Load { input: 1, offset: 1, strides: vec![0, 1] }
+        }),
+        Some(Rule::Loads),
+    );
+    // A load with the row kernel's stride count for a rank-2 domain.
+    check(
+        &with(column(), |p| col_kernel(p).body.values[0].expr = Expr::Load { input: 0, offset: 0, strides: vec![1] }),
+        Some(Rule::Loads),
+    );
+    // No rows: the element loads never run, the epilogue's do; no columns: nothing runs.
+    let no_rows = with(column(), |p| {
+        col_kernel(p).reduced = vec![0];
+        p.buffers[0].numel = 0;
+    });
+    check(&no_rows, None);
+    let w_past_end =
+        with(no_rows, |p| col_kernel(p).body.values[1].expr = Expr::Load { input: 1, offset: 1, strides: vec![0, 1] });
+    check(&w_past_end, Some(Rule::Loads));
+    // A reduction keeps the IR's typing rules.
+    let typed = with(column(), |p| col_kernel(p).body.values[3].dtype = DType::I32);
+    check(&typed, Some(Rule::ValueTypes));
+}
+
 fn with(mut plan: Plan, f: impl FnOnce(&mut Plan)) -> Plan {
     f(&mut plan);
     plan
@@ -201,7 +281,7 @@ fn with(mut plan: Plan, f: impl FnOnce(&mut Plan)) -> Plan {
 
 #[test]
 fn valid_plans_of_every_family_pass() {
-    for plan in [pointwise(), row(), multi_reduce(), matmul(), concat()] {
+    for plan in [pointwise(), row(), column(), multi_reduce(), matmul(), concat()] {
         check(&plan, None);
     }
     // A plan with no kernels whose output is an input, reshaped.
@@ -586,7 +666,7 @@ fn concat_rule() {
 
 #[test]
 fn json_round_trips_and_validates() {
-    for plan in [pointwise(), row(), multi_reduce(), matmul(), concat()] {
+    for plan in [pointwise(), row(), column(), multi_reduce(), matmul(), concat()] {
         assert_eq!(Plan::from_json(&plan.to_json()).unwrap(), plan);
     }
     let broken = with(pointwise(), |p| p.kernels[0].name = "no good".into());

@@ -363,6 +363,46 @@ pub fn count_below_max(rows: usize, cols: usize) -> Plan {
     g.compile(&[count, largest])
 }
 
+/// A linear layer's bias grad: `sum(dy, axes=[0])` of an f32 `[rows, cols]`.
+pub fn bias_grad(rows: usize, cols: usize) -> Plan {
+    let mut g = GraphBuilder::default();
+    let dy = g.input(DType::F32, &[rows, cols]);
+    let db = g.reduce(ReduceOp::Sum, dy, &[0], false);
+    g.compile(&[db])
+}
+
+/// A bf16 layer norm's weight and bias grads, `sum(dy * xhat)` and `sum(dy)` over the leading
+/// axes of `[batch, seq, hidden]`, accumulated in f32 and stored as bf16: one kernel with two
+/// reductions and the product as its prologue.
+pub fn norm_weight_bias_grads_bf16(batch: usize, seq: usize, hidden: usize) -> Plan {
+    let mut g = GraphBuilder::default();
+    let dy = g.input(DType::BF16, &[batch, seq, hidden]);
+    let xhat = g.input(DType::BF16, &[batch, seq, hidden]);
+    let prod = g.binary(BinaryOp::Mul, dy, xhat);
+    let dw = g.reduce(ReduceOp::Sum, prod, &[0, 1], false);
+    let db = g.reduce(ReduceOp::Sum, dy, &[0, 1], false);
+    g.compile(&[dw, db])
+}
+
+/// `max(x, axes=[0])` of an f32 `[rows, cols]` with a column count no vector divides.
+pub fn column_max(rows: usize, cols: usize) -> Plan {
+    let mut g = GraphBuilder::default();
+    let x = g.input(DType::F32, &[rows, cols]);
+    let m = g.reduce(ReduceOp::Max, x, &[0], true);
+    g.compile(&[m])
+}
+
+/// Whether any element of each column of an i32 `[rows, cols]` is positive (a bool max over
+/// rows, accumulated as an int).
+pub fn column_any_positive(rows: usize, cols: usize) -> Plan {
+    let mut g = GraphBuilder::default();
+    let x = g.input(DType::I32, &[rows, cols]);
+    let zero = g.constant(0.0, DType::I32);
+    let positive = g.binary(BinaryOp::Gt, x, zero);
+    let any = g.reduce(ReduceOp::Max, positive, &[0], false);
+    g.compile(&[any])
+}
+
 /// Every fixture plan, named as its snapshot.
 pub fn all_plans() -> Vec<(&'static str, Plan)> {
     vec![
@@ -390,5 +430,10 @@ pub fn all_plans() -> Vec<(&'static str, Plan)> {
         ("concat_3", concat(&[10, 6, 16], DType::F32)),
         ("concat_20_bf16", concat(&[3; 20], DType::BF16)),
         ("multi_reduce_no_items", multi_sum(&[], DType::F32)),
+        ("column_bias_grad_f32", bias_grad(4096, 1024)),
+        ("column_bias_grad_small_f32", bias_grad(64, 32)),
+        ("column_norm_grads_bf16", norm_weight_bias_grads_bf16(8, 512, 768)),
+        ("column_max_odd_columns", column_max(65_536, 7)),
+        ("column_any_positive", column_any_positive(1000, 300)),
     ]
 }

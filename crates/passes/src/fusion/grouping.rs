@@ -48,7 +48,7 @@ impl Fuser<'_> {
     }
 
     /// Moves every member of `src` into `dst`; `space` overrides the members' spaces.
-    fn absorb(&mut self, src: usize, dst: usize, space: Option<Space>) {
+    pub(super) fn absorb(&mut self, src: usize, dst: usize, space: Option<Space>) {
         let Some(moved) = self.groups[src].take() else { return };
         for &m in &moved.members {
             self.group_of.insert(m, dst);
@@ -69,6 +69,7 @@ impl Fuser<'_> {
     }
 
     pub(super) fn group_nodes(&mut self) -> Result<()> {
+        self.find_column_prologues();
         for i in 0..self.order.len() {
             let n = self.order[i];
             if self.group_of.contains_key(&n) {
@@ -109,8 +110,10 @@ impl Fuser<'_> {
                 continue;
             }
             if let Some(&gid) = self.group_of.get(&o) {
-                if matches!(self.group(gid).kind, GroupKind::Pointwise { .. } | GroupKind::Row(_))
-                    && !found.contains(&gid)
+                if matches!(
+                    self.group(gid).kind,
+                    GroupKind::Pointwise { .. } | GroupKind::Row(_) | GroupKind::Column(_)
+                ) && !found.contains(&gid)
                 {
                     found.push(gid);
                 }
@@ -123,11 +126,16 @@ impl Fuser<'_> {
         if self.options.fuse && self.try_matmul_epilogue(n) {
             return;
         }
-        let candidates = self.operand_groups(n);
+        let mut candidates = self.operand_groups(n);
+        if self.column_prologue.contains(&n) {
+            // Only column reductions read it: it joins their prologue, not a kernel that would
+            // store it for them.
+            candidates.retain(|&gid| self.is_column_prologue_group(gid));
+        }
         let mut home = None;
         if self.options.fuse {
             // Joining a reduction's kernel (as its epilogue) saves more than joining a pointwise one.
-            let is_row = |gid: &usize| matches!(self.group(*gid).kind, GroupKind::Row(_));
+            let is_row = |gid: &usize| matches!(self.group(*gid).kind, GroupKind::Row(_) | GroupKind::Column(_));
             let ordered: Vec<usize> = candidates
                 .iter()
                 .copied()
@@ -185,6 +193,7 @@ impl Fuser<'_> {
                     None
                 }
             }
+            GroupKind::Column(geo) => self.column_join_space(n, gid, geo),
             _ => None,
         }
     }
@@ -229,7 +238,10 @@ impl Fuser<'_> {
                 }
                 Some(space_n)
             }
-            (GroupKind::Row(a), GroupKind::Row(b)) if a == b => {
+            (GroupKind::Pointwise { domain }, GroupKind::Column(geo)) => {
+                Some(self.column_absorbs_pointwise(src, home, domain, geo, space_n)?)
+            }
+            (GroupKind::Row(a), GroupKind::Row(b)) | (GroupKind::Column(a), GroupKind::Column(b)) if a == b => {
                 let consistent =
                     self.node(n).operands.iter().all(|&o| !self.in_group(o, src) || self.space_of(o) == space_n);
                 if !consistent {
@@ -273,7 +285,7 @@ impl Fuser<'_> {
     /// A group of a smaller shape may be computed inside a kernel over a larger one (its values are
     /// broadcast, re-evaluated per element: cheap elementwise work) only when nothing outside the
     /// kernel reads it, since a broadcast value cannot be stored.
-    fn side_values_ok(
+    pub(super) fn side_values_ok(
         &self,
         src: usize,
         home: usize,
@@ -299,6 +311,10 @@ impl Fuser<'_> {
         let o = node.operands[0];
         let geo = RowGeometry { input: self.shape(o).clone(), axes: axes.clone() };
         let space = if *keepdim { Space::Element } else { Space::Row };
+        if self.column_geometry(r).is_some() {
+            self.place_column_reduce(r, geo, space);
+            return;
+        }
         let source = self.group_of.get(&o).copied().filter(|_| self.options.fuse);
         if let Some(gid) = source {
             if let GroupKind::Row(existing) = &self.group(gid).kind {

@@ -6,8 +6,8 @@ use super::{is_view, lowering_error, Fuser, GroupKind, Space};
 use crate::Result;
 use braze_ir::{DType, Literal, NodeId, Op, Shape};
 use braze_plan::{
-    Body, Buffer, BufferId, BufferRole, Concat, Expr, Kernel, KernelKind, MatMul, MultiReduce, Plan, PlanOutput,
-    Pointwise, RowKernel, SourceOp, Store, ValueId,
+    Body, Buffer, BufferId, BufferRole, ColumnKernel, Concat, Expr, Kernel, KernelKind, MatMul, MultiReduce, Plan,
+    PlanOutput, Pointwise, RowKernel, SourceOp, Store, ValueId,
 };
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap, HashMap};
@@ -21,6 +21,8 @@ enum Domain<'g> {
     Flat(&'g Shape),
     /// Row kernel: `outer ++ inner` of the geometry.
     Rows(&'g RowGeometry),
+    /// Column kernel: `inner ++ outer` of the geometry (the reduced dims first).
+    Columns(&'g RowGeometry),
     /// A multi-reduce prologue: only the item's element can be read.
     Item,
 }
@@ -43,6 +45,21 @@ impl Domain<'_> {
                     }
                 };
                 let dims: Vec<usize> = geo.outer().into_iter().chain(geo.inner()).collect();
+                access::zero_unit_dims(&dims, &mut out);
+                Some(out)
+            }
+            Domain::Columns(geo) => {
+                let mut out: Vec<usize> = match space {
+                    Space::Element => {
+                        let s = access::broadcast_strides(strides, frame.dims(), geo.input.dims());
+                        geo.axes.iter().chain(&geo.kept()).map(|&d| s[d]).collect()
+                    }
+                    Space::Row => {
+                        let s = access::broadcast_strides(strides, frame.dims(), geo.row_shape().dims());
+                        vec![0; geo.axes.len()].into_iter().chain(s).collect()
+                    }
+                };
+                let dims: Vec<usize> = geo.inner().into_iter().chain(geo.outer()).collect();
                 access::zero_unit_dims(&dims, &mut out);
                 Some(out)
             }
@@ -233,7 +250,7 @@ impl Fuser<'_> {
             GroupKind::MultiReduce(mr) => vec![mr.output],
             GroupKind::MatMul(mm) => vec![mm.result],
             GroupKind::Concat { node } => vec![*node],
-            GroupKind::Pointwise { .. } | GroupKind::Row(_) => self
+            GroupKind::Pointwise { .. } | GroupKind::Row(_) | GroupKind::Column(_) => self
                 .sorted_members(gid)
                 .into_iter()
                 .filter(|&m| self.g.is_output(m) || self.users(m).iter().any(|&u| !self.in_group(u, gid)))
@@ -256,6 +273,11 @@ impl Fuser<'_> {
                 self.lower_members(&mut bb, gid, &Domain::Rows(geo), &members)?;
                 self.add_stores(&mut bb, &stored);
                 KernelKind::Row(RowKernel { outer: geo.outer(), inner: geo.inner(), body: bb.body.clone() })
+            }
+            GroupKind::Column(geo) => {
+                self.lower_members(&mut bb, gid, &Domain::Columns(geo), &members)?;
+                self.add_stores(&mut bb, &stored);
+                KernelKind::Column(ColumnKernel { reduced: geo.inner(), kept: geo.outer(), body: bb.body.clone() })
             }
             GroupKind::MultiReduce(mr) => {
                 let element = bb.body.push(Self::item_element(), self.node(mr.prologue_leaf).dtype);
@@ -528,6 +550,7 @@ impl Fuser<'_> {
         let (family, nodes): (&str, Vec<NodeId>) = match kind {
             GroupKind::Pointwise { .. } => ("pointwise", members.to_vec()),
             GroupKind::Row(_) => ("row", members.to_vec()),
+            GroupKind::Column(_) => ("column", members.to_vec()),
             GroupKind::MultiReduce(mr) => {
                 let mut nodes = mr.prologue.clone();
                 nodes.retain(|&m| !minor(m));

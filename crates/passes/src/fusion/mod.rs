@@ -8,6 +8,9 @@
 //! | full reduction of a tensor longer than `row_cache_limit` | multi-reduce, one item |
 //! | matmul | matmul |
 //! | `+ bias[n]`, then `relu` or `gelu_tanh`, on a matmul result with no other user | matmul epilogue |
+//! | reduction over leading axes, with the elementwise group only it reads | column (prologue) |
+//! | reduction over the same leading axes of a column group's element values, or reading a buffer an earlier column group of the same rows reads | column (several reductions) |
+//! | elementwise op on a column group's per-column values | column (epilogue) |
 //! | reduction over some axes, with the elementwise group of its input's shape | row (prologue) |
 //! | reduction of a row group's element values over the same axes | row (dependent reductions) |
 //! | elementwise op on a row group's per-row or element values | row (epilogue) |
@@ -21,6 +24,7 @@
 //! reductions, or when a value the kernel must store could not be stored in its family's layout.
 
 mod access;
+mod column;
 mod cycles;
 mod grouping;
 mod in_place;
@@ -97,22 +101,30 @@ fn fuse_with_origins(graph: &Graph, options: &FusionOptions, origins: &Origins) 
     Ok(plan)
 }
 
-/// Which coordinates a value of a row group is indexed by.
+/// Which coordinates a value of a row or column group is indexed by.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Space {
     /// The reduction's input shape (element values, and keepdim per-row values broadcast over it).
     Element,
-    /// The shape with the reduced axes dropped (results of a reduction without keepdim).
+    /// The shape with the reduced axes dropped (results of a reduction without keepdim): one
+    /// value per row of a row kernel, per column of a column kernel.
     Row,
 }
 
 #[derive(Clone, Debug)]
 enum GroupKind {
-    Pointwise { domain: Shape },
+    Pointwise {
+        domain: Shape,
+    },
     Row(RowGeometry),
+    /// Reductions over leading axes: the geometry's reduced axes are the rows, its kept axes the
+    /// columns.
+    Column(RowGeometry),
     MultiReduce(MultiReduceGroup),
     MatMul(MatMulGroup),
-    Concat { node: NodeId },
+    Concat {
+        node: NodeId,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -140,6 +152,8 @@ struct Fuser<'a> {
     materialized: HashSet<NodeId>,
     groups: Vec<Option<Group>>,
     group_of: HashMap<NodeId, usize>,
+    /// Elementwise nodes that only column reductions read (see `column.rs`).
+    column_prologue: HashSet<NodeId>,
 }
 
 fn is_view(op: &Op) -> bool {
@@ -166,6 +180,7 @@ impl<'a> Fuser<'a> {
             materialized: HashSet::new(),
             groups: Vec::new(),
             group_of: HashMap::new(),
+            column_prologue: HashSet::new(),
         }
     }
 

@@ -6,6 +6,8 @@
 //! to f16/bf16 rounds, a store narrows); integers compute in their own width (i64 wrapped to
 //! i32 for i32 values); bools are bools.
 
+mod column;
+
 use crate::scalar;
 use crate::{CpuError, Result};
 use braze_ir::elementwise::{nan_max, nan_min, Elem};
@@ -100,6 +102,7 @@ fn run_kernel(plan: &Plan, kernel: &Kernel, inputs: &[&HostData]) -> Vec<HostDat
         KernelKind::MultiReduce(multi) => run_multi_reduce(multi, inputs, &mut outputs),
         KernelKind::MatMul(matmul) => run_matmul(matmul, inputs, &mut outputs),
         KernelKind::Concat(concat) => run_concat(concat, inputs, &mut outputs),
+        KernelKind::Column(column) => column::run_column(column, inputs, &mut outputs),
     }
     outputs
 }

@@ -1,0 +1,459 @@
+//! Column kernels: reductions over leading axes, `out[c] = epilogue(reduce_r prologue(r, c))`.
+//!
+//! A block is `col_threads x row_threads` threads over a tile of `col_threads * vec` columns:
+//! threads side by side take `vec` consecutive columns each, so a warp reads a row's columns
+//! coalesced (16-byte vector loads where the data is contiguous and aligned); the block's
+//! `row_threads` rows of threads step down one chunk of `rows_per_block` rows. The grid is column
+//! tiles x row chunks. Inside a block the row threads' partials are combined through shared
+//! memory in row-thread order; with one chunk the block runs the epilogue and stores. With
+//! several, each block writes its partials to scratch, and the block that arrives last at a
+//! column tile (an integer counter in zeroed scratch, reset by that block) combines the tile's
+//! chunk partials in chunk order. Every step has a fixed order, so the same config gives the same
+//! bits on every run; no float atomics.
+
+use crate::body::{check_body, emit_values, live_values, value_name, BodyRules};
+use crate::cuda::{cast, narrow, value_type, Helpers};
+use crate::error::{invalid_config, malformed, Result};
+use crate::index::{classify, merge_view, offset_expr, IndexWidth, VectorAccess, ViewDim};
+use crate::reduce::{accumulate, accumulator_dtype, combine, declare_accumulator, finalize, identity};
+use crate::vector::{emit_vector_load, load_rhs};
+use crate::writer::CodeWriter;
+use crate::{Emitted, Launch, Param, ScratchSpec, Unit};
+use braze_ir::{DType, ReduceOp};
+use braze_plan::{ColumnKernel, Expr};
+
+/// Most row chunks (the grid's y extent).
+const MAX_CHUNKS: usize = 65_535;
+/// Static shared memory a block may use for its row threads' partials.
+const SHARED_LIMIT: usize = 48 * 1024;
+
+/// The widest vector of columns per thread (at most 16 bytes of the narrowest element the rows
+/// stream, at most 8) that divides the columns.
+pub(crate) fn vector_width(unit: &Unit<'_>, col: &ColumnKernel) -> usize {
+    let per_column = col.body.column_values(col.reduced.len());
+    let mut narrowest = 4;
+    for (id, value) in col.body.values.iter().enumerate() {
+        if let Expr::Load { input, .. } = value.expr {
+            if !per_column[id] && input < unit.kernel.inputs.len() {
+                narrowest = narrowest.min(unit.input_dtype(input).size_bytes());
+            }
+        }
+    }
+    let mut vec = (16 / narrowest).min(8);
+    while vec > 1 && !col.cols().is_multiple_of(vec) {
+        vec /= 2;
+    }
+    vec
+}
+
+/// Whether a block of `col_threads x row_threads` threads with `vec` columns each has room in
+/// shared memory for its row threads' partials (one row of threads needs none).
+pub(crate) fn partials_fit(col: &ColumnKernel, col_threads: usize, row_threads: usize, vec: usize) -> bool {
+    let per_thread: usize = col
+        .body
+        .values
+        .iter()
+        .filter_map(|v| match v.expr {
+            Expr::Reduce { op, x } => {
+                col.body.values.get(x.0).map(|operand| accumulator_dtype(op, operand.dtype).size_bytes())
+            }
+            _ => None,
+        })
+        .sum();
+    row_threads == 1 || per_thread * col_threads * row_threads * vec <= SHARED_LIMIT
+}
+
+/// The rows one block folds, given the config's wish: at least one, and few enough chunks for
+/// the grid.
+pub(crate) fn chunk_rows(rows: usize, rows_per_block: usize) -> usize {
+    rows_per_block.max(rows.div_ceil(MAX_CHUNKS)).max(1)
+}
+
+/// How the prologue reads one load.
+struct LoadInfo {
+    slot: usize,
+    base: usize,
+    rows: Vec<ViewDim>,
+    cols: Vec<ViewDim>,
+    /// One aligned vector load per row for threads whose columns all exist.
+    vector: bool,
+}
+
+impl LoadInfo {
+    /// The element offset at row `r` and column `c` (C identifiers).
+    fn offset(&self, r: &str, c: &str, width: IndexWidth) -> String {
+        let row = offset_expr(0, &self.rows, r, width);
+        let col = offset_expr(self.base, &self.cols, c, width);
+        match (row == width.lit(0), col == width.lit(0)) {
+            (true, _) => col,
+            (false, true) => row,
+            (false, false) => format!("{row} + {col}"),
+        }
+    }
+}
+
+struct Config {
+    col_threads: usize,
+    row_threads: usize,
+    vec: usize,
+    rows_per_block: usize,
+}
+
+fn check_config(unit: &Unit<'_>, config: &Config, reductions: &[(usize, ReduceOp, DType)]) -> Result<()> {
+    let name = unit.name();
+    let Config { col_threads: tx, row_threads: ty, vec, rows_per_block } = *config;
+    if !tx.is_power_of_two() || !ty.is_power_of_two() {
+        return Err(invalid_config(name, format!("col_threads {tx} and row_threads {ty} must be powers of two")));
+    }
+    let block = tx * ty;
+    if !(32..=1024).contains(&block) {
+        return Err(invalid_config(name, format!("a block of {block} threads is not in 32..=1024")));
+    }
+    if !vec.is_power_of_two() || vec > 8 {
+        return Err(invalid_config(name, format!("vec {vec} is not a power of two up to 8")));
+    }
+    if rows_per_block == 0 {
+        return Err(invalid_config(name, "rows_per_block is 0"));
+    }
+    let shared: usize = reductions.iter().map(|r| r.2.size_bytes()).sum::<usize>() * block * vec;
+    if ty > 1 && shared > SHARED_LIMIT {
+        return Err(invalid_config(name, format!("{shared} bytes of shared partials exceed {SHARED_LIMIT}")));
+    }
+    Ok(())
+}
+
+pub(crate) fn generate(
+    unit: &mut Unit<'_>,
+    col: &ColumnKernel,
+    col_threads: u32,
+    row_threads: u32,
+    vec: u32,
+    rows_per_block: u32,
+) -> Result<Emitted> {
+    let kernel = unit.kernel;
+    let name = kernel.name.clone();
+    let body = &col.body;
+    let reduced_rank = col.reduced.len();
+    let rules = BodyRules {
+        inputs: kernel.inputs.len(),
+        outputs: kernel.outputs.len(),
+        rank: reduced_rank + col.kept.len(),
+        reductions: true,
+    };
+    check_body(&name, body, &rules)?;
+    // (value id, op, accumulator dtype) of each reduction, in body order.
+    let reductions: Vec<(usize, ReduceOp, DType)> = body
+        .values
+        .iter()
+        .enumerate()
+        .filter_map(|(id, v)| match v.expr {
+            Expr::Reduce { op, x } => Some((id, op, accumulator_dtype(op, body.values[x.0].dtype))),
+            _ => None,
+        })
+        .collect();
+    let config = Config {
+        col_threads: col_threads as usize,
+        row_threads: row_threads as usize,
+        vec: vec as usize,
+        rows_per_block: rows_per_block as usize,
+    };
+    check_config(unit, &config, &reductions)?;
+    let Config { col_threads: tx, row_threads: ty, vec, .. } = config;
+    let (rows, cols) = (col.rows(), col.cols());
+    let chunk = chunk_rows(rows, config.rows_per_block);
+    let chunks = rows.div_ceil(chunk).max(1);
+    let tiles = cols.div_ceil(tx * vec);
+    let multi_chunk = chunks > 1;
+    let width = IndexWidth::for_largest((rows * cols).max(unit.largest_buffer()).max(tiles * tx * vec + vec));
+    let lit = |n: usize| width.lit(n);
+    let input_dtypes: Vec<DType> = (0..kernel.inputs.len()).map(|slot| unit.input_dtype(slot)).collect();
+    let output_dtypes: Vec<DType> = (0..kernel.outputs.len()).map(|slot| unit.output_dtype(slot)).collect();
+
+    // The prologue: what the reductions' operands need, per row. The epilogue: what the stores
+    // need once the rows are folded (reductions are its leaves).
+    let prologue = live_values(
+        body,
+        reductions.iter().map(|r| match body.values[r.0].expr {
+            Expr::Reduce { x, .. } => x,
+            _ => unreachable!("reductions are reduce values"),
+        }),
+    );
+    let mut epilogue = vec![false; body.values.len()];
+    for s in &body.stores {
+        epilogue[s.value.0] = true;
+    }
+    for id in (0..body.values.len()).rev() {
+        if epilogue[id] && !matches!(body.values[id].expr, Expr::Reduce { .. }) {
+            for o in body.values[id].expr.operands() {
+                epilogue[o.0] = true;
+            }
+        }
+    }
+    let per_column = body.column_values(reduced_rank);
+    if let Some(id) =
+        (0..body.values.len()).find(|&id| prologue[id] && matches!(body.values[id].expr, Expr::Reduce { .. }))
+    {
+        return Err(malformed(&name, format!("v{id}: a reduction of a value computed from a reduction")));
+    }
+    if let Some(id) = (0..body.values.len()).find(|&id| epilogue[id] && !per_column[id]) {
+        return Err(malformed(&name, format!("v{id}: the stores need a value that varies with the row")));
+    }
+    let loads: Vec<Option<LoadInfo>> = body
+        .values
+        .iter()
+        .map(|value| match &value.expr {
+            Expr::Load { input, offset, strides } => {
+                let rows_view = merge_view(&col.reduced, &strides[..reduced_rank]);
+                let cols_view = merge_view(&col.kept, &strides[reduced_rank..]);
+                let aligned = offset.is_multiple_of(vec) && rows_view.iter().all(|d| d.stride.is_multiple_of(vec));
+                let contiguous = classify(0, &cols_view, vec) == VectorAccess::Contiguous && !cols_view.is_empty();
+                let vector = vec > 1 && aligned && contiguous;
+                Some(LoadInfo { slot: *input, base: *offset, rows: rows_view, cols: cols_view, vector })
+            }
+            _ => None,
+        })
+        .collect();
+    let load_at = |helpers: &mut Helpers, id: usize, r: &str, c: &str| -> String {
+        let info = loads[id].as_ref().expect("a load");
+        let lvalue = format!("in{}[{}]", info.slot, info.offset(r, c, width));
+        load_rhs(helpers, input_dtypes[info.slot], body.values[id].dtype, &lvalue)
+    };
+
+    let (mut declared, mut params) = unit.buffer_params();
+    if multi_chunk {
+        for (k, &(_, _, acc)) in reductions.iter().enumerate() {
+            declared.push(format!("{}* __restrict__ partials{k}", value_type(acc)));
+            params.push(Param::Scratch(k));
+        }
+        declared.push("unsigned* __restrict__ arrivals".to_string());
+        params.push(Param::Scratch(reductions.len()));
+    }
+    let helpers = &mut unit.helpers;
+    let mut w = CodeWriter::new();
+    let block = tx * ty;
+    w.open(format!("extern \"C\" __global__ void __launch_bounds__({block}) {name}({})", declared.join(", ")));
+    w.line(format!("constexpr idx_t ROWS = {};", lit(rows)));
+    w.line(format!("constexpr idx_t COLS = {};", lit(cols)));
+    w.line(format!("constexpr idx_t CHUNK_ROWS = {};", lit(chunk)));
+    w.line(format!("const unsigned tx = threadIdx.x % {tx}u;"));
+    w.line(format!("const unsigned ty = threadIdx.x / {tx}u;"));
+    w.line(format!("const idx_t c0 = ((idx_t)blockIdx.x * {} + tx) * {};", lit(tx), lit(vec)));
+    for (k, &(id, op, acc)) in reductions.iter().enumerate() {
+        let operand = match body.values[id].expr {
+            Expr::Reduce { x, .. } => body.values[x.0].dtype,
+            _ => unreachable!("reductions are reduce values"),
+        };
+        w.line(format!("{} acc{k}[{vec}];", value_type(acc)));
+        w.line("#pragma unroll");
+        w.line(format!("for (unsigned u = 0u; u < {vec}u; ++u) acc{k}[u] = {};", identity(op, operand, acc)));
+    }
+
+    // The rows of this block's chunk.
+    let prologue_ids: Vec<usize> = (0..body.values.len()).filter(|&id| prologue[id]).collect();
+    let is_vector = |id: &&usize| loads[**id].as_ref().is_some_and(|l| l.vector);
+    let gathers = prologue_ids.iter().any(|id| loads[*id].as_ref().is_some_and(|l| !l.vector));
+    w.open("if (c0 < COLS)");
+    if prologue_ids.iter().any(|id| is_vector(&id)) {
+        w.line(format!("const bool full = c0 + {} <= COLS;", lit(vec)));
+    }
+    w.line("const idx_t row_end = ((idx_t)blockIdx.y + 1) * CHUNK_ROWS < ROWS ? ((idx_t)blockIdx.y + 1) * CHUNK_ROWS : ROWS;");
+    w.open(format!("for (idx_t r = (idx_t)blockIdx.y * CHUNK_ROWS + ty; r < row_end; r += {})", lit(ty)));
+    for &id in prologue_ids.iter().filter(is_vector) {
+        let info = loads[id].as_ref().unwrap();
+        let dtype = input_dtypes[info.slot];
+        w.line(format!("{} ld{id}[{vec}];", value_type(dtype)));
+        w.open("if (full)");
+        let offset = info.offset("r", "c0", width);
+        emit_vector_load(
+            &mut w,
+            helpers,
+            dtype,
+            &format!("in{}", info.slot),
+            &offset,
+            &format!("ld{id}"),
+            "",
+            vec,
+            width,
+        );
+        w.reopen("else");
+        w.line("#pragma unroll");
+        w.open(format!("for (unsigned u = 0u; u < {vec}u; ++u)"));
+        w.line("const idx_t c = c0 + u < COLS ? c0 + u : COLS - 1;");
+        let lvalue = format!("in{}[{}]", info.slot, info.offset("r", "c", width));
+        w.line(format!("ld{id}[u] = {};", crate::cuda::widen(dtype, &lvalue)));
+        w.close();
+        w.close();
+    }
+    w.line("#pragma unroll");
+    w.open(format!("for (unsigned u = 0u; u < {vec}u; ++u)"));
+    if gathers {
+        w.line("// columns past the end read the last one; their results are never stored");
+        w.line("const idx_t c = c0 + u < COLS ? c0 + u : COLS - 1;");
+    }
+    let mut names: Vec<String> = (0..body.values.len()).map(value_name).collect();
+    emit_values(&mut w, &name, helpers, body, prologue_ids.iter().copied(), &mut names, |id, helpers| {
+        let info = loads[id].as_ref()?;
+        Some(if info.vector {
+            cast(helpers, input_dtypes[info.slot], body.values[id].dtype, &format!("ld{id}[u]"))
+        } else {
+            load_at(helpers, id, "r", "c")
+        })
+    })?;
+    for (k, &(id, op, acc)) in reductions.iter().enumerate() {
+        let Expr::Reduce { x, .. } = body.values[id].expr else { unreachable!("reductions are reduce values") };
+        let element = &names[x.0];
+        w.line(accumulate(helpers, op, acc, &format!("acc{k}[u]"), element, body.values[x.0].dtype));
+    }
+    w.close();
+    w.close();
+    w.close();
+
+    // The row threads' partials, combined in row-thread order by the first row of threads.
+    if ty > 1 && !reductions.is_empty() {
+        for (k, &(_, _, acc)) in reductions.iter().enumerate() {
+            w.line(format!("__shared__ {} shared{k}[{ty}][{}];", value_type(acc), tx * vec));
+        }
+        w.line("#pragma unroll");
+        w.open(format!("for (unsigned u = 0u; u < {vec}u; ++u)"));
+        for k in 0..reductions.len() {
+            w.line(format!("shared{k}[ty][tx * {vec}u + u] = acc{k}[u];"));
+        }
+        w.close();
+        w.line("__syncthreads();");
+        w.open("if (ty == 0u)");
+        w.line("#pragma unroll");
+        w.open(format!("for (unsigned u = 0u; u < {vec}u; ++u)"));
+        w.open(format!("for (unsigned y = 1u; y < {ty}u; ++y)"));
+        for (k, &(_, op, acc)) in reductions.iter().enumerate() {
+            let folded = combine(helpers, op, acc, &format!("acc{k}[u]"), &format!("shared{k}[y][tx * {vec}u + u]"));
+            w.line(format!("acc{k}[u] = {folded};"));
+        }
+        w.close();
+        w.close();
+        w.close();
+    }
+
+    let epilogue_ids: Vec<usize> = (0..body.values.len()).filter(|&id| epilogue[id]).collect();
+    let reduction_of = |id: usize| reductions.iter().position(|r| r.0 == id);
+    // Runs the epilogue of column `c0 + u` from the folded accumulators `total{k}` and stores.
+    let emit_epilogue = |w: &mut CodeWriter, helpers: &mut Helpers| -> Result<()> {
+        w.line("#pragma unroll");
+        w.open(format!("for (unsigned u = 0u; u < {vec}u; ++u)"));
+        w.line("const idx_t c = c0 + u;");
+        w.open("if (c < COLS)");
+        let mut names: Vec<String> = (0..body.values.len()).map(value_name).collect();
+        emit_values(w, &name, helpers, body, epilogue_ids.iter().copied(), &mut names, |id, helpers| {
+            if let Some(k) = reduction_of(id) {
+                let (_, op, acc) = reductions[k];
+                return Some(finalize(helpers, op, acc, &format!("acc{k}[u]"), "ROWS", body.values[id].dtype));
+            }
+            loads[id].as_ref().map(|_| load_at(helpers, id, "0", "c"))
+        })?;
+        for s in &body.stores {
+            let dtype = output_dtypes[s.output];
+            let value = cast(helpers, body.values[s.value.0].dtype, dtype, &names[s.value.0]);
+            w.line(format!("out{}[c] = {};", s.output, narrow(dtype, &value)));
+        }
+        w.close();
+        w.close();
+        Ok(())
+    };
+    if !multi_chunk {
+        w.open("if (ty == 0u && c0 < COLS)");
+        emit_epilogue(&mut w, helpers)?;
+        w.close();
+    } else {
+        w.line("__shared__ bool last_arrival;");
+        w.open("if (ty == 0u && c0 < COLS)");
+        w.line("#pragma unroll");
+        w.open(format!("for (unsigned u = 0u; u < {vec}u; ++u)"));
+        w.open("if (c0 + u < COLS)");
+        for k in 0..reductions.len() {
+            w.line(format!("partials{k}[(idx_t)blockIdx.y * COLS + c0 + u] = acc{k}[u];"));
+        }
+        w.close();
+        w.close();
+        w.close();
+        w.line("__threadfence();  // publish the partials before counting this chunk as arrived");
+        w.line("__syncthreads();");
+        w.line(format!(
+            "if (threadIdx.x == 0u) last_arrival = atomicAdd(&arrivals[blockIdx.x], 1u) == {}u;",
+            chunks - 1
+        ));
+        w.line("__syncthreads();");
+        w.line("// The block that finishes a column tile's last chunk combines its partials in chunk order.");
+        w.open("if (last_arrival)");
+        w.line("__threadfence();");
+        w.open("if (ty == 0u && c0 < COLS)");
+        w.line("#pragma unroll");
+        w.open(format!("for (unsigned u = 0u; u < {vec}u; ++u)"));
+        w.line("const idx_t c = c0 + u < COLS ? c0 + u : COLS - 1;");
+        for (k, &(id, op, acc)) in reductions.iter().enumerate() {
+            let Expr::Reduce { x, .. } = body.values[id].expr else { unreachable!("reductions are reduce values") };
+            w.line(format!("const volatile {}* column{k} = partials{k} + c;", value_type(acc)));
+            w.line(declare_accumulator(op, body.values[x.0].dtype, acc, &format!("total{k}")));
+            w.line(format!(
+                "for (unsigned chunk = 0u; chunk < {chunks}u; ++chunk) total{k} = {};",
+                combine(helpers, op, acc, &format!("total{k}"), &format!("column{k}[(idx_t)chunk * COLS]"))
+            ));
+            w.line(format!("acc{k}[u] = total{k};"));
+        }
+        w.close();
+        emit_epilogue(&mut w, helpers)?;
+        w.close();
+        w.line("if (threadIdx.x == 0u) arrivals[blockIdx.x] = 0u;  // leave the scratch zeroed for the next run");
+        w.close();
+    }
+    w.close();
+
+    let mut launches = Vec::new();
+    if cols > 0 && !body.stores.is_empty() {
+        launches.push(Launch {
+            entry: name.clone(),
+            grid: [tiles as u32, chunks as u32, 1],
+            block: [block as u32, 1, 1],
+            shared_bytes: 0,
+            params,
+        });
+    }
+    let mut scratch = Vec::new();
+    if multi_chunk {
+        for &(_, _, acc) in &reductions {
+            scratch.push(ScratchSpec { bytes: chunks * cols * acc.size_bytes(), zero_init: false });
+        }
+        scratch.push(ScratchSpec { bytes: tiles * 4, zero_init: true });
+    }
+    let vectors: Vec<String> = (0..body.values.len())
+        .filter(|&id| prologue[id] && loads[id].as_ref().is_some_and(|l| l.vector))
+        .map(|id| format!("v{id}"))
+        .collect();
+    let mut notes = vec![format!(
+        "{tiles} column tiles of {} columns x {chunks} row chunks of {chunk} rows; {tx} x {ty} threads, {vec} columns each",
+        tx * vec
+    )];
+    if !vectors.is_empty() {
+        notes.push(format!("vector loads: {}", vectors.join(", ")));
+    }
+    if multi_chunk {
+        notes.push(format!(
+            "scratch0..{}: one partial per reduction, chunk and column; scratch{}: per-tile arrival counters",
+            reductions.len().saturating_sub(1),
+            reductions.len()
+        ));
+    }
+    let ops: Vec<&str> = reductions.iter().map(|r| r.1.name()).collect();
+    Ok(Emitted {
+        summary: format!(
+            "{} over {rows} rows of {cols} columns (reduced {:?}, kept {:?})",
+            ops.join(", "),
+            col.reduced,
+            col.kept
+        ),
+        notes,
+        width: Some(width),
+        code: w.finish(),
+        launches,
+        scratch,
+        tables: Vec::new(),
+    })
+}
