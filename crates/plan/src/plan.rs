@@ -381,7 +381,11 @@ impl Kernel {
                     _ => true,
                 })
             }
-            KernelKind::Row(_) | KernelKind::MultiReduce(_) | KernelKind::MatMul(_) | KernelKind::Concat(_) => false,
+            KernelKind::Row(_)
+            | KernelKind::Column(_)
+            | KernelKind::MultiReduce(_)
+            | KernelKind::MatMul(_)
+            | KernelKind::Concat(_) => false,
         }
     }
 }
