@@ -92,6 +92,42 @@ fn gpu_many_sums_in_one_kernel() {
     check("multisum", f, &inputs, DType::F32);
 }
 
+/// Sums over leading axes (column kernels: row chunks combined in a fixed order by the last
+/// block of each column tile), and the layer norm backward whose weight and bias grads are such
+/// sums; the same compiled call gives the same bits every time.
+#[test]
+fn gpu_column_reductions_and_layer_norm_backward() {
+    let sums: F = |a| Ok(vec![a[0].mul(&a[1])?.sum(&[0], false)?, a[0].sum(&[0, 1], true)?]);
+    for (rows, cols, dtype) in
+        [(50_000, 300, DType::F32), (4096, 1024, DType::BF16), (7, 3, DType::F32), (0, 5, DType::F32)]
+    {
+        let inputs = [randn(&[rows, 2, cols], dtype, 70), randn(&[cols], dtype, 71)];
+        check(&format!("column sums {rows}x2x{cols} {dtype}"), sums, &inputs, dtype);
+    }
+    let backward: F = |a| {
+        let loss = |p: &[Tensor]| p[0].layer_norm(&p[1], &p[2], 1e-5)?.mul(&p[3])?.sum_all();
+        let (value, grads) = braze::value_and_grad(loss, a)?;
+        Ok(vec![value, grads[0].clone(), grads[1].clone(), grads[2].clone()])
+    };
+    for (rows, hidden) in [(8192, 768), (33, 1000)] {
+        let inputs = [
+            randn(&[rows, hidden], DType::F32, 72),
+            randn(&[hidden], DType::F32, 73),
+            randn(&[hidden], DType::F32, 74),
+            randn(&[rows, hidden], DType::F32, 75),
+        ];
+        check(&format!("layer norm backward {rows}x{hidden}"), backward, &inputs, DType::F32);
+    }
+    let Some(gpu) = gpu() else { return };
+    let x = [randn(&[65_536, 7], DType::F32, 76).to_device(gpu).unwrap()];
+    let compiled = compile(|a: &[Tensor]| Ok(vec![a[0].sum(&[0], false)?])).fullgraph(true);
+    let first = compiled.call(&x).unwrap()[0].to_host().unwrap().to_bytes();
+    for call in 1..5 {
+        let again = compiled.call(&x).unwrap()[0].to_host().unwrap().to_bytes();
+        assert!(again == first, "call {call} of a column sum gave other bits");
+    }
+}
+
 #[test]
 fn gpu_softmax_reductions_and_views() {
     let f: F = |a| {
