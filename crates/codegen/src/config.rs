@@ -39,6 +39,13 @@ pub enum KernelConfig {
     Concat {
         block: u32,
     },
+    /// `block` threads per block and `vec` elements per thread and step, as for pointwise
+    /// kernels; each block does one tile of `block * vec * steps` elements of one member.
+    MultiPointwise {
+        block: u32,
+        vec: u32,
+        steps: u32,
+    },
     /// The kernel is a library call (cuBLASLt); nothing to configure.
     Library,
 }
@@ -51,6 +58,7 @@ impl KernelConfig {
             KernelConfig::Row { .. } => "row",
             KernelConfig::MultiReduce { .. } => "multi_reduce",
             KernelConfig::Concat { .. } => "concat",
+            KernelConfig::MultiPointwise { .. } => "multi_pointwise",
             KernelConfig::Library => "matmul",
         }
     }
@@ -69,6 +77,9 @@ impl fmt::Display for KernelConfig {
             ),
             KernelConfig::MultiReduce { block, chunk } => write!(f, "multi_reduce block={block} chunk={chunk}"),
             KernelConfig::Concat { block } => write!(f, "concat block={block}"),
+            KernelConfig::MultiPointwise { block, vec, steps } => {
+                write!(f, "multi_pointwise block={block} vec={vec} steps={steps}")
+            }
             KernelConfig::Library => write!(f, "library call"),
         }
     }
@@ -98,6 +109,7 @@ pub fn candidate_configs(plan: &Plan, kernel: usize, target: &Target) -> Vec<Ker
             .collect(),
         KernelKind::Concat(_) => [256, 128, 512].into_iter().map(|block| KernelConfig::Concat { block }).collect(),
         KernelKind::MatMul(_) => vec![KernelConfig::Library],
+        KernelKind::MultiPointwise(_) => multi_pointwise_candidates(&unit),
     };
     let mut unique: Vec<KernelConfig> = Vec::new();
     for candidate in candidates {
@@ -136,6 +148,21 @@ fn pointwise_candidates(unit: &Unit<'_>) -> Vec<KernelConfig> {
         KernelConfig::Pointwise { block: 256, vec: (vec * 2).min(16), grid_limit: large },
         KernelConfig::Pointwise { block: 256, vec: (vec / 2).max(1), grid_limit: large },
         KernelConfig::Pointwise { block: 256, vec, grid_limit: persistent },
+    ]
+}
+
+/// As for pointwise kernels, plus tile sizes: larger tiles mean fewer blocks (and records) for
+/// large members, smaller ones more blocks to spread small members over the SMs.
+fn multi_pointwise_candidates(unit: &Unit<'_>) -> Vec<KernelConfig> {
+    let vec = (16 / narrowest_element(unit) as u32).min(8);
+    let config = |block, vec, steps| KernelConfig::MultiPointwise { block, vec, steps };
+    vec![
+        config(256, vec, 4),
+        config(256, vec, 1),
+        config(256, vec, 16),
+        config(128, vec, 4),
+        config(512, vec, 2),
+        config(256, (vec / 2).max(1), 4),
     ]
 }
 

@@ -33,6 +33,7 @@ mod config;
 mod cuda;
 mod error;
 mod index;
+mod multi_pointwise;
 mod multi_reduce;
 mod pointwise;
 mod reduce;
@@ -134,6 +135,9 @@ pub fn generate(plan: &Plan, kernel: usize, config: &KernelConfig, target: &Targ
             multi_reduce::generate(&mut unit, multi, block, chunk)?
         }
         (KernelKind::Concat(concat), KernelConfig::Concat { block }) => concat::generate(&mut unit, concat, block)?,
+        (KernelKind::MultiPointwise(multi), KernelConfig::MultiPointwise { block, vec, steps }) => {
+            multi_pointwise::generate(&mut unit, multi, block, vec, steps)?
+        }
         _ => return Err(mismatch()),
     };
     Ok(KernelCode::Cuda(assemble(unit, config, emitted)))

@@ -25,21 +25,25 @@ fn check(name: &str, graph: Graph, options: FusionOptions, kernels: usize) {
 
 fn check_invariants(name: &str, graph: &Graph, plan: &Plan) {
     for k in &plan.kernels {
-        let body = match &k.kind {
-            KernelKind::Pointwise(pw) => &pw.body,
-            KernelKind::Row(row) => &row.body,
-            KernelKind::MultiReduce(mr) => &mr.prologue,
+        // Each member of a multi-pointwise kernel is a program of its own.
+        let bodies = match &k.kind {
+            KernelKind::Pointwise(pw) => vec![&pw.body],
+            KernelKind::Row(row) => vec![&row.body],
+            KernelKind::MultiReduce(mr) => vec![&mr.prologue],
+            KernelKind::MultiPointwise(multi) => multi.members.iter().map(|m| &m.body).collect(),
             KernelKind::MatMul(_) | KernelKind::Concat(_) => continue,
         };
-        let mut views = HashSet::new();
-        for v in &body.values {
-            if let Expr::Load { input, offset, strides } = &v.expr {
-                let buffer = k.inputs[*input];
-                assert!(views.insert((buffer, *offset, strides.clone())), "{name}: {} reads a view twice", k.name);
-            }
-            if let Expr::Reduce { x, .. } = &v.expr {
-                let dt = body.values[x.0].dtype;
-                assert!(!dt.is_float() || dt == DType::F32, "{name}: {} reduces {dt} values", k.name);
+        for body in bodies {
+            let mut views = HashSet::new();
+            for v in &body.values {
+                if let Expr::Load { input, offset, strides } = &v.expr {
+                    let buffer = k.inputs[*input];
+                    assert!(views.insert((buffer, *offset, strides.clone())), "{name}: {} reads a view twice", k.name);
+                }
+                if let Expr::Reduce { x, .. } = &v.expr {
+                    let dt = body.values[x.0].dtype;
+                    assert!(!dt.is_float() || dt == DType::F32, "{name}: {} reduces {dt} values", k.name);
+                }
             }
         }
         if !matches!(k.kind, KernelKind::MultiReduce(_)) {

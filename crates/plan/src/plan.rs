@@ -96,6 +96,7 @@ pub enum KernelKind {
     MultiReduce(MultiReduce),
     MatMul(MatMul),
     Concat(Concat),
+    MultiPointwise(crate::MultiPointwise),
 }
 
 impl KernelKind {
@@ -106,6 +107,7 @@ impl KernelKind {
             KernelKind::MultiReduce(_) => "multi_reduce",
             KernelKind::MatMul(_) => "matmul",
             KernelKind::Concat(_) => "concat",
+            KernelKind::MultiPointwise(_) => "multi_pointwise",
         }
     }
 }

@@ -22,7 +22,7 @@ use std::fmt::{self, Write};
 /// Longest list of buffers or item sizes printed in full; longer ones are elided in the middle.
 const MAX_LISTED: usize = 16;
 
-fn plural(n: usize, word: &str) -> String {
+pub(crate) fn plural(n: usize, word: &str) -> String {
     if n == 1 {
         format!("{n} {word}")
     } else {
@@ -133,6 +133,7 @@ impl Plan {
                 }
                 s
             }
+            KernelKind::MultiPointwise(multi) => multi.summary(),
             KernelKind::Concat(cat) => {
                 format!(
                     "concat: shape={} axis={} extents={} {}",
@@ -170,6 +171,7 @@ impl Plan {
                 fmt_body(f, &mr.prologue, None)?;
                 writeln!(f, "  reduce v{} -> out0[item]", mr.prologue.values.len().saturating_sub(1))
             }
+            KernelKind::MultiPointwise(multi) => crate::multi_pointwise::fmt_members(f, multi),
             KernelKind::MatMul(_) | KernelKind::Concat(_) => Ok(()),
         }
     }
@@ -194,7 +196,7 @@ impl RowKernel {
     }
 }
 
-fn fmt_body(f: &mut fmt::Formatter<'_>, body: &Body, per_row: Option<&[bool]>) -> fmt::Result {
+pub(crate) fn fmt_body(f: &mut fmt::Formatter<'_>, body: &Body, per_row: Option<&[bool]>) -> fmt::Result {
     for (i, v) in body.values.iter().enumerate() {
         let expr = match &v.expr {
             Expr::Load { input, offset, strides } => {

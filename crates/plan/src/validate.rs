@@ -12,14 +12,21 @@ use braze_ir::{DType, Op, Shape};
 use std::collections::HashSet;
 
 /// A rule broken inside one kernel, before the kernel is named.
-struct Broken {
+pub(crate) struct Broken {
     rule: Rule,
     detail: String,
 }
 
-type KernelResult = std::result::Result<(), Broken>;
+impl Broken {
+    /// The same rule, the detail prefixed with where inside the kernel (`member 2`).
+    pub(crate) fn within(self, at: &str) -> Broken {
+        Broken { rule: self.rule, detail: format!("{at}: {}", self.detail) }
+    }
+}
 
-fn broken(rule: Rule, detail: impl Into<String>) -> Broken {
+pub(crate) type KernelResult = std::result::Result<(), Broken>;
+
+pub(crate) fn broken(rule: Rule, detail: impl Into<String>) -> Broken {
     Broken { rule, detail: detail.into() }
 }
 
@@ -137,12 +144,13 @@ impl Plan {
             KernelKind::MultiReduce(mr) => self.validate_multi_reduce(kernel, mr),
             KernelKind::MatMul(mm) => self.validate_matmul(kernel, mm),
             KernelKind::Concat(cat) => self.validate_concat(kernel, cat),
+            KernelKind::MultiPointwise(multi) => self.validate_multi_pointwise(kernel, multi),
         }
     }
 
     /// Value order, typing, loads and reductions of a body over `domain`; `runs(i)` tells
     /// whether value `i`'s load is executed at all for this domain.
-    fn validate_body(
+    pub(crate) fn validate_body(
         &self,
         inputs: &[BufferId],
         body: &Body,

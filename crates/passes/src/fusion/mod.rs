@@ -15,6 +15,10 @@
 //! | a smaller elementwise group that only this kernel reads | broadcast side values |
 //! | concat | concat |
 //!
+//! Then, across the kernels formed: pointwise kernels that are mutually independent (no path
+//! between any two, through any kernels) and of at most `multi_pointwise_limit` elements become
+//! one multi-pointwise kernel, one launch, each keeping its own program (`multi_pointwise.rs`).
+//!
 //! Views (reshape, permute, slice, broadcast_to) get no kernels: they fold into strided loads. A
 //! merge is refused when it would close a cycle through a kernel outside the merged groups, when a
 //! row kernel over rows longer than the cache would hold more than one chain of dependent
@@ -26,6 +30,7 @@ mod grouping;
 mod legalize;
 mod lower;
 mod matmul_epilogue;
+mod multi_pointwise;
 mod multi_reduce;
 mod row;
 mod views;
@@ -52,11 +57,15 @@ pub struct FusionOptions {
     /// `false`: every op becomes a kernel of its own (views still fold into loads), for debugging
     /// and for testing the fusion against unfused plans.
     pub fuse: bool,
+    /// Largest pointwise kernel (in elements) that horizontal fusion groups with independent
+    /// ones into a multi-pointwise kernel. Above it a kernel streams long enough that its own
+    /// launch costs a few percent at most, and a specialised kernel of its own is simplest.
+    pub multi_pointwise_limit: usize,
 }
 
 impl Default for FusionOptions {
     fn default() -> FusionOptions {
-        FusionOptions { row_cache_limit: 16384, fuse: true }
+        FusionOptions { row_cache_limit: 16384, fuse: true, multi_pointwise_limit: 1 << 24 }
     }
 }
 
@@ -83,7 +92,10 @@ fn fuse_with_origins(graph: &Graph, options: &FusionOptions, origins: &Origins) 
     fuser.claim_multi_reductions();
     fuser.plan_materializations()?;
     fuser.group_nodes()?;
-    let plan = fuser.lower()?;
+    let mut plan = fuser.lower()?;
+    if options.fuse {
+        plan = multi_pointwise::group_independent_pointwise(plan, options)?;
+    }
     if cfg!(debug_assertions) {
         plan.validate()?;
     }
