@@ -5,7 +5,8 @@ use crate::cuda::Helpers;
 use crate::index::merge_view;
 use crate::row::{vector_width, RowAnalysis, MAX_CACHED_PER_THREAD};
 use crate::{Target, Unit};
-use braze_plan::{Expr, KernelKind, Plan, RowKernel};
+use crate::multi_pointwise::work_list;
+use braze_plan::{Expr, KernelKind, MultiPointwise, Plan, RowKernel};
 use std::fmt;
 
 /// Most reduction passes for which an uncached row kernel is a candidate.
@@ -109,7 +110,7 @@ pub fn candidate_configs(plan: &Plan, kernel: usize, target: &Target) -> Vec<Ker
             .collect(),
         KernelKind::Concat(_) => [256, 128, 512].into_iter().map(|block| KernelConfig::Concat { block }).collect(),
         KernelKind::MatMul(_) => vec![KernelConfig::Library],
-        KernelKind::MultiPointwise(_) => multi_pointwise_candidates(&unit),
+        KernelKind::MultiPointwise(multi) => multi_pointwise_candidates(&unit, multi),
     };
     let mut unique: Vec<KernelConfig> = Vec::new();
     for candidate in candidates {
@@ -151,18 +152,26 @@ fn pointwise_candidates(unit: &Unit<'_>) -> Vec<KernelConfig> {
     ]
 }
 
-/// As for pointwise kernels, plus tile sizes: larger tiles mean fewer blocks (and records) for
-/// large members, smaller ones more blocks to spread small members over the SMs.
-fn multi_pointwise_candidates(unit: &Unit<'_>) -> Vec<KernelConfig> {
+/// As for pointwise kernels, plus tile sizes: by default the largest tiles (fewer blocks and
+/// records for large members) that still give every SM two blocks, then smaller and larger ones.
+fn multi_pointwise_candidates(unit: &Unit<'_>, multi: &MultiPointwise) -> Vec<KernelConfig> {
     let vec = (16 / narrowest_element(unit) as u32).min(8);
+    let numels: Vec<usize> = multi.members.iter().map(|m| m.shape.numel()).collect();
+    let tiles = |block: u32, steps: u32| work_list(&numels, vec as usize, (block * steps) as usize).len();
+    let wanted = 2 * unit.target.sm_count as usize;
+    let mut steps = 16;
+    while steps > 1 && tiles(256, steps) < wanted {
+        steps /= 2;
+    }
     let config = |block, vec, steps| KernelConfig::MultiPointwise { block, vec, steps };
     vec![
-        config(256, vec, 4),
+        config(256, vec, steps),
         config(256, vec, 1),
+        config(256, vec, 4),
         config(256, vec, 16),
-        config(128, vec, 4),
-        config(512, vec, 2),
-        config(256, (vec / 2).max(1), 4),
+        config(128, vec, steps),
+        config(512, vec, (steps / 2).max(1)),
+        config(256, (vec / 2).max(1), steps),
     ]
 }
 

@@ -115,7 +115,8 @@ pub(crate) fn generate(
             continue;
         }
         w.open(format!("case {m}u:"));
-        w.line(format!("// member {m} over {} ({numel} elements), tiles 0..{count}", member.shape));
+        let tiles_said = if count == 1 { "1 tile".to_string() } else { format!("{count} tiles") };
+        w.line(format!("// member {m} over {} ({numel} elements): {tiles_said}", member.shape));
         let loads = analyze_loads(&member.body, member.shape.dims(), vec);
         if units > 0 {
             w.line(format!("const idx_t begin = (idx_t)task.index * {};", lit(tile_units)));
