@@ -3,9 +3,9 @@
 
 use crate::cuda::Helpers;
 use crate::index::merge_view;
+use crate::multi_pointwise::work_list;
 use crate::row::{vector_width, RowAnalysis, MAX_CACHED_PER_THREAD};
 use crate::{Target, Unit};
-use crate::multi_pointwise::work_list;
 use braze_plan::{Expr, KernelKind, MultiPointwise, Plan, RowKernel};
 use std::fmt;
 

@@ -236,6 +236,39 @@ fn no_fusion_across_a_cycle_through_a_view() {
 }
 
 #[test]
+fn independent_chains_are_one_multi_pointwise_launch() {
+    check("independent_chains", independent_chains(), defaults(), 1);
+    // Each member is the pointwise kernel the chain was: grouping off, six kernels.
+    let ungrouped = FusionOptions { multi_pointwise_limit: 0, ..defaults() };
+    check("independent_chains_ungrouped", independent_chains(), ungrouped, 6);
+    // Above the limit a kernel keeps its own launch; the rest are still grouped.
+    let limited = FusionOptions { multi_pointwise_limit: 34, ..defaults() };
+    check("independent_chains_limited", independent_chains(), limited, 3);
+}
+
+#[test]
+fn grouping_never_merges_kernels_with_a_path_between_them() {
+    // exp(x) feeds a matmul whose result scales y: the two pointwise kernels (exp's and the
+    // scaling) have a path between them through the matmul, so they stay apart; an independent
+    // third chain joins the scaling, whose height it shares.
+    let mut g = Graph::new();
+    let x = g.input(DType::F32, [4, 8]);
+    let w = g.input(DType::F32, [8, 8]);
+    let y = g.input(DType::F32, [4, 8]);
+    let z = g.input(DType::F32, [9]);
+    let e = un(&mut g, UnaryOp::Exp, x);
+    let n = un(&mut g, UnaryOp::Neg, e);
+    let m = op(&mut g, Op::MatMul, &[e, w]);
+    let scaled = mul(&mut g, y, m);
+    let root = un(&mut g, UnaryOp::Sqrt, z);
+    g.set_outputs(vec![n, scaled, root]);
+    let plan = compile_to_plan(&g, &defaults()).unwrap();
+    check("grouping_respects_paths", g, defaults(), 3);
+    let families: Vec<&str> = plan.kernels.iter().map(|k| k.kind.family()).collect();
+    assert_eq!(families, ["pointwise", "matmul", "multi_pointwise"], "{plan}");
+}
+
+#[test]
 fn plans_round_trip_through_json() {
     let plan = compile_to_plan(&graph::mlp_block(DType::BF16, 64, 32, 128).unwrap(), &defaults()).unwrap();
     let back = Plan::from_json(&plan.to_json()).unwrap();
