@@ -5,7 +5,8 @@
 //! `switch` on the member, whatever the members' sizes. Inside its case, a member's program is
 //! emitted exactly as a pointwise kernel's (loads the same everywhere hoisted, 16-byte vector
 //! loads and stores where aligned, each thread `vec` consecutive elements per step); the
-//! elements past a member's last whole vector are done by the block of its last tile.
+//! elements past a member's last whole vector are done by the block of its last tile, before
+//! its loop.
 
 use crate::body::{check_body, BodyRules};
 use crate::error::{invalid_config, malformed, Result};
@@ -132,6 +133,7 @@ pub(crate) fn generate(
             end: "end".into(),
             tail_block: format!("task.index == {}u", count - 1),
             tail_comment: "one per thread of the member's last tile",
+            tail_first: true,
         };
         let emit = BodyEmit {
             kernel: &name,

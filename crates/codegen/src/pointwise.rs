@@ -75,6 +75,7 @@ pub(crate) fn generate(unit: &mut Unit<'_>, pw: &Pointwise, block: u32, vec: u32
         end: per_thread,
         tail_block: "blockIdx.x == 0u".into(),
         tail_comment: "one per thread of block 0",
+        tail_first: false,
     };
     let emit = BodyEmit { kernel: &kernel.name, body, dims, loads: &loads, slots: &slots, vec, width };
     emit.emit(&mut w, &mut unit.helpers, &span)?;
@@ -180,6 +181,10 @@ pub(crate) struct Span {
     pub(crate) tail_block: String,
     /// Says who runs the tail, in its comment.
     pub(crate) tail_comment: &'static str,
+    /// The tail before the loop rather than after it: then nothing the tail needs (a block's
+    /// tile index) stays live across the loop, whose calls (a division's slow path) would
+    /// make it spill.
+    pub(crate) tail_first: bool,
 }
 
 /// One pointwise body to emit over its domain.
@@ -244,6 +249,9 @@ impl BodyEmit<'_> {
         stored_slots.sort();
         stored_slots.dedup();
 
+        if span.tail_first {
+            self.emit_tail(w, helpers, span, &computed)?;
+        }
         let vectors = numel / vec;
         let Span { first, step, end, .. } = span;
         if numel > 0 && vec == 1 {
@@ -310,11 +318,24 @@ impl BodyEmit<'_> {
             }
             w.close();
         }
+        if !span.tail_first {
+            self.emit_tail(w, helpers, span, &computed)?;
+        }
+        Ok(())
+    }
+
+    /// The elements past the last whole vector, one per thread of the block `span` names.
+    fn emit_tail(&self, w: &mut CodeWriter, helpers: &mut Helpers, span: &Span, computed: &[usize]) -> Result<()> {
+        let body = self.body;
+        let (vec, width) = (self.vec, self.width);
+        let numel: usize = self.dims.iter().product();
+        let vectors = numel / vec;
+        let output_dtypes = &self.slots.outputs;
         let tail = if vec == 1 { 0 } else { numel % vec };
         if tail > 0 {
             w.line(format!("// the last {tail} elements, {}", span.tail_comment));
             w.open(format!("if ({} && threadIdx.x < {tail}u)", span.tail_block));
-            w.line(format!("const idx_t i = {} + threadIdx.x;", lit(vectors * vec)));
+            w.line(format!("const idx_t i = {} + threadIdx.x;", width.lit(vectors * vec)));
             let mut tail_names: Vec<String> = (0..body.values.len()).map(value_name).collect();
             emit_values(w, self.kernel, helpers, body, computed.iter().copied(), &mut tail_names, |id, helpers| {
                 self.load_of(id).map(|_| self.gather(helpers, id, "i"))
