@@ -4,7 +4,7 @@
 //!
 //! - [`Plan`] and its parts: buffers, kernels of six families (pointwise, row reduction,
 //!   multi-tensor reduction, matmul, concat, and multi-tensor pointwise: independent pointwise
-//!   programs in one launch, `multi_pointwise.rs`) and their SSA [`Body`] programs (`plan.rs`);
+//!   programs in one launch) and their SSA [`Body`] programs (`plan.rs`);
 //! - the one validator, [`Plan::validate`], which checks every [`Rule`] of the contract, each
 //!   documented on its variant (`validate.rs`);
 //! - the deterministic text form (`Display`, for review and snapshots) and the JSON form
@@ -18,12 +18,10 @@
 mod error;
 mod json;
 pub mod memory;
-mod multi_pointwise;
 mod plan;
 mod text;
 mod validate;
 
 pub use error::{PlanError, Result, Rule};
 pub use memory::MemoryPlan;
-pub use multi_pointwise::MultiPointwise;
 pub use plan::*;

@@ -96,7 +96,7 @@ pub enum KernelKind {
     MultiReduce(MultiReduce),
     MatMul(MatMul),
     Concat(Concat),
-    MultiPointwise(crate::MultiPointwise),
+    MultiPointwise(MultiPointwise),
 }
 
 impl KernelKind {
@@ -226,6 +226,23 @@ impl RowKernel {
     /// Domain shape `outer ++ inner`, the shape the load strides index.
     pub fn domain(&self) -> Shape {
         Shape(self.outer.iter().chain(&self.inner).copied().collect())
+    }
+}
+
+/// Independent pointwise programs, possibly of different shapes and dtypes, in one launch
+/// (horizontal fusion: an optimizer's update of every parameter). Member `m` is exactly what one
+/// [`Pointwise`] kernel would be, except that its loads name this kernel's input slots and its
+/// stores this kernel's output slots (members may share input slots; each output slot belongs to
+/// one member). No member reads what another writes: the kernel's inputs are written before it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MultiPointwise {
+    pub members: Vec<Pointwise>,
+}
+
+impl MultiPointwise {
+    /// Elements over all members.
+    pub fn numel(&self) -> usize {
+        self.members.iter().map(|m| m.shape.numel()).sum()
     }
 }
 

@@ -22,7 +22,7 @@ use std::fmt::{self, Write};
 /// Longest list of buffers or item sizes printed in full; longer ones are elided in the middle.
 const MAX_LISTED: usize = 16;
 
-pub(crate) fn plural(n: usize, word: &str) -> String {
+fn plural(n: usize, word: &str) -> String {
     if n == 1 {
         format!("{n} {word}")
     } else {
@@ -133,7 +133,9 @@ impl Plan {
                 }
                 s
             }
-            KernelKind::MultiPointwise(multi) => multi.summary(),
+            KernelKind::MultiPointwise(multi) => {
+                format!("multi_pointwise: {}, {} elements", plural(multi.members.len(), "member"), multi.numel())
+            }
             KernelKind::Concat(cat) => {
                 format!(
                     "concat: shape={} axis={} extents={} {}",
@@ -171,7 +173,13 @@ impl Plan {
                 fmt_body(f, &mr.prologue, None)?;
                 writeln!(f, "  reduce v{} -> out0[item]", mr.prologue.values.len().saturating_sub(1))
             }
-            KernelKind::MultiPointwise(multi) => crate::multi_pointwise::fmt_members(f, multi),
+            KernelKind::MultiPointwise(multi) => {
+                for (m, member) in multi.members.iter().enumerate() {
+                    writeln!(f, "  member {m}: shape={}", member.shape)?;
+                    fmt_body(f, &member.body, None)?;
+                }
+                Ok(())
+            }
             KernelKind::MatMul(_) | KernelKind::Concat(_) => Ok(()),
         }
     }
@@ -196,7 +204,7 @@ impl RowKernel {
     }
 }
 
-pub(crate) fn fmt_body(f: &mut fmt::Formatter<'_>, body: &Body, per_row: Option<&[bool]>) -> fmt::Result {
+fn fmt_body(f: &mut fmt::Formatter<'_>, body: &Body, per_row: Option<&[bool]>) -> fmt::Result {
     for (i, v) in body.values.iter().enumerate() {
         let expr = match &v.expr {
             Expr::Load { input, offset, strides } => {
