@@ -102,13 +102,19 @@ const CASES: &[Case] = &[
         kernels: &["pointwise"],
     },
     Case { name: "where_masks", build: || where_masks(777), inputs: Inputs::WithSpecials, kernels: &["pointwise"] },
-    Case { name: "casts", build: || casts(515), inputs: Inputs::WithSpecials, kernels: &["pointwise"; 12] },
-    Case { name: "int_arithmetic", build: || int_arithmetic(1001), inputs: Inputs::Random, kernels: &["pointwise"; 4] },
+    // Independent casts, integer ops, comparisons and constants: one multi-pointwise launch each.
+    Case { name: "casts", build: || casts(515), inputs: Inputs::WithSpecials, kernels: &["multi_pointwise"] },
+    Case {
+        name: "int_arithmetic",
+        build: || int_arithmetic(1001),
+        inputs: Inputs::Random,
+        kernels: &["multi_pointwise"],
+    },
     Case {
         name: "comparisons_and_logic",
         build: || comparisons_and_logic(640),
         inputs: Inputs::WithSpecials,
-        kernels: &["pointwise"; 3],
+        kernels: &["multi_pointwise"],
     },
     Case {
         name: "reduce_axis_0",
@@ -201,7 +207,7 @@ const CASES: &[Case] = &[
         inputs: Inputs::Random,
         kernels: &["pointwise"],
     },
-    Case { name: "constant_output", build: constant_output, inputs: Inputs::Random, kernels: &["pointwise"; 3] },
+    Case { name: "constant_output", build: constant_output, inputs: Inputs::Random, kernels: &["multi_pointwise"] },
     Case {
         name: "pointwise_over_2_31_elements",
         build: huge_pointwise,
@@ -667,7 +673,8 @@ fn random_shapes_match_the_reference() {
 #[test]
 fn cases_cover_every_kernel_family() {
     let seen: BTreeSet<&str> = CASES.iter().flat_map(|c| c.kernels.iter().copied()).collect();
-    let all: BTreeSet<&str> = ["pointwise", "row", "column", "multi_reduce", "matmul", "concat"].into();
+    let all: BTreeSet<&str> =
+        ["pointwise", "row", "column", "multi_reduce", "matmul", "concat", "multi_pointwise"].into();
     assert_eq!(seen, all);
     let names: BTreeSet<&str> = CASES.iter().map(|c| c.name).collect();
     assert_eq!(names.len(), CASES.len(), "case names are snapshot names and must be unique");

@@ -56,11 +56,20 @@ struct Generator {
     exact: HashSet<NodeId>,
     /// Largest result a draw may have.
     cap: usize,
+    /// Ends of independent chains, each a graph output (else nothing would keep them).
+    chain_ends: Vec<NodeId>,
 }
 
 impl Generator {
     fn new(seed: u64) -> Generator {
-        Generator { rng: Rng::new(seed), g: Graph::new(), values: Vec::new(), exact: HashSet::new(), cap: MAX_NUMEL }
+        Generator {
+            rng: Rng::new(seed),
+            g: Graph::new(),
+            values: Vec::new(),
+            exact: HashSet::new(),
+            cap: MAX_NUMEL,
+            chain_ends: Vec::new(),
+        }
     }
 
     fn random_dtype(&mut self) -> DType {
@@ -199,7 +208,7 @@ impl Generator {
         let rank = shape.rank();
         let float = dtype.is_float();
         let need = |ok: bool| if ok { Ok(()) } else { Err(Skip::IllTyped) };
-        match self.rng.below(104) {
+        match self.rng.below(108) {
             0..=14 => {
                 let ops: Vec<UnaryOp> =
                     UnaryOp::ALL.iter().copied().filter(|op| op.def().accepts.allows(dtype)).collect();
@@ -347,8 +356,46 @@ impl Generator {
                 need(budget >= 3)?;
                 self.reduction_stack(x, budget)
             }
-            _ => self.long_row(),
+            103 => self.long_row(),
+            _ => {
+                need(budget >= 2)?;
+                self.independent_chains(budget)
+            }
         }
+    }
+
+    /// Two to four short elementwise chains, each over a new input of its own shape and dtype
+    /// (an op or two, with broadcast inputs and scalar constants, never a value of another
+    /// chain) and each a graph output: independent pointwise kernels, which fusion groups into
+    /// one multi-pointwise kernel.
+    fn independent_chains(&mut self, budget: usize) -> Result<NodeId, Skip> {
+        let chains = (2 + self.rng.below(3)).min(budget);
+        let mut left = budget;
+        let mut last = Err(Skip::IllTyped);
+        for _ in 0..chains {
+            let dtype = self.rng.pick(&[DType::F32, DType::F32, DType::BF16, DType::I32]);
+            let shape = self.random_shape();
+            let ops: Vec<UnaryOp> = UnaryOp::ALL.iter().copied().filter(|op| op.def().accepts.allows(dtype)).collect();
+            let op = self.rng.pick(&ops);
+            let mut end = self.commit(Op::Unary { op }, &[Arg::Input(dtype, shape.clone())], None)?;
+            left -= 1;
+            let (dtype, shape) = (self.g.node(end).dtype, self.g.node(end).shape.clone());
+            if left > chains && self.rng.chance(0.6) {
+                let op = self.rng.pick(&[BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Max]);
+                let other = if self.rng.chance(0.3) {
+                    Arg::Const(self.rng.pick(&[2.0, -1.0, 3.0]), dtype)
+                } else {
+                    Arg::Input(dtype, self.broadcast_partner(&shape))
+                };
+                if let Ok(id) = self.commit(Op::Binary { op }, &[Arg::Value(end), other], None) {
+                    end = id;
+                    left -= 1;
+                }
+            }
+            self.chain_ends.push(end);
+            last = Ok(end);
+        }
+        last
     }
 
     /// `stack([reduce(f(t)) for t in [x, ...]])`: full reductions of up to four tensors with one
@@ -449,9 +496,15 @@ impl Generator {
         Shape(dims)
     }
 
-    /// Outputs: the newest value and up to two others (inputs included).
+    /// Outputs: the newest value and up to two others (inputs included), and the ends of the
+    /// independent chains.
     fn outputs(&mut self) -> Vec<NodeId> {
         let mut outputs = vec![*self.values.last().expect("a graph has values")];
+        for &end in &self.chain_ends {
+            if !outputs.contains(&end) {
+                outputs.push(end);
+            }
+        }
         for _ in 0..self.rng.below(3) {
             let v = self.rng.pick(&self.values);
             if !outputs.contains(&v) || self.rng.chance(0.2) {
@@ -522,4 +575,17 @@ fn the_generator_is_deterministic_and_covers_the_op_set() {
     ] {
         assert!(ops.contains(op), "no `{op}` in 200 graphs");
     }
+}
+
+#[test]
+fn the_generator_makes_graphs_that_fusion_groups_into_multi_pointwise_kernels() {
+    let options = braze_passes::FusionOptions::default();
+    let grouped = (0..200)
+        .filter(|&seed| {
+            let graph = random_graph(seed, &mut Counts::default());
+            let plan = braze_passes::compile_to_plan(&graph, &options).unwrap();
+            plan.kernels.iter().any(|k| k.kind.family() == "multi_pointwise")
+        })
+        .count();
+    assert!(grouped >= 10, "only {grouped} of 200 graphs have a multi-pointwise kernel");
 }

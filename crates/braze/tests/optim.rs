@@ -164,3 +164,93 @@ fn clipping_scales_every_gradient_by_the_global_norm() -> Result<()> {
     assert_close(&values(&b.grad().unwrap()), &[4.0 * scale; 6], "b");
     Ok(())
 }
+
+type MakeOptimizer = fn(&[Tensor]) -> Result<Box<dyn Optimizer + Send + Sync>>;
+
+/// Parameters of three shapes in `dtype`, the same for the same seed.
+fn params(dtype: DType, seed: u64) -> Result<Vec<Tensor>> {
+    let shapes: [&[usize]; 3] = [&[6], &[3, 5], &[4, 2, 3]];
+    let mut params = Vec::new();
+    for (i, shape) in shapes.into_iter().enumerate() {
+        let p = Tensor::randn(shape.to_vec(), dtype, seed + i as u64)?;
+        p.set_requires_grad(true)?;
+        params.push(p);
+    }
+    Ok(params)
+}
+
+/// `sum(x * p^2)` over every parameter, in f32.
+fn params_loss(params: &[Tensor], x: &Tensor) -> Result<Tensor> {
+    let mut total: Option<Tensor> = None;
+    for p in params {
+        let p32 = p.cast(DType::F32)?;
+        let term = p32.mul(&p32)?.mul(x)?.sum_all()?;
+        total = Some(match total {
+            Some(t) => t.add(&term)?,
+            None => term,
+        });
+    }
+    Ok(total.expect("parameters"))
+}
+
+/// Runs three steps of the optimizer `make` builds over parameters of three shapes, compiled and
+/// eagerly, and checks that they agree and that the compiled step updates every parameter (and
+/// its state) in one launch. The compiled graph's last outputs are the optimizer's write-backs in
+/// the order it assigns them: `per_param` for each parameter, then `trailing` scalars.
+fn check_one_update_launch(what: &str, dtype: DType, make: MakeOptimizer, per_param: usize, trailing: usize) {
+    let (eager, compiled) = (params(dtype, 40).unwrap(), params(dtype, 40).unwrap());
+    let eager_opt = make(&eager).unwrap();
+    let opt = make(&compiled).unwrap();
+    let inner = compiled.clone();
+    let step = compile(move |a: &[Tensor]| {
+        opt.zero_grad();
+        params_loss(&inner, &a[0])?.backward()?;
+        opt.step()?;
+        Ok(vec![])
+    })
+    .fullgraph(true);
+    let x = Tensor::full([], 0.7, DType::F32, braze::Device::Cpu).unwrap();
+    for t in 0..3 {
+        eager_opt.zero_grad();
+        params_loss(&eager, &x).unwrap().backward().unwrap();
+        eager_opt.step().unwrap();
+        step.call(std::slice::from_ref(&x)).unwrap();
+        let tolerance = if dtype == DType::F32 { 2e-5 } else { 2e-2 };
+        for (i, (e, c)) in eager.iter().zip(&compiled).enumerate() {
+            let as_f32 = |t: &Tensor| values(&t.cast(DType::F32).unwrap());
+            for (j, (e, c)) in as_f32(e).iter().zip(as_f32(c)).enumerate() {
+                assert!((e - c).abs() <= tolerance * (1.0 + e.abs()), "{what} {dtype} step {t}: p{i}[{j}]: {c} vs {e}");
+            }
+        }
+    }
+
+    let graph = step.explain(std::slice::from_ref(&x)).unwrap().graphs[0].clone();
+    let plan = braze_passes::compile_to_plan(&graph, &braze_passes::FusionOptions::default()).unwrap();
+    let outputs = plan.outputs.len();
+    let updates = &plan.outputs[outputs - trailing - per_param * 3..outputs - trailing];
+    let mut writers: Vec<usize> = updates
+        .iter()
+        .map(|o| plan.kernels.iter().position(|k| k.outputs.contains(&o.buffer)).expect("a computed write-back"))
+        .collect();
+    writers.sort();
+    writers.dedup();
+    assert_eq!(writers.len(), 1, "{what} {dtype}: one launch updates all 3 parameters\n{plan}");
+    let kernel = &plan.kernels[writers[0]];
+    assert_eq!(kernel.kind.family(), "multi_pointwise", "{what} {dtype}\n{plan}");
+}
+
+#[test]
+fn every_optimizer_updates_all_parameters_in_one_launch() {
+    let sgd: MakeOptimizer = |p| Ok(Box::new(Sgd::new(p, 0.05)?));
+    let momentum: MakeOptimizer = |p| Ok(Box::new(Sgd::new(p, 0.05)?.momentum(0.9, false)?));
+    let nesterov: MakeOptimizer = |p| Ok(Box::new(Sgd::new(p, 0.05)?.momentum(0.9, true)?.weight_decay(0.1)));
+    let adamw: MakeOptimizer = |p| Ok(Box::new(AdamW::new(p, 1e-2)?.weight_decay(0.05)));
+    for dtype in [DType::F32, DType::BF16] {
+        // Write-backs: SGD the parameter (and the momentum buffer first), then the skip count;
+        // AdamW m, v and the parameter, then the step count and the skip count.
+        check_one_update_launch("sgd", dtype, sgd, 1, 1);
+        check_one_update_launch("sgd momentum", dtype, momentum, 2, 1);
+        check_one_update_launch("sgd nesterov weight decay", dtype, nesterov, 2, 1);
+        check_one_update_launch("adamw", dtype, adamw, 3, 2);
+    }
+}

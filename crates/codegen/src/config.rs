@@ -4,9 +4,10 @@
 use crate::column::{partials_fit as column_partials_fit, vector_width as column_vector_width};
 use crate::cuda::Helpers;
 use crate::index::merge_view;
+use crate::multi_pointwise::work_list;
 use crate::row::{vector_width, RowAnalysis, MAX_CACHED_PER_THREAD};
 use crate::{Target, Unit};
-use braze_plan::{ColumnKernel, Expr, KernelKind, Plan, RowKernel};
+use braze_plan::{ColumnKernel, Expr, KernelKind, MultiPointwise, Plan, RowKernel};
 use std::fmt;
 
 /// Most reduction passes for which an uncached row kernel is a candidate.
@@ -49,6 +50,13 @@ pub enum KernelConfig {
         vec: u32,
         rows_per_block: u32,
     },
+    /// `block` threads per block and `vec` elements per thread and step, as for pointwise
+    /// kernels; each block does one tile of `block * vec * steps` elements of one member.
+    MultiPointwise {
+        block: u32,
+        vec: u32,
+        steps: u32,
+    },
     /// The kernel is a library call (cuBLASLt); nothing to configure.
     Library,
 }
@@ -62,6 +70,7 @@ impl KernelConfig {
             KernelConfig::MultiReduce { .. } => "multi_reduce",
             KernelConfig::Concat { .. } => "concat",
             KernelConfig::Column { .. } => "column",
+            KernelConfig::MultiPointwise { .. } => "multi_pointwise",
             KernelConfig::Library => "matmul",
         }
     }
@@ -84,6 +93,9 @@ impl fmt::Display for KernelConfig {
                 f,
                 "column col_threads={col_threads} row_threads={row_threads} vec={vec} rows_per_block={rows_per_block}"
             ),
+            KernelConfig::MultiPointwise { block, vec, steps } => {
+                write!(f, "multi_pointwise block={block} vec={vec} steps={steps}")
+            }
             KernelConfig::Library => write!(f, "library call"),
         }
     }
@@ -114,6 +126,7 @@ pub fn candidate_configs(plan: &Plan, kernel: usize, target: &Target) -> Vec<Ker
         KernelKind::Concat(_) => [256, 128, 512].into_iter().map(|block| KernelConfig::Concat { block }).collect(),
         KernelKind::MatMul(_) => vec![KernelConfig::Library],
         KernelKind::Column(col) => column_candidates(&unit, col),
+        KernelKind::MultiPointwise(multi) => multi_pointwise_candidates(&unit, multi),
     };
     let mut unique: Vec<KernelConfig> = Vec::new();
     for candidate in candidates {
@@ -152,6 +165,29 @@ fn pointwise_candidates(unit: &Unit<'_>) -> Vec<KernelConfig> {
         KernelConfig::Pointwise { block: 256, vec: (vec * 2).min(16), grid_limit: large },
         KernelConfig::Pointwise { block: 256, vec: (vec / 2).max(1), grid_limit: large },
         KernelConfig::Pointwise { block: 256, vec, grid_limit: persistent },
+    ]
+}
+
+/// As for pointwise kernels, plus tile sizes: by default the largest tiles (fewer blocks and
+/// records for large members) that still give every SM two blocks, then smaller and larger ones.
+fn multi_pointwise_candidates(unit: &Unit<'_>, multi: &MultiPointwise) -> Vec<KernelConfig> {
+    let vec = (16 / narrowest_element(unit) as u32).min(8);
+    let numels: Vec<usize> = multi.members.iter().map(|m| m.shape.numel()).collect();
+    let tiles = |block: u32, steps: u32| work_list(&numels, vec as usize, (block * steps) as usize).len();
+    let wanted = 2 * unit.target.sm_count as usize;
+    let mut steps = 16;
+    while steps > 1 && tiles(256, steps) < wanted {
+        steps /= 2;
+    }
+    let config = |block, vec, steps| KernelConfig::MultiPointwise { block, vec, steps };
+    vec![
+        config(256, vec, steps),
+        config(256, vec, 1),
+        config(256, vec, 4),
+        config(256, vec, 16),
+        config(128, vec, steps),
+        config(512, vec, (steps / 2).max(1)),
+        config(256, (vec / 2).max(1), steps),
     ]
 }
 

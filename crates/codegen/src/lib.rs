@@ -17,7 +17,12 @@
 //!   zeroed at allocation and the kernels leave it zeroed after every run, so CUDA-graph replays
 //!   stay valid;
 //! - [`TableSpec::InputPointers`] holds one `u64` device pointer per kernel input slot, refreshed
-//!   whenever input buffers change; [`TableSpec::Static`] is uploaded once.
+//!   whenever input buffers change; [`TableSpec::Static`] is uploaded once (the work lists of
+//!   multi-reduce and multi-pointwise kernels).
+//!
+//! Families, one module each: `pointwise`, `row`, `multi_reduce`, `multi_pointwise`
+//! (independent pointwise programs in one launch, a block per tile of one member), `concat`;
+//! matmuls are [`KernelCode::CuBlasLt`].
 //!
 //! Launch configurations and the grids they leave open are chosen for a [`Target`], the GPU as
 //! data (SM count, compute capability, thread and shared-memory limits): `braze-cuda` builds it
@@ -34,6 +39,7 @@ mod config;
 mod cuda;
 mod error;
 mod index;
+mod multi_pointwise;
 mod multi_reduce;
 mod pointwise;
 mod reduce;
@@ -137,6 +143,9 @@ pub fn generate(plan: &Plan, kernel: usize, config: &KernelConfig, target: &Targ
         (KernelKind::Concat(concat), KernelConfig::Concat { block }) => concat::generate(&mut unit, concat, block)?,
         (KernelKind::Column(col), KernelConfig::Column { col_threads, row_threads, vec, rows_per_block }) => {
             column::generate(&mut unit, col, col_threads, row_threads, vec, rows_per_block)?
+        }
+        (KernelKind::MultiPointwise(multi), KernelConfig::MultiPointwise { block, vec, steps }) => {
+            multi_pointwise::generate(&mut unit, multi, block, vec, steps)?
         }
         _ => return Err(mismatch()),
     };

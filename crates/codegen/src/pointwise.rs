@@ -10,11 +10,11 @@ use crate::writer::CodeWriter;
 use crate::{grid_for, Emitted, Launch, Unit};
 
 use braze_ir::DType;
-use braze_plan::{Expr, Pointwise};
+use braze_plan::{Body, Expr, Pointwise};
 
 /// How a load is read inside the vector loop.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum LoadKind {
+pub(crate) enum LoadKind {
     /// The same element everywhere: loaded once per thread, before the loop.
     KernelConstant,
     /// One aligned vector load per step into `ldN[vec]`.
@@ -25,14 +25,14 @@ enum LoadKind {
     Gather,
 }
 
-struct LoadInfo {
+pub(crate) struct LoadInfo {
     slot: usize,
     base: usize,
     view: Vec<ViewDim>,
     kind: LoadKind,
 }
 
-fn check_config(unit: &Unit<'_>, block: u32, vec: u32, grid_limit: u32) -> Result<()> {
+pub(crate) fn check_config(unit: &Unit<'_>, block: u32, vec: u32, grid_limit: u32) -> Result<()> {
     if !(32..=1024).contains(&block) || !block.is_multiple_of(32) {
         return Err(invalid_config(unit.name(), format!("block {block} is not a multiple of 32 in 32..=1024")));
     }
@@ -57,12 +57,78 @@ pub(crate) fn generate(unit: &mut Unit<'_>, pw: &Pointwise, block: u32, vec: u32
     let width = IndexWidth::for_largest(numel.max(unit.largest_buffer()));
     let vec = vec as usize;
     let lit = |n: usize| width.lit(n);
-    let input_dtypes: Vec<DType> = (0..kernel.inputs.len()).map(|slot| unit.input_dtype(slot)).collect();
-    let output_dtypes: Vec<DType> = (0..kernel.outputs.len()).map(|slot| unit.output_dtype(slot)).collect();
+    let slots = SlotTypes::of(unit);
+    let loads = analyze_loads(body, dims, vec);
 
+    let (declared, params) = unit.buffer_params();
+    let mut w = CodeWriter::new();
+    w.open(format!("extern \"C\" __global__ void __launch_bounds__({block}) {}({})", kernel.name, declared.join(", ")));
+    if numel == 0 {
+        w.line("// no elements: nothing to do");
+    } else {
+        w.line(format!("constexpr idx_t NUMEL = {};", lit(numel)));
+    }
+    let per_thread = if vec == 1 { "NUMEL".to_string() } else { format!("NUMEL / {}", lit(vec)) };
+    let span = Span {
+        first: format!("(idx_t)blockIdx.x * {} + threadIdx.x", lit(block as usize)),
+        step: format!("(idx_t)gridDim.x * {}", lit(block as usize)),
+        end: per_thread,
+        tail_block: "blockIdx.x == 0u".into(),
+        tail_comment: "one per thread of block 0",
+        tail_first: false,
+    };
+    let emit = BodyEmit { kernel: &kernel.name, body, dims, loads: &loads, slots: &slots, vec, width };
+    emit.emit(&mut w, &mut unit.helpers, &span)?;
+    w.close();
+
+    let mut launches = Vec::new();
+    if numel > 0 && !body.stores.is_empty() {
+        let vectors = numel / vec;
+        let threads = if vec == 1 { numel } else { vectors.max(1) };
+        let grid = grid_for(threads, block, grid_limit);
+        launches.push(Launch {
+            entry: kernel.name.clone(),
+            grid: [grid, 1, 1],
+            block: [block, 1, 1],
+            shared_bytes: 0,
+            params,
+        });
+    }
+    let described = describe_loads(&loads);
+    let mut notes = Vec::new();
+    if !described.is_empty() {
+        notes.push(format!("loads: {}", described.join(", ")));
+    }
+    Ok(Emitted {
+        summary: format!("pointwise over {} ({numel} elements)", pw.shape),
+        notes,
+        width: Some(width),
+        code: w.finish(),
+        launches,
+        scratch: Vec::new(),
+        tables: Vec::new(),
+    })
+}
+
+/// The storage dtypes of a kernel's input and output slots.
+pub(crate) struct SlotTypes {
+    pub(crate) inputs: Vec<DType>,
+    pub(crate) outputs: Vec<DType>,
+}
+
+impl SlotTypes {
+    pub(crate) fn of(unit: &Unit<'_>) -> SlotTypes {
+        SlotTypes {
+            inputs: (0..unit.kernel.inputs.len()).map(|slot| unit.input_dtype(slot)).collect(),
+            outputs: (0..unit.kernel.outputs.len()).map(|slot| unit.output_dtype(slot)).collect(),
+        }
+    }
+}
+
+/// How each live load of `body` over `dims` is read when a thread takes `vec` elements a step.
+pub(crate) fn analyze_loads(body: &Body, dims: &[usize], vec: usize) -> Vec<Option<LoadInfo>> {
     let live = live_values(body, body.stores.iter().map(|s| s.value));
-    let loads: Vec<Option<LoadInfo>> = body
-        .values
+    body.values
         .iter()
         .enumerate()
         .map(|(id, value)| match &value.expr {
@@ -83,149 +149,16 @@ pub(crate) fn generate(unit: &mut Unit<'_>, pw: &Pointwise, block: u32, vec: u32
             }
             _ => None,
         })
-        .collect();
-    let load_of = |id: usize| loads[id].as_ref();
-    let is_kind = |id: usize, kind: LoadKind| load_of(id).is_some_and(|l| l.kind == kind);
-    // The load of value `id` at flat index `flat`, by index math.
-    let gather = |helpers: &mut Helpers, id: usize, flat: &str| -> String {
-        let info = load_of(id).expect("a load");
-        let lvalue = format!("in{}[{}]", info.slot, offset_expr(info.base, &info.view, flat, width));
-        load_rhs(helpers, input_dtypes[info.slot], body.values[id].dtype, &lvalue)
-    };
-    let store_value = |helpers: &mut Helpers, id: usize, slot: usize, names: &[String]| -> String {
-        cast(helpers, body.values[id].dtype, output_dtypes[slot], &names[id])
-    };
+        .collect()
+}
 
-    let (declared, params) = unit.buffer_params();
-    let helpers = &mut unit.helpers;
-    let mut w = CodeWriter::new();
-    w.open(format!("extern \"C\" __global__ void __launch_bounds__({block}) {}({})", kernel.name, declared.join(", ")));
-    if numel == 0 {
-        w.line("// no elements: nothing to do");
-    } else {
-        w.line(format!("constexpr idx_t NUMEL = {};", lit(numel)));
-    }
-    let mut names: Vec<String> = (0..body.values.len()).map(value_name).collect();
-
-    let constant_loads: Vec<usize> =
-        (0..body.values.len()).filter(|&id| is_kind(id, LoadKind::KernelConstant)).collect();
-    if !constant_loads.is_empty() {
-        w.line("// the same element for every position: loaded once");
-        for &id in &constant_loads {
-            let info = load_of(id).unwrap();
-            let rhs = load_rhs(
-                helpers,
-                input_dtypes[info.slot],
-                body.values[id].dtype,
-                &format!("in{}[{}]", info.slot, lit(info.base)),
-            );
-            w.line(declare(body, id, &rhs));
-        }
-    }
-    let computed: Vec<usize> =
-        (0..body.values.len()).filter(|&id| live[id] && !is_kind(id, LoadKind::KernelConstant)).collect();
-    let mut stored_slots: Vec<usize> = body.stores.iter().map(|s| s.output).collect();
-    stored_slots.sort();
-    stored_slots.dedup();
-
-    let vectors = numel / vec;
-    let step = format!("(idx_t)gridDim.x * {}", lit(block as usize));
-    let first = format!("(idx_t)blockIdx.x * {} + threadIdx.x", lit(block as usize));
-    if numel > 0 && vec == 1 {
-        w.open(format!("for (idx_t i = {first}; i < NUMEL; i += {step})"));
-        emit_values(&mut w, &kernel.name, helpers, body, computed.iter().copied(), &mut names, |id, helpers| {
-            load_of(id).map(|_| gather(helpers, id, "i"))
-        })?;
-        for store in &body.stores {
-            let value = store_value(helpers, store.value.0, store.output, &names);
-            w.line(format!("out{}[i] = {};", store.output, narrow(output_dtypes[store.output], &value)));
-        }
-        w.close();
-    } else if vectors > 0 {
-        w.line(format!("// {vec} consecutive elements per thread and step"));
-        w.open(format!("for (idx_t vector = {first}; vector < NUMEL / {}; vector += {step})", lit(vec)));
-        w.line(format!("const idx_t i0 = vector * {};", lit(vec)));
-        for id in (0..body.values.len()).filter(|&id| is_kind(id, LoadKind::Vector)) {
-            let info = load_of(id).unwrap();
-            let dtype = input_dtypes[info.slot];
-            w.line(format!("{} ld{id}[{vec}];", value_type(dtype)));
-            let offset = offset_expr(info.base, &info.view, "i0", width);
-            emit_vector_load(
-                &mut w,
-                helpers,
-                dtype,
-                &format!("in{}", info.slot),
-                &offset,
-                &format!("ld{id}"),
-                "",
-                vec,
-                width,
-            );
-        }
-        for id in (0..body.values.len()).filter(|&id| is_kind(id, LoadKind::Uniform)) {
-            w.line(format!("const {} ld{id} = {};", value_type(body.values[id].dtype), gather(helpers, id, "i0")));
-        }
-        for &slot in &stored_slots {
-            w.line(format!("{} st{slot}[{vec}];", value_type(output_dtypes[slot])));
-        }
-        w.line("#pragma unroll");
-        w.open(format!("for (unsigned k = 0u; k < {vec}u; ++k)"));
-        if computed.iter().any(|&id| is_kind(id, LoadKind::Gather)) {
-            w.line("const idx_t i = i0 + k;");
-        }
-        emit_values(&mut w, &kernel.name, helpers, body, computed.iter().copied(), &mut names, |id, helpers| {
-            let info = load_of(id)?;
-            Some(match info.kind {
-                LoadKind::Vector => {
-                    cast(helpers, input_dtypes[info.slot], body.values[id].dtype, &format!("ld{id}[k]"))
-                }
-                LoadKind::Uniform => format!("ld{id}"),
-                _ => gather(helpers, id, "i"),
-            })
-        })?;
-        for store in &body.stores {
-            let value = store_value(helpers, store.value.0, store.output, &names);
-            w.line(format!("st{}[k] = {value};", store.output));
-        }
-        w.close();
-        for &slot in &stored_slots {
-            let pointer = format!("out{slot}");
-            emit_vector_store(&mut w, helpers, output_dtypes[slot], &pointer, "i0", &format!("st{slot}"), vec, width);
-        }
-        w.close();
-    }
-    let tail = if vec == 1 { 0 } else { numel % vec };
-    if tail > 0 {
-        w.line(format!("// the last {tail} elements, one per thread of block 0"));
-        w.open(format!("if (blockIdx.x == 0u && threadIdx.x < {tail}u)"));
-        w.line(format!("const idx_t i = {} + threadIdx.x;", lit(vectors * vec)));
-        let mut tail_names: Vec<String> = (0..body.values.len()).map(value_name).collect();
-        emit_values(&mut w, &kernel.name, helpers, body, computed.iter().copied(), &mut tail_names, |id, helpers| {
-            load_of(id).map(|_| gather(helpers, id, "i"))
-        })?;
-        for store in &body.stores {
-            let value = store_value(helpers, store.value.0, store.output, &tail_names);
-            w.line(format!("out{}[i] = {};", store.output, narrow(output_dtypes[store.output], &value)));
-        }
-        w.close();
-    }
-    w.close();
-
-    let mut launches = Vec::new();
-    if numel > 0 && !body.stores.is_empty() {
-        let threads = if vec == 1 { numel } else { vectors.max(1) };
-        let grid = grid_for(threads, block, grid_limit);
-        launches.push(Launch {
-            entry: kernel.name.clone(),
-            grid: [grid, 1, 1],
-            block: [block, 1, 1],
-            shared_bytes: 0,
-            params,
-        });
-    }
-    let described: Vec<String> = (0..body.values.len())
-        .filter_map(|id| {
-            load_of(id).map(|l| {
+/// `v3 = in1 vector`, one entry per live load, for the kernel's header.
+pub(crate) fn describe_loads(loads: &[Option<LoadInfo>]) -> Vec<String> {
+    loads
+        .iter()
+        .enumerate()
+        .filter_map(|(id, load)| {
+            load.as_ref().map(|l| {
                 let kind = match l.kind {
                     LoadKind::KernelConstant => "once per thread",
                     LoadKind::Vector => "vector",
@@ -235,18 +168,184 @@ pub(crate) fn generate(unit: &mut Unit<'_>, pw: &Pointwise, block: u32, vec: u32
                 format!("v{id} = in{} {kind}", l.slot)
             })
         })
-        .collect();
-    let mut notes = Vec::new();
-    if !described.is_empty() {
-        notes.push(format!("loads: {}", described.join(", ")));
+        .collect()
+}
+
+/// Which part of a pointwise domain one thread computes, as C expressions: vectors (elements
+/// when `vec` is 1) `first, first + step, ...` below `end`; and, in the block for which
+/// `tail_block` holds, the elements past the last whole vector.
+pub(crate) struct Span {
+    pub(crate) first: String,
+    pub(crate) step: String,
+    pub(crate) end: String,
+    pub(crate) tail_block: String,
+    /// Says who runs the tail, in its comment.
+    pub(crate) tail_comment: &'static str,
+    /// The tail before the loop rather than after it: then nothing the tail needs (a block's
+    /// tile index) stays live across the loop, whose calls (a division's slow path) would
+    /// make it spill.
+    pub(crate) tail_first: bool,
+}
+
+/// One pointwise body to emit over its domain.
+pub(crate) struct BodyEmit<'a> {
+    pub(crate) kernel: &'a str,
+    pub(crate) body: &'a Body,
+    pub(crate) dims: &'a [usize],
+    pub(crate) loads: &'a [Option<LoadInfo>],
+    pub(crate) slots: &'a SlotTypes,
+    pub(crate) vec: usize,
+    pub(crate) width: IndexWidth,
+}
+
+impl BodyEmit<'_> {
+    fn load_of(&self, id: usize) -> Option<&LoadInfo> {
+        self.loads[id].as_ref()
     }
-    Ok(Emitted {
-        summary: format!("pointwise over {} ({numel} elements)", pw.shape),
-        notes,
-        width: Some(width),
-        code: w.finish(),
-        launches,
-        scratch: Vec::new(),
-        tables: Vec::new(),
-    })
+
+    fn is_kind(&self, id: usize, kind: LoadKind) -> bool {
+        self.load_of(id).is_some_and(|l| l.kind == kind)
+    }
+
+    /// The load of value `id` at flat index `flat`, by index math.
+    fn gather(&self, helpers: &mut Helpers, id: usize, flat: &str) -> String {
+        let info = self.load_of(id).expect("a load");
+        let lvalue = format!("in{}[{}]", info.slot, offset_expr(info.base, &info.view, flat, self.width));
+        load_rhs(helpers, self.slots.inputs[info.slot], self.body.values[id].dtype, &lvalue)
+    }
+
+    fn store_value(&self, helpers: &mut Helpers, id: usize, slot: usize, names: &[String]) -> String {
+        cast(helpers, self.body.values[id].dtype, self.slots.outputs[slot], &names[id])
+    }
+
+    /// The loads that are the same everywhere, then the loop over `span`, then the tail.
+    pub(crate) fn emit(&self, w: &mut CodeWriter, helpers: &mut Helpers, span: &Span) -> Result<()> {
+        let body = self.body;
+        let (vec, width) = (self.vec, self.width);
+        let lit = |n: usize| width.lit(n);
+        let numel: usize = self.dims.iter().product();
+        let output_dtypes = &self.slots.outputs;
+        let mut names: Vec<String> = (0..body.values.len()).map(value_name).collect();
+        let live = live_values(body, body.stores.iter().map(|s| s.value));
+
+        let constant_loads: Vec<usize> =
+            (0..body.values.len()).filter(|&id| self.is_kind(id, LoadKind::KernelConstant)).collect();
+        if !constant_loads.is_empty() {
+            w.line("// the same element for every position: loaded once");
+            for &id in &constant_loads {
+                let info = self.load_of(id).unwrap();
+                let rhs = load_rhs(
+                    helpers,
+                    self.slots.inputs[info.slot],
+                    body.values[id].dtype,
+                    &format!("in{}[{}]", info.slot, lit(info.base)),
+                );
+                w.line(declare(body, id, &rhs));
+            }
+        }
+        let computed: Vec<usize> =
+            (0..body.values.len()).filter(|&id| live[id] && !self.is_kind(id, LoadKind::KernelConstant)).collect();
+        let mut stored_slots: Vec<usize> = body.stores.iter().map(|s| s.output).collect();
+        stored_slots.sort();
+        stored_slots.dedup();
+
+        if span.tail_first {
+            self.emit_tail(w, helpers, span, &computed)?;
+        }
+        let vectors = numel / vec;
+        let Span { first, step, end, .. } = span;
+        if numel > 0 && vec == 1 {
+            w.open(format!("for (idx_t i = {first}; i < {end}; i += {step})"));
+            emit_values(w, self.kernel, helpers, body, computed.iter().copied(), &mut names, |id, helpers| {
+                self.load_of(id).map(|_| self.gather(helpers, id, "i"))
+            })?;
+            for store in &body.stores {
+                let value = self.store_value(helpers, store.value.0, store.output, &names);
+                w.line(format!("out{}[i] = {};", store.output, narrow(output_dtypes[store.output], &value)));
+            }
+            w.close();
+        } else if vectors > 0 {
+            w.line(format!("// {vec} consecutive elements per thread and step"));
+            w.open(format!("for (idx_t vector = {first}; vector < {end}; vector += {step})"));
+            w.line(format!("const idx_t i0 = vector * {};", lit(vec)));
+            for id in (0..body.values.len()).filter(|&id| self.is_kind(id, LoadKind::Vector)) {
+                let info = self.load_of(id).unwrap();
+                let dtype = self.slots.inputs[info.slot];
+                w.line(format!("{} ld{id}[{vec}];", value_type(dtype)));
+                let offset = offset_expr(info.base, &info.view, "i0", width);
+                emit_vector_load(
+                    w,
+                    helpers,
+                    dtype,
+                    &format!("in{}", info.slot),
+                    &offset,
+                    &format!("ld{id}"),
+                    "",
+                    vec,
+                    width,
+                );
+            }
+            for id in (0..body.values.len()).filter(|&id| self.is_kind(id, LoadKind::Uniform)) {
+                let rhs = self.gather(helpers, id, "i0");
+                w.line(format!("const {} ld{id} = {rhs};", value_type(body.values[id].dtype)));
+            }
+            for &slot in &stored_slots {
+                w.line(format!("{} st{slot}[{vec}];", value_type(output_dtypes[slot])));
+            }
+            w.line("#pragma unroll");
+            w.open(format!("for (unsigned k = 0u; k < {vec}u; ++k)"));
+            if computed.iter().any(|&id| self.is_kind(id, LoadKind::Gather)) {
+                w.line("const idx_t i = i0 + k;");
+            }
+            emit_values(w, self.kernel, helpers, body, computed.iter().copied(), &mut names, |id, helpers| {
+                let info = self.load_of(id)?;
+                Some(match info.kind {
+                    LoadKind::Vector => {
+                        cast(helpers, self.slots.inputs[info.slot], body.values[id].dtype, &format!("ld{id}[k]"))
+                    }
+                    LoadKind::Uniform => format!("ld{id}"),
+                    _ => self.gather(helpers, id, "i"),
+                })
+            })?;
+            for store in &body.stores {
+                let value = self.store_value(helpers, store.value.0, store.output, &names);
+                w.line(format!("st{}[k] = {value};", store.output));
+            }
+            w.close();
+            for &slot in &stored_slots {
+                let pointer = format!("out{slot}");
+                emit_vector_store(w, helpers, output_dtypes[slot], &pointer, "i0", &format!("st{slot}"), vec, width);
+            }
+            w.close();
+        }
+        if !span.tail_first {
+            self.emit_tail(w, helpers, span, &computed)?;
+        }
+        Ok(())
+    }
+
+    /// The elements past the last whole vector, one per thread of the block `span` names.
+    fn emit_tail(&self, w: &mut CodeWriter, helpers: &mut Helpers, span: &Span, computed: &[usize]) -> Result<()> {
+        let body = self.body;
+        let (vec, width) = (self.vec, self.width);
+        let numel: usize = self.dims.iter().product();
+        let vectors = numel / vec;
+        let output_dtypes = &self.slots.outputs;
+        let tail = if vec == 1 { 0 } else { numel % vec };
+        if tail > 0 {
+            w.line(format!("// the last {tail} elements, {}", span.tail_comment));
+            w.open(format!("if ({} && threadIdx.x < {tail}u)", span.tail_block));
+            w.line(format!("const idx_t i = {} + threadIdx.x;", width.lit(vectors * vec)));
+            let mut tail_names: Vec<String> = (0..body.values.len()).map(value_name).collect();
+            emit_values(w, self.kernel, helpers, body, computed.iter().copied(), &mut tail_names, |id, helpers| {
+                self.load_of(id).map(|_| self.gather(helpers, id, "i"))
+            })?;
+            for store in &body.stores {
+                let value = self.store_value(helpers, store.value.0, store.output, &tail_names);
+                w.line(format!("out{}[i] = {};", store.output, narrow(output_dtypes[store.output], &value)));
+            }
+            w.close();
+        }
+        Ok(())
+    }
 }

@@ -205,6 +205,31 @@ fn multi_reduce_has_one_launch_tables_and_self_cleaning_scratch() {
 }
 
 #[test]
+fn multi_pointwise_is_one_launch_over_a_work_list_of_tiles() {
+    // Members of 561 (f32), 1000 (bf16), 0 and 512 (f32) elements.
+    let plan = plans::sgd_updates();
+    let config = KernelConfig::MultiPointwise { block: 128, vec: 4, steps: 1 };
+    let kernel = cuda(&plan, &config);
+    // Tiles of 128 vectors of 4: 561 = 140 vectors and a tail (2 tiles, the tail in the last),
+    // 1000 = 250 vectors (2), 0 (none), 512 = 128 vectors (1).
+    let tiles: [(u32, u32); 5] = [(0, 0), (0, 1), (1, 0), (1, 1), (3, 0)];
+    let bytes: Vec<u8> = tiles.iter().flat_map(|&(m, i)| m.to_le_bytes().into_iter().chain(i.to_le_bytes())).collect();
+    assert_eq!(kernel.tables, vec![TableSpec::Static(bytes)]);
+    assert_eq!(kernel.launches.len(), 1);
+    let launch = &kernel.launches[0];
+    assert_eq!((launch.grid, launch.block), ([5, 1, 1], [128, 1, 1]));
+    assert_eq!(launch.params.len(), plan.kernels[0].inputs.len() + plan.kernels[0].outputs.len() + 1);
+    assert_eq!(launch.params.last(), Some(&Param::Table(0)));
+    assert!(kernel.source.contains("if (task.index == 1u && threadIdx.x < 1u)"), "the tail in the last tile");
+    assert!(kernel.source.contains("load_bf16x4(in3 + i0, ld0);"), "aligned members load vectors");
+    assert!(!kernel.source.contains("case 2u"), "an empty member has no case");
+
+    // By default tiles are as large as leave two blocks per SM: these members are small.
+    let default = default_config(&plan, 0, &Target::h200());
+    assert_eq!(default, KernelConfig::MultiPointwise { block: 256, vec: 8, steps: 1 });
+}
+
+#[test]
 fn concat_copies_16_bytes_at_a_time_where_runs_allow() {
     let plan = plans::concat(&[10, 6, 16], DType::F32);
     let kernel = cuda(&plan, &default_config(&plan, 0, &Target::h200()));

@@ -4,7 +4,8 @@
 //! ([`Decompose`]) and then simplifies ([`Simplify`]), merges common subexpressions
 //! ([`CommonSubexpressions`]) and removes dead code ([`DeadCode`]) until nothing changes; [`fuse`]
 //! groups the ops into kernels of a few families (pointwise, row reduction with prologue and
-//! epilogue, multi-tensor reduction, matmul with epilogue, concat) and writes the
+//! epilogue, multi-tensor reduction, matmul with epilogue, concat), then groups mutually
+//! independent pointwise kernels into multi-pointwise kernels (one launch each), and writes the
 //! [`braze_plan::Plan`] that codegen and the executors consume. [`compile_to_plan`] does both.
 //! The plan types, their validator, text and JSON forms and the memory plan live in `braze-plan`.
 //!

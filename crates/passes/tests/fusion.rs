@@ -25,22 +25,26 @@ fn check(name: &str, graph: Graph, options: FusionOptions, kernels: usize) {
 
 fn check_invariants(name: &str, graph: &Graph, plan: &Plan) {
     for k in &plan.kernels {
-        let body = match &k.kind {
-            KernelKind::Pointwise(pw) => &pw.body,
-            KernelKind::Row(row) => &row.body,
-            KernelKind::Column(col) => &col.body,
-            KernelKind::MultiReduce(mr) => &mr.prologue,
+        // Each member of a multi-pointwise kernel is a program of its own.
+        let bodies = match &k.kind {
+            KernelKind::Pointwise(pw) => vec![&pw.body],
+            KernelKind::Row(row) => vec![&row.body],
+            KernelKind::Column(col) => vec![&col.body],
+            KernelKind::MultiReduce(mr) => vec![&mr.prologue],
+            KernelKind::MultiPointwise(multi) => multi.members.iter().map(|m| &m.body).collect(),
             KernelKind::MatMul(_) | KernelKind::Concat(_) => continue,
         };
-        let mut views = HashSet::new();
-        for v in &body.values {
-            if let Expr::Load { input, offset, strides } = &v.expr {
-                let buffer = k.inputs[*input];
-                assert!(views.insert((buffer, *offset, strides.clone())), "{name}: {} reads a view twice", k.name);
-            }
-            if let Expr::Reduce { x, .. } = &v.expr {
-                let dt = body.values[x.0].dtype;
-                assert!(!dt.is_float() || dt == DType::F32, "{name}: {} reduces {dt} values", k.name);
+        for body in bodies {
+            let mut views = HashSet::new();
+            for v in &body.values {
+                if let Expr::Load { input, offset, strides } = &v.expr {
+                    let buffer = k.inputs[*input];
+                    assert!(views.insert((buffer, *offset, strides.clone())), "{name}: {} reads a view twice", k.name);
+                }
+                if let Expr::Reduce { x, .. } = &v.expr {
+                    let dt = body.values[x.0].dtype;
+                    assert!(!dt.is_float() || dt == DType::F32, "{name}: {} reduces {dt} values", k.name);
+                }
             }
         }
         if !matches!(k.kind, KernelKind::MultiReduce(_)) {
@@ -301,6 +305,39 @@ fn no_fusion_across_a_cycle_through_a_view() {
     let z = add(&mut g, y, t);
     g.set_outputs(vec![z]);
     check("cycle_through_view", g, defaults(), 2);
+}
+
+#[test]
+fn independent_chains_are_one_multi_pointwise_launch() {
+    check("independent_chains", independent_chains(), defaults(), 1);
+    // Each member is the pointwise kernel the chain was: grouping off, six kernels.
+    let ungrouped = FusionOptions { multi_pointwise_limit: 0, ..defaults() };
+    check("independent_chains_ungrouped", independent_chains(), ungrouped, 6);
+    // Above the limit a kernel keeps its own launch; the rest are still grouped.
+    let limited = FusionOptions { multi_pointwise_limit: 34, ..defaults() };
+    check("independent_chains_limited", independent_chains(), limited, 3);
+}
+
+#[test]
+fn grouping_never_merges_kernels_with_a_path_between_them() {
+    // exp(x) feeds a matmul whose result scales y: the two pointwise kernels (exp's and the
+    // scaling) have a path between them through the matmul, so they stay apart; an independent
+    // third chain joins the scaling, whose height it shares.
+    let mut g = Graph::new();
+    let x = g.input(DType::F32, [4, 8]);
+    let w = g.input(DType::F32, [8, 8]);
+    let y = g.input(DType::F32, [4, 8]);
+    let z = g.input(DType::F32, [9]);
+    let e = un(&mut g, UnaryOp::Exp, x);
+    let n = un(&mut g, UnaryOp::Neg, e);
+    let m = op(&mut g, Op::MatMul, &[e, w]);
+    let scaled = mul(&mut g, y, m);
+    let root = un(&mut g, UnaryOp::Sqrt, z);
+    g.set_outputs(vec![n, scaled, root]);
+    let plan = compile_to_plan(&g, &defaults()).unwrap();
+    check("grouping_respects_paths", g, defaults(), 3);
+    let families: Vec<&str> = plan.kernels.iter().map(|k| k.kind.family()).collect();
+    assert_eq!(families, ["pointwise", "matmul", "multi_pointwise"], "{plan}");
 }
 
 #[test]

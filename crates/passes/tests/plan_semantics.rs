@@ -60,6 +60,14 @@ fn workloads() {
 }
 
 #[test]
+fn independent_chains_in_one_multi_pointwise_kernel() {
+    let plan = compile_to_plan(&independent_chains(), &FusionOptions::default()).unwrap();
+    let families: Vec<&str> = plan.kernels.iter().map(|k| k.kind.family()).collect();
+    assert_eq!(families, ["multi_pointwise"], "{plan}");
+    check("independent chains", independent_chains());
+}
+
+#[test]
 fn broadcasts_and_multiple_outputs() {
     check(
         "broadcast chain",

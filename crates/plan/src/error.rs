@@ -93,6 +93,12 @@ pub enum Rule {
     /// of its dtype; the extents add up to the shape's extent along the axis, input `i` holds
     /// the shape with `extents[i]` along the axis, and the output holds the shape.
     Concat,
+    /// A multi-pointwise kernel has at least one member; each member's body is a pointwise body
+    /// over the member's shape (the [`Rule::Loads`] and [`Rule::ValueTypes`] rules, loads naming
+    /// the kernel's input slots) that stores at least once; every output slot of the kernel is
+    /// stored by exactly one store of one member, from a value of the buffer's dtype that fills
+    /// it with that member's elements.
+    MultiPointwise,
 }
 
 impl fmt::Display for Rule {

@@ -3,7 +3,8 @@
 //! `braze-cuda`).
 //!
 //! - [`Plan`] and its parts: buffers, kernels of six families (pointwise, row reduction,
-//!   column reduction, multi-tensor reduction, matmul, concat) and their SSA [`Body`] programs (`plan.rs`);
+//!   column reduction, multi-tensor reduction, matmul, concat, and multi-tensor pointwise:
+//!   independent pointwise programs in one launch) and their SSA [`Body`] programs (`plan.rs`);
 //! - the one validator, [`Plan::validate`], which checks every [`Rule`] of the contract, each
 //!   documented on its variant (`validate.rs`);
 //! - the deterministic text form (`Display`, for review and snapshots) and the JSON form

@@ -101,6 +101,7 @@ pub enum KernelKind {
     MatMul(MatMul),
     Concat(Concat),
     Column(ColumnKernel),
+    MultiPointwise(MultiPointwise),
 }
 
 impl KernelKind {
@@ -112,6 +113,7 @@ impl KernelKind {
             KernelKind::MatMul(_) => "matmul",
             KernelKind::Concat(_) => "concat",
             KernelKind::Column(_) => "column",
+            KernelKind::MultiPointwise(_) => "multi_pointwise",
         }
     }
 }
@@ -263,6 +265,23 @@ impl ColumnKernel {
     }
 }
 
+/// Independent pointwise programs, possibly of different shapes and dtypes, in one launch
+/// (horizontal fusion: an optimizer's update of every parameter). Member `m` is exactly what one
+/// [`Pointwise`] kernel would be, except that its loads name this kernel's input slots and its
+/// stores this kernel's output slots (members may share input slots; each output slot belongs to
+/// one member). No member reads what another writes: the kernel's inputs are written before it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MultiPointwise {
+    pub members: Vec<Pointwise>,
+}
+
+impl MultiPointwise {
+    /// Elements over all members.
+    pub fn numel(&self) -> usize {
+        self.members.iter().map(|m| m.shape.numel()).sum()
+    }
+}
+
 /// K independent full reductions in one launch: item `i` reduces all of kernel input `i`
 /// (contiguous, `items[i]` elements), after applying the per-element `prologue`, and writes one
 /// element at index `i` of kernel output 0 (a `[K]` buffer of `dtype`).
@@ -369,18 +388,24 @@ impl Kernel {
     /// element the kernel stores to output slot `output` there, before storing it (so the
     /// output may overwrite the input in place). Only families whose every element is loaded,
     /// computed and stored by one thread qualify; the others answer `false`.
-    pub fn reads_only_stored_element(&self, input: usize, _output: usize) -> bool {
+    pub fn reads_only_stored_element(&self, input: usize, output: usize) -> bool {
         match &self.kind {
-            KernelKind::Pointwise(pw) => {
-                let contiguous = pw.shape.strides();
-                pw.body.values.iter().all(|v| match &v.expr {
-                    Expr::Load { input: slot, offset, strides } if *slot == input => {
-                        *offset == 0
-                            && strides.iter().zip(&contiguous).zip(pw.shape.dims()).all(|((s, c), &d)| d == 1 || s == c)
-                    }
-                    _ => true,
-                })
-            }
+            KernelKind::Pointwise(pw) => pointwise_reads_only_stored_element(pw, input),
+            // The member storing `output` must read `input` only there, and no other member may
+            // read it at all: members run concurrently, so another's read could see a new value.
+            KernelKind::MultiPointwise(multi) => multi.members.iter().all(|member| {
+                let stores_output = member.body.stores.iter().any(|st| st.output == output);
+                let reads_input = member
+                    .body
+                    .values
+                    .iter()
+                    .any(|v| matches!(&v.expr, Expr::Load { input: slot, .. } if *slot == input));
+                if stores_output {
+                    pointwise_reads_only_stored_element(member, input)
+                } else {
+                    !reads_input
+                }
+            }),
             KernelKind::Row(_)
             | KernelKind::Column(_)
             | KernelKind::MultiReduce(_)
@@ -388,6 +413,17 @@ impl Kernel {
             | KernelKind::Concat(_) => false,
         }
     }
+}
+
+/// Whether every load of input slot `input` in `pw` reads the element at the point being computed.
+fn pointwise_reads_only_stored_element(pw: &Pointwise, input: usize) -> bool {
+    let contiguous = pw.shape.strides();
+    pw.body.values.iter().all(|v| match &v.expr {
+        Expr::Load { input: slot, offset, strides } if *slot == input => {
+            *offset == 0 && strides.iter().zip(&contiguous).zip(pw.shape.dims()).all(|((s, c), &d)| d == 1 || s == c)
+        }
+        _ => true,
+    })
 }
 
 impl Plan {

@@ -141,6 +141,9 @@ impl Plan {
                 }
                 s
             }
+            KernelKind::MultiPointwise(multi) => {
+                format!("multi_pointwise: {}, {} elements", plural(multi.members.len(), "member"), multi.numel())
+            }
             KernelKind::Concat(cat) => {
                 format!(
                     "concat: shape={} axis={} extents={} {}",
@@ -181,6 +184,13 @@ impl Plan {
                 writeln!(f, "  items: [{}]", listed(&mr.items, ","))?;
                 fmt_body(f, &mr.prologue, None)?;
                 writeln!(f, "  reduce v{} -> out0[item]", mr.prologue.values.len().saturating_sub(1))
+            }
+            KernelKind::MultiPointwise(multi) => {
+                for (m, member) in multi.members.iter().enumerate() {
+                    writeln!(f, "  member {m}: shape={}", member.shape)?;
+                    fmt_body(f, &member.body, None)?;
+                }
+                Ok(())
             }
             KernelKind::MatMul(_) | KernelKind::Concat(_) => Ok(()),
         }

@@ -6,7 +6,7 @@
 //! operand order and load strides before per-row analysis, value ids before store sizes.
 
 use crate::error::{PlanError, Result, Rule};
-use crate::plan::{Body, BufferId, BufferRole, Expr, Kernel, KernelKind, Plan, ValueId};
+use crate::plan::{Body, BufferId, BufferRole, Expr, Kernel, KernelKind, MultiPointwise, Plan, ValueId};
 use braze_ir::infer::infer;
 use braze_ir::{DType, Op, Shape};
 use std::collections::HashSet;
@@ -15,6 +15,13 @@ use std::collections::HashSet;
 struct Broken {
     rule: Rule,
     detail: String,
+}
+
+impl Broken {
+    /// The same rule, the detail prefixed with where inside the kernel (`member 2`).
+    fn within(self, at: &str) -> Broken {
+        Broken { rule: self.rule, detail: format!("{at}: {}", self.detail) }
+    }
 }
 
 type KernelResult = std::result::Result<(), Broken>;
@@ -190,6 +197,7 @@ impl Plan {
             KernelKind::MultiReduce(mr) => self.validate_multi_reduce(kernel, mr),
             KernelKind::MatMul(mm) => self.validate_matmul(kernel, mm),
             KernelKind::Concat(cat) => self.validate_concat(kernel, cat),
+            KernelKind::MultiPointwise(multi) => self.validate_multi_pointwise(kernel, multi),
         }
     }
 
@@ -372,6 +380,53 @@ impl Plan {
             return fail(format!("reduces a {} value into a {} result", reduced.dtype, mr.dtype));
         }
         Ok(())
+    }
+
+    /// [`Rule::MultiPointwise`], with each member's body held to the pointwise rules.
+    fn validate_multi_pointwise(&self, kernel: &Kernel, multi: &MultiPointwise) -> KernelResult {
+        let fail = |detail: String| Err(broken(Rule::MultiPointwise, detail));
+        if multi.members.is_empty() {
+            return fail("no members".into());
+        }
+        let mut stored_by: Vec<Option<usize>> = vec![None; kernel.outputs.len()];
+        for (m, member) in multi.members.iter().enumerate() {
+            let numel = member.shape.numel();
+            self.validate_body(&kernel.inputs, &member.body, member.shape.dims(), false, |_| numel > 0)
+                .map_err(|e| e.within(&format!("member {m}")))?;
+            if member.body.stores.is_empty() {
+                return fail(format!("member {m} stores nothing"));
+            }
+            for store in &member.body.stores {
+                let Some(value) = member.body.values.get(store.value.0) else {
+                    return fail(format!("member {m} stores {}, which is not a value", store.value));
+                };
+                let Some(owner) = stored_by.get_mut(store.output) else {
+                    return fail(format!(
+                        "member {m} stores to output slot {} of {}",
+                        store.output,
+                        kernel.outputs.len()
+                    ));
+                };
+                if let Some(first) = owner.replace(m) {
+                    return fail(format!(
+                        "output slot {} is stored by member {first} and again by member {m}",
+                        store.output
+                    ));
+                }
+                let b = kernel.outputs[store.output];
+                let buffer = self.buffer(b);
+                if buffer.dtype != value.dtype || buffer.numel != numel {
+                    return fail(format!(
+                        "member {m} stores {numel} {} values into {b}, which holds {} {}",
+                        value.dtype, buffer.numel, buffer.dtype
+                    ));
+                }
+            }
+        }
+        match stored_by.iter().position(Option::is_none) {
+            Some(slot) => fail(format!("output slot {slot} is never stored")),
+            None => Ok(()),
+        }
     }
 
     fn validate_matmul(&self, kernel: &Kernel, mm: &crate::plan::MatMul) -> KernelResult {

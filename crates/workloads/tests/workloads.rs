@@ -163,3 +163,54 @@ fn a_learning_rate_schedule_over_1000_steps_does_not_retrace() {
     assert_eq!((stats.traces, stats.recompiles, stats.cache_hits), (1, 0, 1000), "{stats:?}");
     assert_eq!(step.optimizer.steps().item::<f64>().unwrap(), 1001.0);
 }
+
+/// The kernels of `plan` that write plan outputs `outputs` (graph outputs, in order).
+fn writers(plan: &braze_plan::Plan, outputs: std::ops::Range<usize>) -> Vec<usize> {
+    let mut kernels: Vec<usize> = plan.outputs[outputs]
+        .iter()
+        .map(|o| plan.kernels.iter().position(|k| k.outputs.contains(&o.buffer)).expect("a computed output"))
+        .collect();
+    kernels.sort();
+    kernels.dedup();
+    kernels
+}
+
+#[test]
+fn mlp_step_updates_every_parameter_in_one_launch() {
+    use braze_passes::{compile_to_plan, FusionOptions};
+    use braze_plan::KernelKind;
+    for dtype in [DType::F32, DType::BF16] {
+        let sizes = Sizes { rows: 8, hidden: 16, dtype, ..Sizes::default() };
+        let step = workloads::mlp_step(&sizes, braze::Device::Cpu).unwrap();
+        let graph = step.compile().fullgraph(true).explain(&step.inputs).unwrap().graphs[0].clone();
+        let plan = compile_to_plan(&graph, &FusionOptions::default()).unwrap();
+        let ungrouped =
+            compile_to_plan(&graph, &FusionOptions { multi_pointwise_limit: 0, ..FusionOptions::default() }).unwrap();
+        // The graph's outputs: the loss, the gradients, then the optimizer's write-backs in the
+        // order it assigns them: m, v and the parameter of each parameter, the step count and
+        // the skipped-step count.
+        let params = 6 * workloads::MLP_STEP_LAYERS;
+        let outputs = plan.outputs.len();
+        let updates = outputs - 2 - 3 * params..outputs - 2;
+        let kernels = writers(&plan, updates.clone());
+        assert_eq!(kernels.len(), 1, "{dtype}: the update of all {params} parameters is one launch\n{plan}");
+        let KernelKind::MultiPointwise(multi) = &plan.kernels[kernels[0]].kind else {
+            panic!("{dtype}: the update is not a multi-pointwise kernel\n{plan}")
+        };
+        // Other independent kernels may share the launch (bf16 gradients rounded for `.grad`).
+        assert!(multi.members.len() >= params, "{dtype}: a member per parameter at least");
+        // Without horizontal fusion every parameter's update is a kernel of its own at least
+        // (some take two); with it, each multi-pointwise kernel saves the launches of all but
+        // one of its members.
+        assert!(writers(&ungrouped, updates).len() >= params, "{dtype}");
+        let saved: usize = plan
+            .kernels
+            .iter()
+            .map(|k| match &k.kind {
+                KernelKind::MultiPointwise(multi) => multi.members.len() - 1,
+                _ => 0,
+            })
+            .sum();
+        assert_eq!(ungrouped.kernel_count() - plan.kernel_count(), saved, "{dtype}");
+    }
+}

@@ -117,6 +117,27 @@ pub fn pointwise_multi_output() -> Plan {
     g.compile(&[s, gt, i])
 }
 
+/// Independent updates `p - g * lr` of an f32 `[33, 17]`, a bf16 `[1000]` and an empty
+/// parameter (`lr` a scalar broadcast into each), and a bias broadcast over rows: four pointwise
+/// kernels with no path between them, which fusion groups into one multi-pointwise kernel.
+pub fn sgd_updates() -> Plan {
+    let mut g = GraphBuilder::default();
+    let lr = g.input(DType::F32, &[]);
+    let mut outputs = Vec::new();
+    for (dtype, shape) in [(DType::F32, vec![33, 17]), (DType::BF16, vec![1000]), (DType::F32, vec![0, 4])] {
+        let p = g.input(dtype, &shape);
+        let grad = g.input(dtype, &shape);
+        let (p32, g32) = (g.cast(p, DType::F32), g.cast(grad, DType::F32));
+        let step = g.binary(BinaryOp::Mul, g32, lr);
+        let next = g.binary(BinaryOp::Sub, p32, step);
+        outputs.push(g.cast(next, dtype));
+    }
+    let x = g.input(DType::F32, &[64, 8]);
+    let bias = g.input(DType::F32, &[8]);
+    outputs.push(g.binary(BinaryOp::Add, x, bias));
+    g.compile(&outputs)
+}
+
 /// Every unary op and the float binary ops on a bf16 tensor, with casts through f16 and bool.
 pub fn pointwise_every_float_op() -> Plan {
     let n = 1000;
@@ -435,5 +456,6 @@ pub fn all_plans() -> Vec<(&'static str, Plan)> {
         ("column_norm_grads_bf16", norm_weight_bias_grads_bf16(8, 512, 768)),
         ("column_max_odd_columns", column_max(65_536, 7)),
         ("column_any_positive", column_any_positive(1000, 300)),
+        ("multi_pointwise_sgd_updates", sgd_updates()),
     ]
 }

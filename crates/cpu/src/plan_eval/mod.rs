@@ -103,6 +103,13 @@ fn run_kernel(plan: &Plan, kernel: &Kernel, inputs: &[&HostData]) -> Vec<HostDat
         KernelKind::MatMul(matmul) => run_matmul(matmul, inputs, &mut outputs),
         KernelKind::Concat(concat) => run_concat(concat, inputs, &mut outputs),
         KernelKind::Column(column) => column::run_column(column, inputs, &mut outputs),
+        // Members are independent and store to slots of their own: each runs as the pointwise
+        // kernel it was (the GPU's tiles of a member cover the same elements in another order).
+        KernelKind::MultiPointwise(multi) => {
+            for member in &multi.members {
+                run_pointwise(member, inputs, &mut outputs);
+            }
+        }
     }
     outputs
 }

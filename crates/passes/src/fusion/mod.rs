@@ -18,6 +18,10 @@
 //! | a smaller elementwise group that only this kernel reads | broadcast side values |
 //! | concat | concat |
 //!
+//! Then, across the kernels formed: pointwise kernels that are mutually independent (no path
+//! between any two, through any kernels) and of at most `multi_pointwise_limit` elements become
+//! one multi-pointwise kernel, one launch, each keeping its own program (`multi_pointwise.rs`).
+//!
 //! Views (reshape, permute, slice, broadcast_to) get no kernels: they fold into strided loads. A
 //! merge is refused when it would close a cycle through a kernel outside the merged groups, when a
 //! row kernel over rows longer than the cache would hold more than one chain of dependent
@@ -31,6 +35,7 @@ mod in_place;
 mod legalize;
 mod lower;
 mod matmul_epilogue;
+mod multi_pointwise;
 mod multi_reduce;
 mod row;
 mod views;
@@ -61,11 +66,15 @@ pub struct FusionOptions {
     /// after each run (a write-back), so the plan writes it into the input's memory where its
     /// rules allow ([`braze_plan::BufferRole::InPlace`]).
     pub in_place: Vec<(usize, usize)>,
+    /// Largest pointwise kernel (in elements) that horizontal fusion groups with independent
+    /// ones into a multi-pointwise kernel. Above it a kernel streams long enough that its own
+    /// launch costs a few percent at most, and a specialised kernel of its own is simplest.
+    pub multi_pointwise_limit: usize,
 }
 
 impl Default for FusionOptions {
     fn default() -> FusionOptions {
-        FusionOptions { row_cache_limit: 16384, fuse: true, in_place: Vec::new() }
+        FusionOptions { row_cache_limit: 16384, fuse: true, in_place: Vec::new(), multi_pointwise_limit: 1 << 24 }
     }
 }
 
@@ -93,6 +102,9 @@ fn fuse_with_origins(graph: &Graph, options: &FusionOptions, origins: &Origins) 
     fuser.plan_materializations()?;
     fuser.group_nodes()?;
     let mut plan = fuser.lower()?;
+    if options.fuse {
+        plan = multi_pointwise::group_independent_pointwise(plan, options)?;
+    }
     in_place::place(&mut plan, &options.in_place);
     if cfg!(debug_assertions) {
         plan.validate()?;
