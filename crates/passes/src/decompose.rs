@@ -1,7 +1,9 @@
 //! Composites to primitives, so fusion sees through them: layer_norm, rms_norm, softmax and mean
-//! become sums, maxima and elementwise ops. Every node a decomposition creates carries the
-//! composite's source location. f16/bf16 composites compute in f32: the decomposition casts to
-//! f32 first and back at the end, so a fused kernel does not round every intermediate.
+//! become sums, maxima and elementwise ops, and an integer or bool sum (an i64) becomes a sum of
+//! its operand cast to i64, so every reduction after this pass reduces values of its own dtype.
+//! Every node a decomposition creates carries the composite's source location. f16/bf16
+//! composites compute in f32: the decomposition casts to f32 first and back at the end, so a
+//! fused kernel does not round every intermediate.
 
 use crate::{Pass, PassError, Result};
 use braze_ir::{BinaryOp, DType, Graph, NodeId, Op, ReduceOp, Shape, SourceLoc, UnaryOp};
@@ -26,15 +28,17 @@ impl Pass for Decompose {
 
 /// Whether the graph holds an op that [`Decompose`] rewrites.
 pub(crate) fn needs_decomposition(g: &Graph) -> bool {
-    g.node_ids().into_iter().any(|id| decomposed_name(&g.node(id).op).is_some())
+    g.node_ids().into_iter().any(|id| decomposed_name(g, id).is_some())
 }
 
-fn decomposed_name(op: &Op) -> Option<&'static str> {
-    match op {
+fn decomposed_name(g: &Graph, id: NodeId) -> Option<&'static str> {
+    let node = g.node(id);
+    match node.op {
         Op::LayerNorm { .. } => Some("layer_norm"),
         Op::RmsNorm { .. } => Some("rms_norm"),
         Op::Softmax { .. } => Some("softmax"),
         Op::Reduce { op: ReduceOp::Mean, .. } => Some("mean"),
+        Op::Reduce { op: ReduceOp::Sum, .. } if g.node(node.operands[0]).dtype != node.dtype => Some("sum"),
         _ => None,
     }
 }
@@ -43,7 +47,7 @@ fn decomposed_name(op: &Op) -> Option<&'static str> {
 pub(crate) fn decompose(g: &mut Graph, origins: &mut Origins) -> Result<bool> {
     let mut changed = false;
     for id in g.topo_order() {
-        let Some(origin) = decomposed_name(&g.node(id).op) else { continue };
+        let Some(origin) = decomposed_name(g, id) else { continue };
         let node = g.node(id).clone();
         let mut b = Builder { g, loc: node.loc.clone(), origin, origins };
         let result = b.expand(&node.op, &node.operands, node.dtype)?;
@@ -136,6 +140,8 @@ impl Builder<'_> {
                 let sum = self.reduce(ReduceOp::Sum, exp, axes, true)?;
                 self.binary(BinaryOp::Div, exp, sum)?
             }
+            // `x` was cast to the i64 of the result.
+            Op::Reduce { op: ReduceOp::Sum, axes, keepdim } => self.reduce(ReduceOp::Sum, x, axes.clone(), *keepdim)?,
             Op::Reduce { axes, keepdim, .. } => {
                 let sum = self.reduce(ReduceOp::Sum, x, axes.clone(), *keepdim)?;
                 let inv_n = self.constant(1.0 / reduced_count(&shape, axes) as f64, compute);
@@ -152,10 +158,16 @@ impl Builder<'_> {
         self.cast(result, dtype)
     }
 
-    /// `x - mean(x)` over `axes`, keeping dims.
+    /// `x - mean(x)` over `axes`, keeping dims, computed as `d - mean(d)` with `d = x - max(x)`:
+    /// shifted by a value of the row, the mean's rounding scales with the row's spread, not with
+    /// its magnitude (rows near 1e15 with a small spread keep their digits), and a row of equal
+    /// values centres to exactly 0 (`d` is 0), so `rsqrt(var + eps)` has no residual to magnify.
+    /// Each row is reduced three times (max, mean, variance); a cached row is still read once.
     fn centered(&mut self, x: NodeId, axes: &[usize], dtype: DType) -> Result<NodeId> {
-        let mean = self.mean(x, axes, dtype)?;
-        self.binary(BinaryOp::Sub, x, mean)
+        let shift = self.reduce(ReduceOp::Max, x, axes.to_vec(), true)?;
+        let shifted = self.binary(BinaryOp::Sub, x, shift)?;
+        let mean = self.mean(shifted, axes, dtype)?;
+        self.binary(BinaryOp::Sub, shifted, mean)
     }
 
     /// `sum(x, axes, keepdim) * (1/n)`.
