@@ -114,9 +114,7 @@ impl Builder<'_> {
         let last = vec![shape.rank().saturating_sub(1)];
         let result = match op {
             Op::LayerNorm { eps } => {
-                let centered = self.centered(x, &last, compute)?;
-                let square = self.binary(BinaryOp::Mul, centered, centered)?;
-                let var = self.mean(square, &last, compute)?;
+                let (centered, var) = self.centered_and_variance(x, &last, compute)?;
                 let scale = self.inverse_root(var, *eps, compute)?;
                 let normed = self.binary(BinaryOp::Mul, centered, scale)?;
                 let w = self.cast(operands[1], compute)?;
@@ -158,16 +156,37 @@ impl Builder<'_> {
         self.cast(result, dtype)
     }
 
-    /// `x - mean(x)` over `axes`, keeping dims, computed as `d - mean(d)` with `d = x - max(x)`:
-    /// shifted by a value of the row, the mean's rounding scales with the row's spread, not with
-    /// its magnitude (rows near 1e15 with a small spread keep their digits), and a row of equal
-    /// values centres to exactly 0 (`d` is 0), so `rsqrt(var + eps)` has no residual to magnify.
-    /// Each row is reduced three times (max, mean, variance); a cached row is still read once.
-    fn centered(&mut self, x: NodeId, axes: &[usize], dtype: DType) -> Result<NodeId> {
-        let shift = self.reduce(ReduceOp::Max, x, axes.to_vec(), true)?;
-        let shifted = self.binary(BinaryOp::Sub, x, shift)?;
-        let mean = self.mean(shifted, axes, dtype)?;
-        self.binary(BinaryOp::Sub, shifted, mean)
+    /// `x - mean(x)` and the biased variance over `axes`, keeping dims, by the corrected two-pass
+    /// algorithm: `d = x - m` with `m = sum(x) * (1/n)`, then in one more pass over the row both
+    /// `s = sum(d)` and `q = sum(d * d)`; the centred value is `d - s / n` and the variance
+    /// `max((q - s * (s / n)) * (1/n), 0)`. The rounding of `m` is taken back out by `s / n`, so
+    /// rows with large means and a small spread keep their digits, and on a row of one value `d`
+    /// is one residual `r`, `s` is exactly `n * r` and `s / n` (a division, exact where `* (1/n)`
+    /// is not, unless n is a power of two) exactly `r`: the centred row is exactly 0 and `rsqrt(var + eps)` has nothing to
+    /// magnify. Two dependent reductions, as a plain two-pass layer norm has.
+    fn centered_and_variance(&mut self, x: NodeId, axes: &[usize], dtype: DType) -> Result<(NodeId, NodeId)> {
+        let n = reduced_count(&self.shape(x), axes);
+        let rough_mean = self.mean(x, axes, dtype)?;
+        let d = self.binary(BinaryOp::Sub, x, rough_mean)?;
+        let s = self.reduce(ReduceOp::Sum, d, axes.to_vec(), true)?;
+        let square = self.binary(BinaryOp::Mul, d, d)?;
+        let q = self.reduce(ReduceOp::Sum, square, axes.to_vec(), true)?;
+        // `s * (1/n)` is the same exact value when n is a power of two, and cheaper than a division.
+        let residual = if n.is_power_of_two() {
+            let inv_n = self.constant(1.0 / n as f64, dtype);
+            self.binary(BinaryOp::Mul, s, inv_n)?
+        } else {
+            let count = self.constant(n as f64, dtype);
+            self.binary(BinaryOp::Div, s, count)?
+        };
+        let centered = self.binary(BinaryOp::Sub, d, residual)?;
+        let correction = self.binary(BinaryOp::Mul, s, residual)?;
+        let spread = self.binary(BinaryOp::Sub, q, correction)?;
+        let inv_n = self.constant(1.0 / n as f64, dtype);
+        let var = self.binary(BinaryOp::Mul, spread, inv_n)?;
+        let zero = self.constant(0.0, dtype);
+        let var = self.binary(BinaryOp::Max, var, zero)?;
+        Ok((centered, var))
     }
 
     /// `sum(x, axes, keepdim) * (1/n)`.

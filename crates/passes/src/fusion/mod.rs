@@ -44,9 +44,8 @@ use std::collections::{HashMap, HashSet};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FusionOptions {
     /// Longest row (in elements) that row kernels keep in registers. Longer rows are re-read from
-    /// memory for every dependent reduction, so a kernel over them holds at most one chain of
-    /// three dependent reductions (one layer norm: max, mean, variance; or one softmax); further
-    /// layers get kernels of their own.
+    /// memory for every dependent reduction, so a kernel over them holds at most one chain of two
+    /// dependent reductions (one layer norm or softmax); further layers get kernels of their own.
     /// Also the size above which a full reduction becomes a chunked multi-reduce instead of a
     /// one-row kernel.
     pub row_cache_limit: usize,

@@ -8,8 +8,8 @@ use braze_ir::{NodeId, Op, Shape};
 use std::collections::{HashMap, HashSet};
 
 /// Over rows longer than the cache, the longest chain of dependent reductions one kernel holds
-/// (layer norm: max, then mean, then variance).
-const MAX_UNCACHED_REDUCTION_CHAIN: usize = 3;
+/// (layer norm: mean, then variance).
+const MAX_UNCACHED_REDUCTION_CHAIN: usize = 2;
 
 /// A reduction's iteration domain: `input` with the kept dims as rows and `axes` as columns.
 #[derive(Clone, Debug, PartialEq, Eq)]
