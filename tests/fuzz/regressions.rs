@@ -457,7 +457,8 @@ fn regression_bool_max_over_an_empty_row_is_false() {
 /// Fuzz seed 412000123: a layer_norm of rows holding one repeated value (a broadcast rms_norm
 /// result). The f32 mean `sum(x) * (1/n)` missed the value by an ulp, and `(x - mean) *
 /// rsqrt(var + eps)` magnified the residual by rsqrt(eps): -0.90056 where the reference gives the
-/// bias, -0.90060. Centred on the row's max, such a row is exactly 0 and the output exactly `b`.
+/// bias, -0.90060. With the mean's rounding taken back out (`d - sum(d) / n` for `d = x - mean`),
+/// such a row centres to exactly 0 and the output is exactly `b`.
 #[test]
 fn regression_layer_norm_of_rows_of_one_repeated_value() {
     let mut b = Builder::new();
