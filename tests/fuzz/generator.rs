@@ -252,8 +252,8 @@ impl Generator {
             }
             43..=54 => {
                 let ops: &[ReduceOp] = match dtype {
-                    DType::Bool => &[ReduceOp::Max, ReduceOp::Min],
                     d if d.is_float() => &[ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min],
+                    // Integer and bool sums are i64.
                     _ => &[ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min],
                 };
                 let op = self.rng.pick(ops);
@@ -404,7 +404,6 @@ impl Generator {
     fn reduction_stack(&mut self, x: NodeId, budget: usize) -> Result<NodeId, Skip> {
         let dtype = self.g.node(x).dtype;
         let ops: &[ReduceOp] = match dtype {
-            DType::Bool => &[ReduceOp::Max, ReduceOp::Min],
             d if d.is_float() => &[ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min],
             _ => &[ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min],
         };

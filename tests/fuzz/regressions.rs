@@ -490,3 +490,37 @@ fn regression_i32_max_of_negated_values() {
         check_fixed(&graph, Some(vec![column(1), column(2), column(3)]));
     }
 }
+
+/// Fuzz seed 412000123: a layer_norm of rows holding one repeated value (a broadcast rms_norm
+/// result). The f32 mean `sum(x) * (1/n)` missed the value by an ulp, and `(x - mean) *
+/// rsqrt(var + eps)` magnified the residual by rsqrt(eps): -0.90056 where the reference gives the
+/// bias, -0.90060. With the mean's rounding taken back out (`d - sum(d) / n` for `d = x - mean`),
+/// such a row centres to exactly 0 and the output is exactly `b`.
+#[test]
+fn regression_layer_norm_of_rows_of_one_repeated_value() {
+    let mut b = Builder::new();
+    let x = b.input(DType::F32, [3, 1]);
+    let scale = b.input(DType::F32, [1]);
+    let r = b.op(Op::RmsNorm { eps: 1e-6 }, &[x, scale]);
+    let wide = b.broadcast_to(r, [33, 3, 3]);
+    let w = b.input(DType::F32, [3]);
+    let bias = b.input(DType::F32, [3]);
+    let y = b.op(Op::LayerNorm { eps: 1e-5 }, &[wide, w, bias]);
+    let graph = b.finish(vec![y, wide]);
+    let f32s = |shape: &[usize], values: &[f64]| HostTensor::from_f64(DType::F32, shape.to_vec(), values).unwrap();
+    let bias_values = [-0.9006019830703735, 0.405283123254776, 0.17942771315574646];
+    let inputs = vec![
+        f32s(&[3, 1], &[-0.9406211972236633, 0.24498385190963745, -0.23835770785808563]),
+        f32s(&[1], &[-1.3226804733276367]),
+        f32s(&[3], &[-1.2141145467758179, 1.8054287433624268, -0.3310430943965912]),
+        f32s(&[3], &bias_values),
+    ];
+    check_fixed(&graph, Some(inputs.clone()));
+    check_fixed(&graph, None);
+    let plan = compile_to_plan(&graph, &FusionOptions::default()).unwrap();
+    let actual = eval_plan(&plan, &inputs).unwrap()[0].to_f64_vec();
+    let bias_f32: Vec<f64> = bias_values.iter().map(|&v| v as f32 as f64).collect();
+    for (i, chunk) in actual.chunks(3).enumerate() {
+        assert_eq!(chunk, bias_f32, "row {i}: a row of one value normalizes to exactly the bias");
+    }
+}

@@ -51,12 +51,16 @@ macro_rules! binary_methods {
 
 braze_ir::for_each_binary_op!(binary_methods);
 
+// Result dtypes as PyTorch's: `sum` of bool, i32 or i64 is i64 (accumulated in i64, true counts
+// 1), `mean` is for floats only (an integer mean is an error: cast first), `max` and `min` keep
+// the dtype. Typing lives in `braze_ir::infer`.
 macro_rules! reductions {
     ($($name:ident, $all:ident => $op:ident;)*) => {
         impl Tensor {
             $(
                 #[doc = concat!("`", stringify!($name), "` over `axes` (negative axes count from the end; ",
-                    "an empty list reduces nothing), keeping reduced dims as size 1 with `keepdim`.")]
+                    "an empty list reduces nothing), keeping reduced dims as size 1 with `keepdim`. ",
+                    "As in PyTorch, a sum of bool, i32 or i64 is i64 and a mean of them is an error.")]
                 #[track_caller]
                 pub fn $name(&self, axes: &[i64], keepdim: bool) -> Result<Tensor> {
                     self.reduce(stringify!($name), ReduceOp::$op, Some(axes), keepdim, caller())

@@ -104,7 +104,7 @@ fn eval_node(node: &Node, operands: &[&HostTensor]) -> Result<HostTensor> {
             Scalar::Bool(false) => b,
             _ => unreachable!("where's condition is bool after type checking"),
         }),
-        Op::Reduce { op, axes, keepdim: _ } => reduce(*op, operands[0], axes),
+        Op::Reduce { op, axes, keepdim: _ } => reduce(*op, operands[0], axes, dtype),
         Op::Reshape => operands[0].data().clone(),
         Op::BroadcastTo => gather(operands[0].data(), shape, 0, &operands[0].shape().broadcast_strides(shape)),
         Op::Permute { perm } => {
@@ -149,15 +149,16 @@ fn elementwise<const N: usize>(
     out
 }
 
-/// Reduction over `axes`; the kept-dim layout of the result is the same with or without
-/// `keepdim`, so only the element order matters here.
-fn reduce(op: ReduceOp, x: &HostTensor, axes: &[usize]) -> HostData {
+/// Reduction over `axes` into values of `result` (i64 for integer and bool sums); the kept-dim
+/// layout of the result is the same with or without `keepdim`, so only the element order
+/// matters here.
+fn reduce(op: ReduceOp, x: &HostTensor, axes: &[usize], result: DType) -> HostData {
     let dtype = x.dtype();
     let kept = reduced_shape(x.shape(), axes, true);
     let out_strides = kept.broadcast_strides(x.shape());
     let count: usize = axes.iter().map(|&a| x.shape().dims()[a]).product();
     let outputs = kept.numel();
-    let mut out = empty_data(dtype, outputs);
+    let mut out = empty_data(result, outputs);
     let mut input_index = 0;
     match dtype {
         DType::F32 | DType::F16 | DType::BF16 => {
@@ -181,10 +182,15 @@ fn reduce(op: ReduceOp, x: &HostTensor, axes: &[usize]) -> HostData {
                 push(&mut out, Scalar::Float(a));
             }
         }
-        DType::I32 | DType::I64 => {
+        // Integer sums and bool sums (true counts 1) in i64, integer max and min.
+        DType::I32 | DType::I64 | DType::Bool if dtype != DType::Bool || op == ReduceOp::Sum => {
             let mut acc = vec![op.int_identity(dtype); outputs];
             walk(x.shape().dims(), [&out_strides], |[o]| {
-                let Scalar::Int(v) = Scalar::read(x.data(), input_index) else { unreachable!("integer data") };
+                let v = match Scalar::read(x.data(), input_index) {
+                    Scalar::Int(v) => v,
+                    Scalar::Bool(b) => b.into(),
+                    Scalar::Float(_) => unreachable!("integer or bool data"),
+                };
                 input_index += 1;
                 acc[o] = op.combine_int(acc[o], v);
             });
@@ -192,8 +198,8 @@ fn reduce(op: ReduceOp, x: &HostTensor, axes: &[usize]) -> HostData {
                 push(&mut out, Scalar::Int(a));
             }
         }
-        DType::Bool => {
-            // max is "any", min is "all"; sum and mean are rejected by type checking.
+        DType::I32 | DType::I64 | DType::Bool => {
+            // max is "any", min is "all"; a mean is rejected by type checking.
             let any = op == ReduceOp::Max;
             let mut acc = vec![!any; outputs];
             walk(x.shape().dims(), [&out_strides], |[o]| {

@@ -36,7 +36,8 @@
 //! f64 in row-major order of the reduced elements; `mean = sum / count`; max/min propagate NaN.
 //! Empty reductions give sum 0, mean NaN, max -inf and min +inf for floats, dtype MIN for an
 //! integer max and dtype MAX for an integer min; on bools max is "any" (empty: false) and min is
-//! "all" (empty: true). Integer sums wrap in i64 and then to the dtype.
+//! "all" (empty: true). As in PyTorch, sums of integers and bools (true counts 1) are i64 and
+//! wrap in i64; a mean of them is a typing error.
 //!
 //! **Layout.** reshape (row-major), broadcast_to, permute (output dim i is input dim perm\[i\]),
 //! slice {axis, start, end, step}, concat {axis}, stack {axis}.
@@ -54,8 +55,8 @@
 //! semantics); **input** is the bound input.
 //!
 //! [`eval_plan`] runs a fused [`braze_plan::Plan`] kernel by kernel the way a GPU would (f32
-//! math, each kernel family's own loop structure), so fusion's indexing is testable without a
-//! GPU. [`mod@compare`] and [`random`] hold the checks and reproducible test data the other crates'
+//! math, each kernel family's own loop structure, float sums as trees the way the kernels'
+//! butterflies combine them), so fusion's indexing is testable without a GPU. [`mod@compare`] and [`random`] hold the checks and reproducible test data the other crates'
 //! tests use.
 
 pub mod compare;

@@ -62,12 +62,19 @@ fn float_sums_accumulate_in_f64() {
 
 #[test]
 fn integer_and_bool_reductions() {
+    // Sums are i64, as PyTorch's: i32::MAX + 1 does not wrap.
+    let big = i32::MAX as i64;
     let x = i32s(&[2, 3], &[1, -5, 3, i32::MAX, 1, 0]);
-    check(&x, ReduceOp::Sum, &[1], false, i32s(&[2], &[-1, i32::MIN]));
+    check(&x, ReduceOp::Sum, &[1], false, i64s(&[2], &[-1, big + 1]));
     check(&x, ReduceOp::Max, &[1], true, i32s(&[2, 1], &[3, i32::MAX]));
     check(&x, ReduceOp::Min, &[0, 1], false, i32s(&[], &[-5]));
-    check(&x, ReduceOp::Sum, &[0], false, i32s(&[3], &[i32::MIN, -4, 3]));
+    check(&x, ReduceOp::Sum, &[0], false, i64s(&[3], &[big + 1, -4, 3]));
+    // i64 sums wrap in i64.
+    let longs = i64s(&[2], &[i64::MAX, 1]);
+    check(&longs, ReduceOp::Sum, &[0], false, i64s(&[], &[i64::MIN]));
     let b = bools(&[2, 2], &[true, false, false, false]);
+    check(&b, ReduceOp::Sum, &[1], false, i64s(&[2], &[1, 0]));
+    check(&b, ReduceOp::Sum, &[0, 1], true, i64s(&[1, 1], &[1]));
     check(&b, ReduceOp::Max, &[1], false, bools(&[2], &[true, false]));
     check(&b, ReduceOp::Min, &[1], false, bools(&[2], &[false, false]));
     check(&b, ReduceOp::Max, &[0, 1], false, bools(&[], &[true]));
@@ -87,10 +94,11 @@ fn empty_reductions_give_the_identity() {
     let ints = i32s(&[0, 3], &[]);
     check(&ints, ReduceOp::Max, &[0], false, i32s(&[3], &[i32::MIN; 3]));
     check(&ints, ReduceOp::Min, &[0], false, i32s(&[3], &[i32::MAX; 3]));
-    check(&ints, ReduceOp::Sum, &[0], false, i32s(&[3], &[0; 3]));
+    check(&ints, ReduceOp::Sum, &[0], false, i64s(&[3], &[0; 3]));
     let longs = t(DType::I64, &[0], &[]);
     check(&longs, ReduceOp::Max, &[0], false, HostTensor::full(DType::I64, [], i64::MIN as f64));
     let flags = bools(&[2, 0], &[]);
     check(&flags, ReduceOp::Max, &[1], false, bools(&[2], &[false, false]));
     check(&flags, ReduceOp::Min, &[1], false, bools(&[2], &[true, true]));
+    check(&flags, ReduceOp::Sum, &[1], false, i64s(&[2], &[0, 0]));
 }

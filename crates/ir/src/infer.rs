@@ -108,16 +108,17 @@ pub fn infer(op: &Op, operands: &[(DType, &Shape)], declared: Option<Declared<'_
         Op::Reduce { op: r, axes, keepdim } => {
             let (dt, shape) = operands[0];
             check_axes(name, axes, shape.rank())?;
-            match r {
+            let result = match r {
+                // As PyTorch: an integer mean has no dtype to give (`mean(): could not infer
+                // output dtype`); cast to a float first.
                 ReduceOp::Mean if !dt.is_float() => {
                     return Err(IrError::UnsupportedDType { op: name.into(), dtype: dt })
                 }
-                ReduceOp::Sum if dt == DType::Bool => {
-                    return Err(IrError::UnsupportedDType { op: name.into(), dtype: dt })
-                }
-                _ => {}
-            }
-            Ok((dt, reduced_shape(shape, axes, *keepdim)))
+                // As PyTorch: bool and integer sums accumulate and return i64 (true counts 1).
+                ReduceOp::Sum if !dt.is_float() => DType::I64,
+                _ => dt,
+            };
+            Ok((result, reduced_shape(shape, axes, *keepdim)))
         }
         Op::Reshape => {
             let d = need_declared()?;

@@ -5,6 +5,8 @@ use crate::literal::format_f64;
 use crate::{BinaryOp, DType, Literal, UnaryOp};
 use serde::{Deserialize, Serialize};
 
+/// A reduction. Typing follows PyTorch (see `infer`): a sum of bool, i32 or i64 values is i64,
+/// a mean is defined for floats only, max and min keep the dtype (of bools: any and all).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ReduceOp {
@@ -36,7 +38,7 @@ impl ReduceOp {
         }
     }
 
-    /// One step of an integer reduction in i64: sums wrap (the caller narrows to the dtype).
+    /// One step of an integer reduction in i64: sums wrap in i64, as PyTorch's do.
     pub fn combine_int(self, acc: i64, x: i64) -> i64 {
         match self {
             ReduceOp::Sum | ReduceOp::Mean => acc.wrapping_add(x),

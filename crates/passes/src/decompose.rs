@@ -1,7 +1,9 @@
 //! Composites to primitives, so fusion sees through them: layer_norm, rms_norm, softmax and mean
-//! become sums, maxima and elementwise ops. Every node a decomposition creates carries the
-//! composite's source location. f16/bf16 composites compute in f32: the decomposition casts to
-//! f32 first and back at the end, so a fused kernel does not round every intermediate.
+//! become sums, maxima and elementwise ops, and an integer or bool sum (an i64) becomes a sum of
+//! its operand cast to i64, so every reduction after this pass reduces values of its own dtype.
+//! Every node a decomposition creates carries the composite's source location. f16/bf16
+//! composites compute in f32: the decomposition casts to f32 first and back at the end, so a
+//! fused kernel does not round every intermediate.
 
 use crate::{Pass, PassError, Result};
 use braze_ir::{BinaryOp, DType, Graph, NodeId, Op, ReduceOp, Shape, SourceLoc, UnaryOp};
@@ -26,15 +28,17 @@ impl Pass for Decompose {
 
 /// Whether the graph holds an op that [`Decompose`] rewrites.
 pub(crate) fn needs_decomposition(g: &Graph) -> bool {
-    g.node_ids().into_iter().any(|id| decomposed_name(&g.node(id).op).is_some())
+    g.node_ids().into_iter().any(|id| decomposed_name(g, id).is_some())
 }
 
-fn decomposed_name(op: &Op) -> Option<&'static str> {
-    match op {
+fn decomposed_name(g: &Graph, id: NodeId) -> Option<&'static str> {
+    let node = g.node(id);
+    match node.op {
         Op::LayerNorm { .. } => Some("layer_norm"),
         Op::RmsNorm { .. } => Some("rms_norm"),
         Op::Softmax { .. } => Some("softmax"),
         Op::Reduce { op: ReduceOp::Mean, .. } => Some("mean"),
+        Op::Reduce { op: ReduceOp::Sum, .. } if g.node(node.operands[0]).dtype != node.dtype => Some("sum"),
         _ => None,
     }
 }
@@ -43,7 +47,7 @@ fn decomposed_name(op: &Op) -> Option<&'static str> {
 pub(crate) fn decompose(g: &mut Graph, origins: &mut Origins) -> Result<bool> {
     let mut changed = false;
     for id in g.topo_order() {
-        let Some(origin) = decomposed_name(&g.node(id).op) else { continue };
+        let Some(origin) = decomposed_name(g, id) else { continue };
         let node = g.node(id).clone();
         let mut b = Builder { g, loc: node.loc.clone(), origin, origins };
         let result = b.expand(&node.op, &node.operands, node.dtype)?;
@@ -110,9 +114,7 @@ impl Builder<'_> {
         let last = vec![shape.rank().saturating_sub(1)];
         let result = match op {
             Op::LayerNorm { eps } => {
-                let centered = self.centered(x, &last, compute)?;
-                let square = self.binary(BinaryOp::Mul, centered, centered)?;
-                let var = self.mean(square, &last, compute)?;
+                let (centered, var) = self.centered_and_variance(x, &last, compute)?;
                 let scale = self.inverse_root(var, *eps, compute)?;
                 let normed = self.binary(BinaryOp::Mul, centered, scale)?;
                 let w = self.cast(operands[1], compute)?;
@@ -136,6 +138,8 @@ impl Builder<'_> {
                 let sum = self.reduce(ReduceOp::Sum, exp, axes, true)?;
                 self.binary(BinaryOp::Div, exp, sum)?
             }
+            // `x` was cast to the i64 of the result.
+            Op::Reduce { op: ReduceOp::Sum, axes, keepdim } => self.reduce(ReduceOp::Sum, x, axes.clone(), *keepdim)?,
             Op::Reduce { axes, keepdim, .. } => {
                 let sum = self.reduce(ReduceOp::Sum, x, axes.clone(), *keepdim)?;
                 let inv_n = self.constant(1.0 / reduced_count(&shape, axes) as f64, compute);
@@ -152,10 +156,37 @@ impl Builder<'_> {
         self.cast(result, dtype)
     }
 
-    /// `x - mean(x)` over `axes`, keeping dims.
-    fn centered(&mut self, x: NodeId, axes: &[usize], dtype: DType) -> Result<NodeId> {
-        let mean = self.mean(x, axes, dtype)?;
-        self.binary(BinaryOp::Sub, x, mean)
+    /// `x - mean(x)` and the biased variance over `axes`, keeping dims, by the corrected two-pass
+    /// algorithm: `d = x - m` with `m = sum(x) * (1/n)`, then in one more pass over the row both
+    /// `s = sum(d)` and `q = sum(d * d)`; the centred value is `d - s / n` and the variance
+    /// `max((q - s * (s / n)) * (1/n), 0)`. The rounding of `m` is taken back out by `s / n`, so
+    /// rows with large means and a small spread keep their digits, and on a row of one value `d`
+    /// is one residual `r`, `s` is exactly `n * r` and `s / n` (a division, exact where `* (1/n)`
+    /// is not, unless n is a power of two) exactly `r`: the centred row is exactly 0 and `rsqrt(var + eps)` has nothing to
+    /// magnify. Two dependent reductions, as a plain two-pass layer norm has.
+    fn centered_and_variance(&mut self, x: NodeId, axes: &[usize], dtype: DType) -> Result<(NodeId, NodeId)> {
+        let n = reduced_count(&self.shape(x), axes);
+        let rough_mean = self.mean(x, axes, dtype)?;
+        let d = self.binary(BinaryOp::Sub, x, rough_mean)?;
+        let s = self.reduce(ReduceOp::Sum, d, axes.to_vec(), true)?;
+        let square = self.binary(BinaryOp::Mul, d, d)?;
+        let q = self.reduce(ReduceOp::Sum, square, axes.to_vec(), true)?;
+        // `s * (1/n)` is the same exact value when n is a power of two, and cheaper than a division.
+        let residual = if n.is_power_of_two() {
+            let inv_n = self.constant(1.0 / n as f64, dtype);
+            self.binary(BinaryOp::Mul, s, inv_n)?
+        } else {
+            let count = self.constant(n as f64, dtype);
+            self.binary(BinaryOp::Div, s, count)?
+        };
+        let centered = self.binary(BinaryOp::Sub, d, residual)?;
+        let correction = self.binary(BinaryOp::Mul, s, residual)?;
+        let spread = self.binary(BinaryOp::Sub, q, correction)?;
+        let inv_n = self.constant(1.0 / n as f64, dtype);
+        let var = self.binary(BinaryOp::Mul, spread, inv_n)?;
+        let zero = self.constant(0.0, dtype);
+        let var = self.binary(BinaryOp::Max, var, zero)?;
+        Ok((centered, var))
     }
 
     /// `sum(x, axes, keepdim) * (1/n)`.

@@ -30,7 +30,7 @@ const RULES: &[(&str, Rule)] = &[
     ("permute_identity", permute_identity),       // permute(x, [0, 1, ..]) == x
     ("permute_permute", permute_permute),         // permute(permute(x, p), q) == permute(x, [p[q[i]] for i])
     ("slice_full", slice_full),                   // slice(x, axis, 0:n:1) == x where n is the axis' size
-    ("reduce_no_axes", reduce_no_axes),           // reduce(x, axes=[]) == x (float sum, mean: x + 0.0)
+    ("reduce_no_axes", reduce_no_axes),           // reduce(x, axes=[]) == x (float sum, mean: x + 0.0; int sum: cast(x, i64))
 ];
 
 impl Pass for Simplify {
@@ -234,7 +234,8 @@ fn slice_full(g: &mut Graph, id: NodeId) -> Result<Option<NodeId>> {
     Ok((start == 0 && end == size && (step == 1 || size <= 1)).then_some(x))
 }
 
-/// Each element reduces to itself, except that a float sum starts from +0.0: `-0.0` sums to +0.0.
+/// Each element reduces to itself, except that a float sum starts from +0.0 (`-0.0` sums to
+/// +0.0) and an integer or bool sum is an i64.
 fn reduce_no_axes(g: &mut Graph, id: NodeId) -> Result<Option<NodeId>> {
     let node = g.node(id);
     let Op::Reduce { op, axes, .. } = &node.op else { return Ok(None) };
@@ -245,6 +246,11 @@ fn reduce_no_axes(g: &mut Graph, id: NodeId) -> Result<Option<NodeId>> {
     if dtype.is_float() && matches!(op, ReduceOp::Sum | ReduceOp::Mean) {
         let zero = g.constant(0.0, dtype);
         return Ok(Some(g.add(Op::Binary { op: BinaryOp::Add }, &[x, zero], loc)?));
+    }
+    if g.node(x).dtype != dtype {
+        let cast = g.cast(x, dtype)?;
+        g.set_loc(cast, loc);
+        return Ok(Some(cast));
     }
     Ok(Some(x))
 }

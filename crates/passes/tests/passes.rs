@@ -203,7 +203,7 @@ graph(%0: f32[4]) {
 #[test]
 fn simplify_float_sums_over_no_axes_keep_adding_zero() {
     // A sum starts from +0.0, so a float sum over no axes is `x + 0.0` (-0.0 becomes +0.0); an
-    // integer sum and a max over no axes are the operand itself.
+    // integer sum over no axes is the operand as i64, and a max over no axes the operand itself.
     check(
         &Simplify,
         |g| {
@@ -218,14 +218,15 @@ fn simplify_float_sums_over_no_axes_keep_adding_zero() {
 graph(%0: f32[4], %1: i32[4]) {
   %2 = sum %0, axes=[] : f32[4]
   %3 = max %0, axes=[] : f32[4]
-  %4 = sum %1, axes=[], keepdim : i32[4]
+  %4 = sum %1, axes=[], keepdim : i64[4]
   return %2, %3, %4
 }
 => simplify (changed)
 graph(%0: f32[4], %1: i32[4]) {
-  %2 = const 0.0 : f32[]
-  %3 = add %0, %2 : f32[4]
-  return %3, %0, %1
+  %2 = cast %1 : i64[4]
+  %3 = const 0.0 : f32[]
+  %4 = add %0, %3 : f32[4]
+  return %4, %0, %2
 }",
     );
 }
@@ -311,20 +312,65 @@ graph(%0: bf16[2,8], %1: bf16[8], %2: bf16[8]) {
   %5 = const 0.125 : f32[]
   %6 = mul %4, %5 : f32[2,1]
   %7 = sub %3, %6 : f32[2,8]
-  %8 = mul %7, %7 : f32[2,8]
-  %9 = sum %8, axes=[1], keepdim : f32[2,1]
-  %10 = const 0.125 : f32[]
-  %11 = mul %9, %10 : f32[2,1]
-  %12 = const 1e-5 : f32[]
-  %13 = add %11, %12 : f32[2,1]
-  %14 = rsqrt %13 : f32[2,1]
-  %15 = mul %7, %14 : f32[2,8]
-  %16 = cast %1 : f32[8]
-  %17 = mul %15, %16 : f32[2,8]
-  %18 = cast %2 : f32[8]
-  %19 = add %17, %18 : f32[2,8]
-  %20 = cast %19 : bf16[2,8]
-  return %20
+  %8 = sum %7, axes=[1], keepdim : f32[2,1]
+  %9 = mul %7, %7 : f32[2,8]
+  %10 = sum %9, axes=[1], keepdim : f32[2,1]
+  %11 = const 0.125 : f32[]
+  %12 = mul %8, %11 : f32[2,1]
+  %13 = sub %7, %12 : f32[2,8]
+  %14 = mul %8, %12 : f32[2,1]
+  %15 = sub %10, %14 : f32[2,1]
+  %16 = const 0.125 : f32[]
+  %17 = mul %15, %16 : f32[2,1]
+  %18 = const 0.0 : f32[]
+  %19 = max %17, %18 : f32[2,1]
+  %20 = const 1e-5 : f32[]
+  %21 = add %19, %20 : f32[2,1]
+  %22 = rsqrt %21 : f32[2,1]
+  %23 = mul %13, %22 : f32[2,8]
+  %24 = cast %1 : f32[8]
+  %25 = mul %23, %24 : f32[2,8]
+  %26 = cast %2 : f32[8]
+  %27 = add %25, %26 : f32[2,8]
+  %28 = cast %27 : bf16[2,8]
+  return %28
+}",
+    );
+}
+
+#[test]
+fn decompose_integer_and_bool_sums_into_sums_of_i64() {
+    // Every reduction after decomposition reduces values of its own dtype; i64 sums and max of
+    // i32 stay as they are.
+    check(
+        &Decompose,
+        |g| {
+            let i = g.input(DType::I32, [3, 5]);
+            let b = g.input(DType::Bool, [5]);
+            let l = g.input(DType::I64, [5]);
+            let si = op(g, Op::Reduce { op: ReduceOp::Sum, axes: vec![1], keepdim: false }, &[i]);
+            let sb = op(g, Op::Reduce { op: ReduceOp::Sum, axes: vec![0], keepdim: true }, &[b]);
+            let sl = op(g, Op::Reduce { op: ReduceOp::Sum, axes: vec![0], keepdim: false }, &[l]);
+            let mi = op(g, Op::Reduce { op: ReduceOp::Max, axes: vec![1], keepdim: false }, &[i]);
+            vec![si, sb, sl, mi]
+        },
+        "
+graph(%0: i32[3,5], %1: bool[5], %2: i64[5]) {
+  %3 = sum %0, axes=[1] : i64[3]
+  %4 = sum %1, axes=[0], keepdim : i64[1]
+  %5 = sum %2, axes=[0] : i64[]
+  %6 = max %0, axes=[1] : i32[3]
+  return %3, %4, %5, %6
+}
+=> decompose (changed)
+graph(%0: i32[3,5], %1: bool[5], %2: i64[5]) {
+  %3 = cast %1 : i64[5]
+  %4 = sum %2, axes=[0] : i64[]
+  %5 = max %0, axes=[1] : i32[3]
+  %6 = cast %0 : i64[3,5]
+  %7 = sum %6, axes=[1] : i64[3]
+  %8 = sum %3, axes=[0], keepdim : i64[1]
+  return %7, %8, %4, %5
 }",
     );
 }

@@ -233,29 +233,30 @@ fn cast_const(c: Literal, dtype: DType) -> Val {
     load(&one, 0)
 }
 
-/// Folds `values` with a reduction in registers: f32 sums in order, NaN-propagating max/min,
-/// wrapping integer sums, any/all on bools. `Mean` divides the sum by `count` (NaN when 0).
+/// Folds `values` into a result of `dtype` with a reduction in registers: f32 sums as a tree
+/// ([`tree_sum`]), NaN-propagating max/min, integer and bool sums in i64 (wrapping), any/all on
+/// bools. `Mean` divides the sum by `count` (NaN when 0).
 fn reduce(op: ReduceOp, dtype: DType, count: usize, values: impl Iterator<Item = Val>) -> Val {
     match dtype {
         DType::F32 | DType::F16 | DType::BF16 => {
-            let identity = match op {
-                ReduceOp::Sum | ReduceOp::Mean => 0.0f32,
-                ReduceOp::Max => f32::NEG_INFINITY,
-                ReduceOp::Min => f32::INFINITY,
-            };
-            let total = values.fold(identity, |acc, v| {
+            let floats = values.map(|v| {
                 let Val::Float(x) = v else { unreachable!("float reduction over {v:?}") };
-                match op {
-                    ReduceOp::Sum | ReduceOp::Mean => acc + x,
-                    ReduceOp::Max => nan_max(acc, x),
-                    ReduceOp::Min => nan_min(acc, x),
-                }
+                x
             });
+            let total = match op {
+                ReduceOp::Sum | ReduceOp::Mean => tree_sum(&floats.collect::<Vec<f32>>()),
+                ReduceOp::Max => floats.fold(f32::NEG_INFINITY, nan_max),
+                ReduceOp::Min => floats.fold(f32::INFINITY, nan_min),
+            };
             Val::Float(if op == ReduceOp::Mean { total / count as f32 } else { total })
         }
         DType::I32 | DType::I64 => {
             let total = values.fold(op.int_identity(dtype), |acc, v| {
-                let Val::Int(x) = v else { unreachable!("integer reduction over {v:?}") };
+                let x = match v {
+                    Val::Int(x) => x,
+                    Val::Bool(b) => b.into(),
+                    Val::Float(_) => unreachable!("integer reduction over {v:?}"),
+                };
                 op.combine_int(acc, x)
             });
             settle(Val::Int(total), dtype)
@@ -272,6 +273,21 @@ fn reduce(op: ReduceOp, dtype: DType, count: usize, values: impl Iterator<Item =
             }))
         }
     }
+}
+
+/// Most elements a GPU thread sums in order before its partial joins a tree.
+const SUM_LEAF: usize = 8;
+
+/// An f32 sum the way the kernels form one: short runs in order, from +0.0 (so `-0.0` sums to
+/// +0.0), then partials combined pairwise (the warp butterflies and the block's warp partials).
+/// The error grows with the log of the length, as on the GPU; an in-order sum of a row of
+/// thousands would be less accurate than the kernels it models.
+fn tree_sum(values: &[f32]) -> f32 {
+    if values.len() <= SUM_LEAF {
+        return values.iter().fold(0.0f32, |acc, &x| acc + x);
+    }
+    let (left, right) = values.split_at(values.len() / 2);
+    tree_sum(left) + tree_sum(right)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -332,7 +348,7 @@ impl Lane {
 }
 
 /// One block per row: per-row values are computed once, per-element values for every column,
-/// and each reduction folds its operand over the row's columns in order, in f32.
+/// and each reduction folds its operand over the row's columns in f32 (sums as trees).
 fn run_row(row_kernel: &RowKernel, inputs: &[&HostData], outputs: &mut [HostData]) {
     let outer_rank = row_kernel.outer.len();
     let (rows, cols) = (row_kernel.rows(), row_kernel.cols());
@@ -385,7 +401,7 @@ fn run_row(row_kernel: &RowKernel, inputs: &[&HostData], outputs: &mut [HostData
 }
 
 /// K full reductions: item `i` runs the prologue on each element of kernel input `i` and folds
-/// the last prologue value in element order, in f32, into element `i` of output 0.
+/// the last prologue value in f32 (sums as trees) into element `i` of output 0.
 fn run_multi_reduce(multi: &MultiReduce, inputs: &[&HostData], outputs: &mut [HostData]) {
     let prologue = &multi.prologue;
     for (item, (&count, data)) in multi.items.iter().zip(inputs).enumerate() {

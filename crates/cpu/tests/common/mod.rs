@@ -26,6 +26,10 @@ pub fn i32s(shape: &[usize], values: &[i32]) -> HostTensor {
     HostTensor::new(shape.to_vec(), HostData::I32(values.to_vec())).expect("value count matches shape")
 }
 
+pub fn i64s(shape: &[usize], values: &[i64]) -> HostTensor {
+    HostTensor::new(shape.to_vec(), HostData::I64(values.to_vec())).expect("value count matches shape")
+}
+
 /// 0, 1, 2, ... as f32 in `shape`.
 pub fn arange(shape: &[usize]) -> HostTensor {
     let n: usize = shape.iter().product();
