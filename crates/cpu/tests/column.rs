@@ -81,10 +81,21 @@ fn no_rows_give_the_identity_of_every_column() {
     }
 }
 
-/// The sum of `values` folded as the column kernels fold rows: chunks of 256 in order, the
-/// chunks' partials in chunk order, in f32.
+/// An f32 sum as the plan executor forms every in-register sum: runs of up to 8 in order from
+/// +0.0, then halves combined pairwise.
+fn tree_sum(values: &[f32]) -> f32 {
+    if values.len() <= 8 {
+        return values.iter().fold(0.0f32, |acc, &x| acc + x);
+    }
+    let (left, right) = values.split_at(values.len() / 2);
+    tree_sum(left) + tree_sum(right)
+}
+
+/// The sum of `values` folded as the column kernels fold rows: each chunk of 256 rows on its
+/// own, then the chunks' partials in chunk order, in f32.
 fn chunked_sum(values: &[f32]) -> f32 {
-    values.chunks(256).map(|chunk| chunk.iter().fold(0.0f32, |acc, &x| acc + x)).fold(0.0f32, |acc, p| acc + p)
+    let partials: Vec<f32> = values.chunks(256).map(tree_sum).collect();
+    tree_sum(&partials)
 }
 
 #[test]
