@@ -34,6 +34,7 @@ mod cuda;
 mod error;
 mod index;
 mod multi_reduce;
+mod multi_reduce_epilogue;
 mod pointwise;
 mod reduce;
 mod row;

@@ -11,6 +11,7 @@
 //! dtype. Integers compute in their own width, bools as bools. Op semantics are those of
 //! `braze-cpu`'s reference (NaN-propagating max/min, relu(-0.0) = +0.0, int x/0 = 0, ...).
 
+use crate::multi_reduce::MultiReduce;
 use braze_ir::{BinaryOp, DType, Literal, ReduceOp, Shape, SourceLoc, UnaryOp};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -225,22 +226,6 @@ impl RowKernel {
     pub fn domain(&self) -> Shape {
         Shape(self.outer.iter().chain(&self.inner).copied().collect())
     }
-}
-
-/// K independent full reductions in one launch: item `i` reduces all of kernel input `i`
-/// (contiguous, `items[i]` elements), after applying the per-element `prologue`, and writes one
-/// element at index `i` of kernel output 0 (a `[K]` buffer of `dtype`).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct MultiReduce {
-    /// `Mean` divides item `i`'s sum by `items[i]` (NaN for an empty item).
-    pub op: ReduceOp,
-    /// Element count of each item.
-    pub items: Vec<usize>,
-    /// Per-element program over a 1-D domain: `Load { input: 0, offset: 0, strides: [1] }` reads
-    /// the current item's element; the last value is the one reduced. No stores.
-    pub prologue: Body,
-    /// Dtype of the items and of the output.
-    pub dtype: DType,
 }
 
 /// `out[b] = act(A[b] @ B[b] + bias)`, with row-major A `[m, k]` and B `[k, n]` per batch
