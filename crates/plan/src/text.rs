@@ -198,9 +198,9 @@ fn fmt_multi_reduce(f: &mut fmt::Formatter<'_>, mr: &MultiReduce) -> fmt::Result
             .filter(|&i| mr.items[i].reduction == r)
             .map(|i| format!("{i}:{}", mr.items[i].len))
             .collect();
-        writeln!(f, "  reduction {r}: {} of {} items [{}]", red.op.name(), red.dtype, listed(&items, ","))?;
+        writeln!(f, "  reduction {r} over {} items [{}]:", red.dtype, listed(&items, ","))?;
         fmt_body(f, &red.prologue, None)?;
-        writeln!(f, "    reduce v{}", red.prologue.values.len().saturating_sub(1))?;
+        writeln!(f, "  reduce_{} v{} -> item result", red.op.name(), red.prologue.values.len().saturating_sub(1))?;
     }
     writeln!(f, "  epilogue (load inI: item I's result):")?;
     // A stack of thousands of results keeps its ends.

@@ -6,8 +6,8 @@ use super::{is_view, lowering_error, Fuser, GroupKind, Space};
 use crate::Result;
 use braze_ir::{DType, Literal, NodeId, Op, Shape};
 use braze_plan::{
-    Body, Buffer, BufferId, BufferRole, Concat, Expr, Kernel, KernelKind, MatMul, Plan, PlanOutput,
-    Pointwise, RowKernel, SourceOp, Store, ValueId,
+    Body, Buffer, BufferId, BufferRole, Concat, Expr, Kernel, KernelKind, MatMul, Plan, PlanOutput, Pointwise,
+    RowKernel, SourceOp, Store, ValueId,
 };
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap, HashMap};
@@ -62,7 +62,7 @@ pub(super) struct BodyBuilder {
     consts: HashMap<((u8, u64), DType), ValueId>,
     pub(super) values: HashMap<NodeId, ValueId>,
     /// Views folded into this kernel's loads (for its sources).
-    folded: BTreeSet<(usize, NodeId)>,
+    pub(super) folded: BTreeSet<(usize, NodeId)>,
 }
 
 impl BodyBuilder {
@@ -232,8 +232,8 @@ impl Fuser<'_> {
         match &self.group(gid).kind {
             GroupKind::MatMul(mm) => vec![mm.result],
             GroupKind::Concat { node } => vec![*node],
-            // A multi-reduce's prologues and reductions only feed its results and epilogue.
-            GroupKind::Pointwise { .. } | GroupKind::Row(_) | GroupKind::MultiReduce(_) => self
+            GroupKind::MultiReduce(_) => self.stored_multi_reduce_values(gid),
+            GroupKind::Pointwise { .. } | GroupKind::Row(_) => self
                 .sorted_members(gid)
                 .into_iter()
                 .filter(|&m| self.g.is_output(m) || self.users(m).iter().any(|&u| !self.in_group(u, gid)))
@@ -432,7 +432,7 @@ impl Fuser<'_> {
     }
 
     /// Records the views between `x` and the buffer it is read from.
-    fn note_folded(&self, bb: &mut BodyBuilder, mut x: NodeId) {
+    pub(super) fn note_folded(&self, bb: &mut BodyBuilder, mut x: NodeId) {
         while is_view(&self.node(x).op) && !self.materialized.contains(&x) {
             bb.folded.insert((self.pos(x), x));
             x = self.node(x).operands[0];

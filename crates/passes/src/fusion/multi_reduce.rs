@@ -247,9 +247,8 @@ impl Fuser<'_> {
                 continue;
             }
             let node = self.node(n);
-            let scalar_op = node.op.is_elementwise()
-                && !matches!(node.op, Op::Constant { .. })
-                && node.shape.numel() == 1;
+            let scalar_op =
+                node.op.is_elementwise() && !matches!(node.op, Op::Constant { .. }) && node.shape.numel() == 1;
             let stack = matches!(node.op, Op::Concat { .. }) && node.shape.numel() == node.operands.len();
             if !scalar_op && !stack {
                 continue;
@@ -272,14 +271,30 @@ impl Fuser<'_> {
         epilogue
     }
 
-    /// How many values `group` would store: results and epilogue values read outside it.
+    /// How many values `group` would store.
     fn stored_count(&self, group: &MultiReduceGroup) -> usize {
-        let inside: HashSet<NodeId> =
-            group.items.iter().flat_map(|it| it.members.iter().copied()).chain(group.epilogue.iter().copied()).collect();
+        let inside: HashSet<NodeId> = group
+            .items
+            .iter()
+            .flat_map(|it| it.members.iter().copied())
+            .chain(group.epilogue.iter().copied())
+            .collect();
         let tops = group.items.iter().map(|it| it.top);
-        tops.chain(group.epilogue.iter().copied())
-            .filter(|&v| self.g.is_output(v) || self.users(v).iter().any(|u| !inside.contains(u)))
-            .count()
+        tops.chain(group.epilogue.iter().copied()).filter(|&v| self.read_outside(v, &|u| inside.contains(&u))).count()
+    }
+
+    /// Whether a result or epilogue value `v` is read outside its kernel (`inside` tells its
+    /// members) or is a graph output, looking through one-element views (a stack reads reshapes).
+    pub(super) fn read_outside(&self, v: NodeId, inside: &dyn Fn(NodeId) -> bool) -> bool {
+        self.g.is_output(v)
+            || self.users(v).iter().any(|&u| {
+                let view = is_view(&self.node(u).op) && self.shape(u).numel() == 1;
+                if view {
+                    self.read_outside(u, inside)
+                } else {
+                    !inside(u)
+                }
+            })
     }
 
     /// The sum that `top` multiplies by `1/n` (n: the sum's element count), making it a mean.

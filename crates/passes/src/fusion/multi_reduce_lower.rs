@@ -56,11 +56,23 @@ impl Fuser<'_> {
                     stores.push(ElementStore { value, output, index });
                 }
             } else {
-                let value = epilogue.values.get(&s).copied().ok_or_else(|| lowering_error(self.g, s, "not computed"))?;
+                let value =
+                    epilogue.values.get(&s).copied().ok_or_else(|| lowering_error(self.g, s, "not computed"))?;
                 stores.push(ElementStore { value, output, index: 0 });
             }
         }
+        bb.folded.extend(epilogue.folded);
         Ok(MultiReduce { reductions, items, epilogue: epilogue.body, stores })
+    }
+
+    /// The results and epilogue values of group `gid` that are read outside it, in topological
+    /// order (a stack reads its results through reshapes that need no buffer).
+    pub(super) fn stored_multi_reduce_values(&self, gid: usize) -> Vec<NodeId> {
+        let super::GroupKind::MultiReduce(mr) = &self.group(gid).kind else { return Vec::new() };
+        let mut values: Vec<NodeId> = mr.items.iter().map(|it| it.top).chain(mr.epilogue.iter().copied()).collect();
+        values.sort_by_key(|&v| self.pos(v));
+        values.retain(|&v| self.read_outside(v, &|u| self.in_group(u, gid)));
+        values
     }
 
     /// One scalar op of the epilogue; a concat has no value of its own (its stores read its
@@ -82,6 +94,7 @@ impl Fuser<'_> {
     /// The epilogue value of operand `x` of `user`: a result or epilogue value behind one-element
     /// views, or a constant.
     fn epilogue_operand(&self, bb: &mut BodyBuilder, user: NodeId, x: NodeId) -> Result<ValueId> {
+        self.note_folded(bb, x);
         if let Some(&v) = bb.values.get(&self.through_scalar_views(x)) {
             return Ok(v);
         }
