@@ -299,8 +299,7 @@ fn emit_reduction(w: &mut CodeWriter, helpers: &mut Helpers, shared: &Shared, r:
     let storage = storage_type(reduction.dtype);
     let result =
         |helpers: &mut Helpers, acc_name: &str| finalize(helpers, op, acc, acc_name, "seg.item_len", reduced_dtype);
-    let done =
-        |w: &mut CodeWriter, value: &str| finish.emit_item_done(w, kernel, items, "seg.item", value, reduced_dtype);
+    let done = |w: &mut CodeWriter, value: &str| finish.emit_item_done(w, items, "seg.item", value, reduced_dtype);
     let accumulators = [("acc".to_string(), op, acc)];
 
     w.line(format!("{acc_type}* const warp_partials = reinterpret_cast<{acc_type}*>(warp_slots);"));
@@ -411,9 +410,6 @@ pub(crate) fn generate(unit: &mut Unit<'_>, multi: &MultiReduce, block: u32, chu
     }
     w.close_with(";");
     w.line("");
-    if finish.has_epilogue() {
-        finish.emit_epilogue_function(&mut w, helpers, &name, multi)?;
-    }
     let mut declared = finish.output_params(helpers);
     let mut params: Vec<Param> = (0..kernel.outputs.len()).map(Param::Output).collect();
     declared.push("const void* const* __restrict__ item_ptrs".to_string());
@@ -447,7 +443,11 @@ pub(crate) fn generate(unit: &mut Unit<'_>, multi: &MultiReduce, block: u32, chu
         scratch.push(ScratchSpec { bytes: 4, zero_init: true });
     }
 
-    w.open(format!("extern \"C\" __global__ void __launch_bounds__({block}) {name}({})", declared.join(", ")));
+    // Several programs and an epilogue hold more live values than the 32 registers ptxas aims
+    // for at full occupancy; one block per SM as the floor lets it keep them out of local memory.
+    let bounds =
+        if multi.reductions.len() > 1 || finish.has_epilogue() { format!("{block}, 1") } else { block.to_string() };
+    w.open(format!("extern \"C\" __global__ void __launch_bounds__({bounds}) {name}({})", declared.join(", ")));
     w.line(format!("__shared__ unsigned long long warp_slots[{warps}];"));
     if multi_chunk {
         w.line("__shared__ bool last_arrival;");
@@ -455,6 +455,9 @@ pub(crate) fn generate(unit: &mut Unit<'_>, multi: &MultiReduce, block: u32, chu
     w.line("const unsigned lane = threadIdx.x & 31u;");
     w.line("const unsigned warp = threadIdx.x >> 5;");
     w.line("const BlockTask task = tasks[blockIdx.x];");
+    if finish.has_epilogue() {
+        w.line("bool run_epilogue = false;");
+    }
     let shared = Shared { kernel: &name, multi, finish: &finish, block, multi_chunk };
     if multi.reductions.len() == 1 {
         emit_reduction(&mut w, helpers, &shared, 0)?;
@@ -468,6 +471,9 @@ pub(crate) fn generate(unit: &mut Unit<'_>, multi: &MultiReduce, block: u32, chu
             w.close();
         }
         w.close();
+    }
+    if finish.has_epilogue() {
+        finish.emit_epilogue(&mut w, helpers, &name, multi)?;
     }
     w.close();
 

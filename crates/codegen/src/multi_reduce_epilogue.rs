@@ -5,12 +5,15 @@
 //! is written directly by whichever step finishes each item. Everything else the epilogue
 //! computes: every item's result is parked in a scratch slot, a zeroed counter counts finished
 //! items, and the one step that finishes the last item runs the epilogue (one thread, the values
-//! in a fixed order, so results never vary between runs) and zeroes the counter again.
+//! in a fixed order, so results never vary between runs) and zeroes the counter again. The
+//! epilogue is written once, at the end of the kernel, behind a flag that thread raises: no call,
+//! no stack frame.
 
 use crate::body::{emit_values, value_name};
 use crate::cuda::{narrow, storage_type, value_type, Helpers};
 use crate::error::{malformed, Result};
 use crate::writer::CodeWriter;
+use braze_ir::DType;
 use braze_plan::{ElementStore, Expr, MultiReduce};
 
 /// How a kernel's item results leave it.
@@ -20,11 +23,11 @@ pub(crate) struct Finish {
     /// The stores left to the epilogue (empty: no epilogue, no scratch).
     pub(crate) epilogue_stores: Vec<ElementStore>,
     /// The output slot count and each slot's dtype.
-    pub(crate) outputs: Vec<braze_ir::DType>,
+    pub(crate) outputs: Vec<DType>,
 }
 
 impl Finish {
-    pub(crate) fn plan(multi: &MultiReduce, outputs: Vec<braze_ir::DType>, output_numels: &[usize]) -> Finish {
+    pub(crate) fn plan(multi: &MultiReduce, outputs: Vec<DType>, output_numels: &[usize]) -> Finish {
         let k = multi.items.len();
         let is_result = |s: &ElementStore| {
             multi.epilogue.values.get(s.value.0).is_some_and(|v| v.expr == MultiReduce::result_load(s.index))
@@ -58,11 +61,10 @@ impl Finish {
     pub(crate) fn emit_item_done(
         &self,
         w: &mut CodeWriter,
-        kernel: &str,
         items: usize,
         item: &str,
         result: &str,
-        result_dtype: braze_ir::DType,
+        result_dtype: DType,
     ) {
         w.open("");
         w.line(format!("const {} result = {result};", value_type(result_dtype)));
@@ -72,19 +74,13 @@ impl Finish {
         if self.has_epilogue() {
             w.line(format!("*reinterpret_cast<{}*>(&results[{item}]) = result;", value_type(result_dtype)));
             w.line("__threadfence();  // publish the result before counting the item as finished");
-            w.open(format!("if (atomicAdd(finished, 1u) == {}u)", items - 1));
-            w.line("__threadfence();");
-            let outs: Vec<String> = (0..self.outputs.len()).map(|o| format!("out{o}")).collect();
-            let args = std::iter::once("results".to_string()).chain(outs).collect::<Vec<_>>().join(", ");
-            w.line(format!("{kernel}_epilogue({args});"));
-            w.line("*finished = 0u;  // leave the scratch zeroed for the next run");
-            w.close();
+            w.line(format!("if (atomicAdd(finished, 1u) == {}u) run_epilogue = true;", items - 1));
         }
         w.close();
     }
 
-    /// The `__device__` function that runs the epilogue over the parked results.
-    pub(crate) fn emit_epilogue_function(
+    /// The epilogue over the parked results, run by the thread that finished the last item.
+    pub(crate) fn emit_epilogue(
         &self,
         w: &mut CodeWriter,
         helpers: &mut Helpers,
@@ -92,10 +88,9 @@ impl Finish {
         multi: &MultiReduce,
     ) -> Result<()> {
         let body = &multi.epilogue;
-        let mut declared = vec!["const unsigned long long* __restrict__ results".to_string()];
-        declared.extend(self.output_params(helpers));
-        w.line("// Runs once, in the thread that finishes the last item: the epilogue over every item's result.");
-        w.open(format!("static __device__ __noinline__ void {kernel}_epilogue({})", declared.join(", ")));
+        w.line("// The thread that finished the last item runs the epilogue over every item's result.");
+        w.open("if (run_epilogue)");
+        w.line("__threadfence();");
         let roots = self.epilogue_stores.iter().map(|s| s.value);
         let live = crate::body::live_values(body, roots);
         let ids: Vec<usize> = (0..body.values.len()).filter(|&id| live[id]).collect();
@@ -122,8 +117,8 @@ impl Finish {
             let dtype = self.outputs[s.output];
             w.line(format!("out{}[{}] = {};", s.output, s.index, narrow(dtype, &names[s.value.0])));
         }
+        w.line("*finished = 0u;  // leave the scratch zeroed for the next run");
         w.close();
-        w.line("");
         Ok(())
     }
 }

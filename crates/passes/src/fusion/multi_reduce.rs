@@ -153,7 +153,8 @@ impl Fuser<'_> {
         self.claim(group);
     }
 
-    fn claim(&mut self, group: MultiReduceGroup) {
+    fn claim(&mut self, mut group: MultiReduceGroup) {
+        self.order_items_as_stacked(&mut group);
         tracing::trace!(target: "braze::plan", items = group.items.len(), epilogue = group.epilogue.len(), "multi-reduce");
         let mut members: Vec<NodeId> = group.items.iter().flat_map(|it| it.members.iter().copied()).collect();
         members.extend(&group.epilogue);
@@ -163,6 +164,26 @@ impl Fuser<'_> {
         for m in members {
             if seen.insert(m) {
                 self.add_member(gid, m, Space::Element);
+            }
+        }
+    }
+
+    /// Puts the items in the order of a stack that reads all of them, if there is one, so the
+    /// kernel writes that stack as the items finish.
+    fn order_items_as_stacked(&self, group: &mut MultiReduceGroup) {
+        for &e in &group.epilogue {
+            if !matches!(self.node(e).op, Op::Concat { .. }) {
+                continue;
+            }
+            let operands: Vec<NodeId> = self.node(e).operands.iter().map(|&x| self.through_scalar_views(x)).collect();
+            let order: Option<Vec<usize>> =
+                operands.iter().map(|&x| group.items.iter().position(|it| it.top == x)).collect();
+            if let Some(order) = order {
+                let distinct: HashSet<usize> = order.iter().copied().collect();
+                if order.len() == group.items.len() && distinct.len() == order.len() {
+                    group.items = order.into_iter().map(|i| group.items[i].clone()).collect();
+                    return;
+                }
             }
         }
     }
