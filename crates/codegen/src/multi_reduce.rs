@@ -207,6 +207,13 @@ fn check(unit: &Unit<'_>, multi: &MultiReduce, block: u32, chunk: u32) -> Result
     }
     let rules = BodyRules { inputs: multi.items.len(), outputs: 0, rank: 0, reductions: false };
     check_body(name, &multi.epilogue, &rules)?;
+    let computes = multi
+        .stores
+        .iter()
+        .any(|s| multi.epilogue.values.get(s.value.0).is_some_and(|v| v.expr != MultiReduce::result_load(s.index)));
+    if computes && multi.items.is_empty() {
+        return Err(malformed(name, "the epilogue computes a value but no item finishes to run it"));
+    }
     for s in &multi.stores {
         let Some(&out) = kernel.outputs.get(s.output) else {
             return Err(malformed(

@@ -285,7 +285,10 @@ impl Fuser<'_> {
                 }
             });
             if readable && reads_value {
-                values.insert(n);
+                // A stack has no scalar value: the ops after it read its buffer.
+                if scalar_op {
+                    values.insert(n);
+                }
                 epilogue.push(n);
             }
         }
