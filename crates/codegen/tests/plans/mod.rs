@@ -8,8 +8,7 @@
 use braze_ir::{BinaryOp, DType, Graph, NodeId, Op, ReduceOp, Shape, SourceLoc, UnaryOp};
 use braze_passes::{compile_to_plan, FusionOptions};
 use braze_plan::{
-    Body, Buffer, BufferId, BufferRole, Expr, ItemReduction, Kernel, KernelKind, MultiReduce, Plan, PlanOutput,
-    SourceOp,
+    Body, Buffer, BufferId, BufferRole, ItemReduction, Kernel, KernelKind, MultiReduce, Plan, PlanOutput, SourceOp,
 };
 
 /// Builds an IR graph whose ops carry source locations (`examples/model.rs`, a line per op), then
