@@ -3,10 +3,10 @@
 //! `braze-cuda`).
 //!
 //! - [`Plan`] and its parts: buffers, kernels of five families (pointwise, row reduction,
-//!   multi-tensor reduction, matmul, concat) and their SSA [`Body`] programs (`plan.rs`; the
-//!   multi-tensor reduction with its prologues and epilogue in `multi_reduce.rs`);
+//!   multi-tensor reduction, matmul, concat) and their SSA [`Body`] programs (`plan.rs`);
 //! - the one validator, [`Plan::validate`], which checks every [`Rule`] of the contract, each
-//!   documented on its variant (`validate.rs`);
+//!   documented on its variant (`validate.rs`; the multi-reduce family's in
+//!   `validate_multi_reduce.rs`);
 //! - the deterministic text form (`Display`, for review and snapshots) and the JSON form
 //!   ([`Plan::to_json`], [`Plan::from_json`]);
 //! - the memory plan: where each intermediate lives in one arena ([`MemoryPlan`]).
@@ -18,12 +18,11 @@
 mod error;
 mod json;
 pub mod memory;
-mod multi_reduce;
 mod plan;
 mod text;
 mod validate;
+mod validate_multi_reduce;
 
 pub use error::{PlanError, Result, Rule};
 pub use memory::MemoryPlan;
-pub use multi_reduce::{ElementStore, ItemReduction, MultiReduce, ReduceItem};
 pub use plan::*;

@@ -11,7 +11,6 @@
 //! dtype. Integers compute in their own width, bools as bools. Op semantics are those of
 //! `braze-cpu`'s reference (NaN-propagating max/min, relu(-0.0) = +0.0, int x/0 = 0, ...).
 
-use crate::multi_reduce::MultiReduce;
 use braze_ir::{BinaryOp, DType, Literal, ReduceOp, Shape, SourceLoc, UnaryOp};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -225,6 +224,77 @@ impl RowKernel {
     /// Domain shape `outer ++ inner`, the shape the load strides index.
     pub fn domain(&self) -> Shape {
         Shape(self.outer.iter().chain(&self.inner).copied().collect())
+    }
+}
+
+/// Item `i` reduces all `items[i].len` elements of kernel input `i` (contiguous, of its
+/// reduction's `dtype`) after that reduction's per-element prologue. When every item is done,
+/// the `epilogue` runs once over their results and `stores` write its values.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MultiReduce {
+    /// What the items compute; several items usually share one.
+    pub reductions: Vec<ItemReduction>,
+    pub items: Vec<ReduceItem>,
+    /// A scalar program: `Load { input: i, offset: 0, strides: [] }` is item `i`'s result (of
+    /// [`MultiReduce::result_dtype`]), not kernel input `i`; no reductions and no `stores` of
+    /// its own (see [`MultiReduce::stores`]).
+    pub epilogue: Body,
+    /// Every element of every kernel output is written by exactly one of these.
+    pub stores: Vec<ElementStore>,
+}
+
+/// One kind of item: `op` over the last value of `prologue`, a per-element program over a 1-D
+/// domain in which `Load { input: 0, offset: 0, strides: [1] }` reads the item's current element
+/// (of `dtype`). `Mean` divides the sum by the item's length (NaN for an empty item).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ItemReduction {
+    pub op: ReduceOp,
+    pub dtype: DType,
+    pub prologue: Body,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReduceItem {
+    /// Index into [`MultiReduce::reductions`].
+    pub reduction: usize,
+    pub len: usize,
+}
+
+/// Writes epilogue value `value` to element `index` of kernel output `output`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ElementStore {
+    pub value: ValueId,
+    pub output: usize,
+    pub index: usize,
+}
+
+impl ItemReduction {
+    /// The dtype of an item's result: that of the reduced value (the validator holds every
+    /// reduction to one that keeps it).
+    pub fn result_dtype(&self) -> DType {
+        self.prologue.values.last().map_or(self.dtype, |v| v.dtype)
+    }
+}
+
+impl MultiReduce {
+    /// The dtype of item `item`'s result.
+    pub fn result_dtype(&self, item: usize) -> DType {
+        self.reductions[self.items[item].reduction].result_dtype()
+    }
+
+    /// The load through which the epilogue reads item `item`'s result.
+    pub fn result_load(item: usize) -> Expr {
+        Expr::Load { input: item, offset: 0, strides: vec![] }
+    }
+
+    /// The load through which a prologue reads the item's current element.
+    pub fn element_load() -> Expr {
+        Expr::Load { input: 0, offset: 0, strides: vec![1] }
+    }
+
+    /// Total elements of all items.
+    pub fn elements(&self) -> usize {
+        self.items.iter().map(|it| it.len).sum()
     }
 }
 

@@ -16,8 +16,7 @@
 //!
 //! Buffers print their element count: the plan keeps no shapes for them, only for its outputs.
 
-use crate::multi_reduce::MultiReduce;
-use crate::plan::{Body, BufferId, BufferRole, Expr, Kernel, KernelKind, Plan, RowKernel, SourceOp};
+use crate::plan::{Body, BufferId, BufferRole, Expr, Kernel, KernelKind, MultiReduce, Plan, RowKernel, SourceOp};
 use std::fmt::{self, Write};
 
 /// Longest list of buffers or item sizes printed in full; longer ones are elided in the middle.

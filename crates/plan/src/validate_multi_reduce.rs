@@ -1,84 +1,11 @@
-//! The multi-reduce kernel family: K independent full reductions in one launch, each with its
-//! own per-element prologue, and a small scalar epilogue over their K results (a stack, a sum of
-//! them, a scale per result, ...) run once by the step that finishes the last item.
+//! The validation rules of the multi-reduce kernel family: K independent full reductions in one
+//! launch, each item with its reduction's prologue, and the scalar epilogue over their results.
 
 use crate::error::Rule;
-use crate::plan::{Body, Expr, Kernel, Plan, ValueId};
+use crate::plan::{Expr, ItemReduction, Kernel, MultiReduce, Plan};
 use crate::validate::{broken, validate_value_types, KernelResult};
 use braze_ir::infer::infer;
-use braze_ir::{DType, Op, ReduceOp, Shape};
-use serde::{Deserialize, Serialize};
-
-/// Item `i` reduces all `items[i].len` elements of kernel input `i` (contiguous, of its
-/// reduction's `dtype`) after that reduction's per-element prologue. When every item is done,
-/// the `epilogue` runs once over their results and `stores` write its values.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct MultiReduce {
-    /// What the items compute; several items usually share one.
-    pub reductions: Vec<ItemReduction>,
-    pub items: Vec<ReduceItem>,
-    /// A scalar program: `Load { input: i, offset: 0, strides: [] }` is item `i`'s result (of
-    /// [`MultiReduce::result_dtype`]), not kernel input `i`; no reductions and no `stores` of
-    /// its own (see [`MultiReduce::stores`]).
-    pub epilogue: Body,
-    /// Every element of every kernel output is written by exactly one of these.
-    pub stores: Vec<ElementStore>,
-}
-
-/// One kind of item: `op` over the last value of `prologue`, a per-element program over a 1-D
-/// domain in which `Load { input: 0, offset: 0, strides: [1] }` reads the item's current element
-/// (of `dtype`). `Mean` divides the sum by the item's length (NaN for an empty item).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ItemReduction {
-    pub op: ReduceOp,
-    pub dtype: DType,
-    pub prologue: Body,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ReduceItem {
-    /// Index into [`MultiReduce::reductions`].
-    pub reduction: usize,
-    pub len: usize,
-}
-
-/// Writes epilogue value `value` to element `index` of kernel output `output`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ElementStore {
-    pub value: ValueId,
-    pub output: usize,
-    pub index: usize,
-}
-
-impl ItemReduction {
-    /// The dtype of an item's result: that of the reduced value (the validator holds every
-    /// reduction to one that keeps it).
-    pub fn result_dtype(&self) -> DType {
-        self.prologue.values.last().map_or(self.dtype, |v| v.dtype)
-    }
-}
-
-impl MultiReduce {
-    /// The dtype of item `item`'s result.
-    pub fn result_dtype(&self, item: usize) -> DType {
-        self.reductions[self.items[item].reduction].result_dtype()
-    }
-
-    /// The load through which the epilogue reads item `item`'s result.
-    pub fn result_load(item: usize) -> Expr {
-        Expr::Load { input: item, offset: 0, strides: vec![] }
-    }
-
-    /// The load through which a prologue reads the item's current element.
-    pub fn element_load() -> Expr {
-        Expr::Load { input: 0, offset: 0, strides: vec![1] }
-    }
-
-    /// Total elements of all items.
-    pub fn elements(&self) -> usize {
-        self.items.iter().map(|it| it.len).sum()
-    }
-}
+use braze_ir::{Op, Shape};
 
 impl Plan {
     pub(crate) fn validate_multi_reduce(&self, kernel: &Kernel, mr: &MultiReduce) -> KernelResult {
