@@ -76,6 +76,24 @@ const CASES: &[Case] = &[
         kernels: &["multi_reduce", "pointwise"],
     },
     Case {
+        name: "grad_norm_and_clip_scale",
+        build: || grad_norm(&[300, 1, 0, 40_000, 77], &[5000, 33]),
+        inputs: Inputs::WithSpecials,
+        kernels: &["multi_reduce"],
+    },
+    Case {
+        name: "any_non_finite",
+        build: || any_non_finite(&[300, 1, 0, 40_000, 77], &[5000, 33]),
+        inputs: Inputs::WithSpecials,
+        kernels: &["multi_reduce"],
+    },
+    Case {
+        name: "reductions_scaled_and_returned",
+        build: || reductions_scaled_and_returned(&[300, 1, 0, 40_000, 77, 2048]),
+        inputs: Inputs::Random,
+        kernels: &["multi_reduce"],
+    },
+    Case {
         name: "tiny_block_4_layers",
         build: || graph::tiny_block(DType::F32, 4, 16, 256).unwrap(),
         inputs: Inputs::Random,
@@ -235,6 +253,69 @@ fn squared_norms(sizes: &[usize]) -> Graph {
     let stacked = b.op(Op::Stack { axis: 0 }, &squares);
     let norms = b.un(UnaryOp::Sqrt, stacked);
     b.finish(vec![norms])
+}
+
+/// The global norm of f32 and bf16 gradients (sum of squares per gradient, folded with add) and
+/// `clip_grad_norm`'s scale `min(1, 1 / (norm + 1e-6))`.
+fn grad_norm(f32_sizes: &[usize], bf16_sizes: &[usize]) -> Graph {
+    let mut b = Builder::new();
+    let mut total: Option<NodeId> = None;
+    for (dtype, sizes) in [(DType::F32, f32_sizes), (DType::BF16, bf16_sizes)] {
+        for &n in sizes {
+            let t = b.input(dtype, [n]);
+            let t = if dtype == DType::F32 { t } else { b.cast(t, DType::F32) };
+            let sq = b.mul(t, t);
+            let s = b.reduce(ReduceOp::Sum, sq, &[0], false);
+            total = Some(match total {
+                Some(total) => b.add(total, s),
+                None => s,
+            });
+        }
+    }
+    let norm = b.un(UnaryOp::Sqrt, total.expect("gradients"));
+    let eps = b.constant(1e-6, DType::F32);
+    let shifted = b.add(norm, eps);
+    let inverse = b.un(UnaryOp::Reciprocal, shifted);
+    let one = b.constant(1.0, DType::F32);
+    let scale = b.bin(BinaryOp::Min, inverse, one);
+    b.finish(vec![norm, scale])
+}
+
+/// `any(!isfinite(t))` per tensor folded with `logical_or`, as an optimizer step's skip check.
+fn any_non_finite(f32_sizes: &[usize], f16_sizes: &[usize]) -> Graph {
+    let mut b = Builder::new();
+    let mut found: Option<NodeId> = None;
+    for (dtype, sizes) in [(DType::F32, f32_sizes), (DType::F16, f16_sizes)] {
+        for &n in sizes {
+            let t = b.input(dtype, [n]);
+            let finite = b.un(UnaryOp::IsFinite, t);
+            let bad = b.un(UnaryOp::Not, finite);
+            let any = b.reduce(ReduceOp::Max, bad, &[0], false);
+            found = Some(match found {
+                Some(f) => b.bin(BinaryOp::Or, f, any),
+                None => any,
+            });
+        }
+    }
+    b.finish(vec![found.expect("tensors")])
+}
+
+/// Sums, maxes and means of several tensors, each scaled, returned as outputs of their own and
+/// stacked.
+fn reductions_scaled_and_returned(sizes: &[usize]) -> Graph {
+    let mut b = Builder::new();
+    let mut outputs = Vec::new();
+    let mut results = Vec::new();
+    for (i, &n) in sizes.iter().enumerate() {
+        let t = b.input(DType::F32, [n]);
+        let op = [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Mean][i % 3];
+        let r = b.reduce(op, t, &[0], false);
+        let c = b.constant(0.5 + i as f64, DType::F32);
+        outputs.push(b.mul(r, c));
+        results.push(r);
+    }
+    outputs.push(b.op(Op::Stack { axis: 0 }, &results));
+    b.finish(outputs)
 }
 
 /// `rms_norm(x, w)`.

@@ -353,8 +353,8 @@ impl Generator {
                 }
             }
             100..=102 => {
-                need(budget >= 3)?;
-                self.reduction_stack(x, budget)
+                need(budget >= 4)?;
+                self.independent_reductions(x, budget)
             }
             103 => self.long_row(),
             _ => {
@@ -398,25 +398,19 @@ impl Generator {
         last
     }
 
-    /// `stack([reduce(f(t)) for t in [x, ...]])`: full reductions of up to four tensors with one
-    /// op after one per-element prologue `f` (none, or a unary op, or `t * t`), the pattern fusion
-    /// turns into one multi-reduce kernel; now and then an item longer than the row cache.
-    fn reduction_stack(&mut self, x: NodeId, budget: usize) -> Result<NodeId, Skip> {
+    /// Independent full reductions `reduce_i(f_i(t_i))` of up to four tensors, each with its own
+    /// op and per-element prologue `f_i` (none, a unary op, or `t * t`), read the ways fusion must
+    /// all turn into one multi-reduce kernel: stacked, folded with a chain of adds (`or` for
+    /// bools), each scaled and then folded, or left for later draws and the outputs to read one by
+    /// one; now and then an item longer than the row cache.
+    fn independent_reductions(&mut self, x: NodeId, budget: usize) -> Result<NodeId, Skip> {
         let dtype = self.g.node(x).dtype;
         let ops: &[ReduceOp] = match dtype {
             d if d.is_float() => &[ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min],
             _ => &[ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min],
         };
-        let op = self.rng.pick(ops);
-        let prologue = match self.rng.below(3) {
-            0 => None,
-            1 if dtype.is_float() => Some(Op::Unary { op: self.rng.pick(&[UnaryOp::Abs, UnaryOp::Exp, UnaryOp::Neg]) }),
-            1 if dtype.is_int() => Some(Op::Unary { op: UnaryOp::Abs }),
-            _ if dtype != DType::Bool => Some(Op::Binary { op: BinaryOp::Mul }),
-            _ => None,
-        };
-        let per_item = 1 + usize::from(prologue.is_some());
-        let items = (1 + self.rng.below(4)).min((budget - 1) / per_item).max(1);
+        let items = (1 + self.rng.below(4)).min((budget - 1) / 3).max(1);
+        let consumer = self.rng.below(4);
         self.with_cap(MAX_NUMEL * 8, |gen| {
             let mut reduced = Vec::new();
             for i in 0..items {
@@ -426,6 +420,15 @@ impl Generator {
                     Arg::Input(dtype, Shape(vec![16_385 + gen.rng.below(4000)]))
                 } else {
                     Arg::Input(dtype, gen.random_shape())
+                };
+                let prologue = match gen.rng.below(3) {
+                    0 => None,
+                    1 if dtype.is_float() => {
+                        Some(Op::Unary { op: gen.rng.pick(&[UnaryOp::Abs, UnaryOp::Exp, UnaryOp::Neg]) })
+                    }
+                    1 if dtype.is_int() => Some(Op::Unary { op: UnaryOp::Abs }),
+                    _ if dtype != DType::Bool => Some(Op::Binary { op: BinaryOp::Mul }),
+                    _ => None,
                 };
                 let t = match &prologue {
                     None => t,
@@ -439,10 +442,31 @@ impl Generator {
                         Arg::Value(gen.commit(p.clone(), &[t.clone(), t], None)?)
                     }
                 };
+                let op = gen.rng.pick(ops);
                 let axes = (0..gen.type_of(&t).1.rank()).collect();
-                reduced.push(Arg::Value(gen.commit(Op::Reduce { op, axes, keepdim: false }, &[t], None)?));
+                reduced.push(gen.commit(Op::Reduce { op, axes, keepdim: false }, &[t], None)?);
             }
-            gen.commit(Op::Stack { axis: 0 }, &reduced, None)
+            let fold = if dtype == DType::Bool { BinaryOp::Or } else { BinaryOp::Add };
+            let scale = |gen: &mut Generator, r: NodeId| {
+                let c = if dtype == DType::Bool { 1.0 } else { gen.rng.pick(&[0.5, 2.0, 3.0]) };
+                let op = if dtype == DType::Bool { BinaryOp::And } else { BinaryOp::Mul };
+                gen.commit(Op::Binary { op }, &[Arg::Value(r), Arg::Const(c, dtype)], None)
+            };
+            match consumer {
+                0 => gen.commit(Op::Stack { axis: 0 }, &reduced.into_iter().map(Arg::Value).collect::<Vec<_>>(), None),
+                1 | 2 => {
+                    let mut total = reduced[0];
+                    if consumer == 2 {
+                        total = scale(gen, total)?;
+                    }
+                    for &r in &reduced[1..] {
+                        let r = if consumer == 2 { scale(gen, r)? } else { r };
+                        total = gen.commit(Op::Binary { op: fold }, &[Arg::Value(total), Arg::Value(r)], None)?;
+                    }
+                    Ok(total)
+                }
+                _ => Ok(*reduced.last().expect("at least one item")),
+            }
         })
     }
 

@@ -524,3 +524,23 @@ fn regression_layer_norm_of_rows_of_one_repeated_value() {
         assert_eq!(chunk, bias_f32, "row {i}: a row of one value normalizes to exactly the bias");
     }
 }
+
+/// Seeds 437 and 438: a stack of one reduction is a one-element value, and an op after it was
+/// taken into the multi-reduce epilogue, which has no value for a stack (its stores read the
+/// stacked results): lowering failed. Ops after a stack read its buffer.
+#[test]
+fn regression_an_op_after_a_stack_of_one_reduction_reads_the_stack() {
+    let mut b = Builder::new();
+    let x = b.input(DType::Bool, [7, 8]);
+    let all = b.reduce(ReduceOp::Min, x, &[0, 1], false);
+    let stacked = b.op(Op::Stack { axis: 0 }, &[all]);
+    let both = b.bin(BinaryOp::And, stacked, all);
+    let graph = b.finish(vec![both]);
+    check_fixed(&graph, None);
+    let mut b = Builder::new();
+    let x = b.input(DType::Bool, [2]);
+    let any = b.reduce(ReduceOp::Max, x, &[0], false);
+    let stacked = b.op(Op::Stack { axis: 0 }, &[any]);
+    let halves = b.cast(stacked, DType::F16);
+    check_fixed(&b.finish(vec![halves]), None);
+}

@@ -41,6 +41,7 @@ mod error;
 mod index;
 mod multi_pointwise;
 mod multi_reduce;
+mod multi_reduce_epilogue;
 mod pointwise;
 mod reduce;
 mod row;

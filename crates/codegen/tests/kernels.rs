@@ -193,9 +193,11 @@ fn multi_reduce_has_one_launch_tables_and_self_cleaning_scratch() {
     assert_eq!(kernel.launches[0].grid[0], 7 + 1 + 2 + 1);
     assert_eq!(
         kernel.scratch,
-        vec![ScratchSpec { bytes: 12 * 4, zero_init: false }, ScratchSpec { bytes: 5 * 4, zero_init: true }]
+        vec![ScratchSpec { bytes: 12 * 8, zero_init: false }, ScratchSpec { bytes: 5 * 4, zero_init: true }]
     );
     assert!(kernel.source.contains("arrivals[seg.item] = 0u;"));
+    assert!(kernel.source.contains("out0[seg.item] = result;"), "a stack is written as items finish");
+    assert!(!kernel.source.contains("run_epilogue"), "a stack needs no epilogue");
     assert!(!kernel.source.contains("atomicAdd(&out"), "no float atomics");
 
     let small = plans::multi_mean_square(&[10, 300, 0]);
@@ -227,6 +229,40 @@ fn multi_pointwise_is_one_launch_over_a_work_list_of_tiles() {
     // By default tiles are as large as leave two blocks per SM: these members are small.
     let default = default_config(&plan, 0, &Target::h200());
     assert_eq!(default, KernelConfig::MultiPointwise { block: 256, vec: 8, steps: 1 });
+}
+
+#[test]
+fn multi_reduce_epilogue_runs_once_after_the_last_item() {
+    // Three programs (bf16 and f32 squares; the f32 ones share one), chunked items, and the norm
+    // and clip scale computed by the epilogue.
+    let plan = plans::multi_grad_norm(&[70_000, 33, 0], &[4096, 1, 20_000]);
+    let kernel = cuda(&plan, &default_config(&plan, 0, &Target::h200()));
+    assert_eq!(plan.kernels.len(), 1, "{plan}");
+    assert_eq!(kernel.launches.len(), 1);
+    assert!(kernel.source.contains("switch (task.reduction)"));
+    assert_eq!(kernel.source.matches("case ").count(), 2);
+    // Results are parked, finished items counted, and the thread that finishes the last one
+    // runs the epilogue, written once at the end of the kernel, and leaves the counter zeroed.
+    assert!(kernel.source.contains("*reinterpret_cast<float*>(&results[seg.item]) = result;"));
+    assert_eq!(kernel.source.matches("if (atomicAdd(finished, 1u) == 5u) run_epilogue = true;").count(), 2 * 3);
+    let epilogue = &kernel.source[kernel.source.find("if (run_epilogue)").unwrap()..];
+    assert_eq!(epilogue.matches("&results[").count(), 6, "{epilogue}");
+    assert!(epilogue.contains("sqrtf("), "{epilogue}");
+    assert!(epilogue.contains("out0[0] = ") && epilogue.contains("out1[0] = "), "{epilogue}");
+    assert!(epilogue.contains("*finished = 0u;"));
+    assert!(!kernel.source.contains("__noinline__"), "no call, no stack frame");
+    let n = kernel.scratch.len();
+    assert_eq!(kernel.scratch[n - 2], ScratchSpec { bytes: 6 * 8, zero_init: false });
+    assert_eq!(kernel.scratch[n - 1], ScratchSpec { bytes: 4, zero_init: true });
+    let launch = &kernel.launches[0];
+    assert_eq!(launch.params[..2], [Param::Output(0), Param::Output(1)]);
+    assert_eq!(launch.params[launch.params.len() - 2..], [Param::Scratch(n - 2), Param::Scratch(n - 1)]);
+
+    // Bool results of f32 and f16 programs folded with or.
+    let plan = plans::multi_any_non_finite(&[1000, 40_000, 7], &[300, 0]);
+    let kernel = cuda(&plan, &default_config(&plan, 0, &Target::h200()));
+    assert!(kernel.source.contains("*reinterpret_cast<bool*>(&results[seg.item]) = result;"));
+    assert!(kernel.source.contains("if (atomicAdd(finished, 1u) == 4u) run_epilogue = true;"));
 }
 
 #[test]

@@ -7,8 +7,8 @@ mod common;
 use braze_cpu::{assert_close, eval_graph, eval_plan, inject_specials, random_tensor};
 use braze_ir::{BinaryOp, DType, Graph, HostTensor, Literal, NodeId, Op, ReduceOp, Shape, UnaryOp};
 use braze_plan::{
-    Body, Buffer, BufferId, BufferRole, Concat, Expr, Kernel, KernelKind, MatMul, MultiReduce, Plan, PlanOutput,
-    Pointwise, RowKernel, Store, ValueId,
+    Body, Buffer, BufferId, BufferRole, Concat, ElementStore, Expr, ItemReduction, Kernel, KernelKind, MatMul,
+    MultiReduce, Plan, PlanOutput, Pointwise, ReduceItem, RowKernel, Store, ValueId,
 };
 
 /// Runs `plan` and `graph` on `inputs` and requires every output to agree within the dtype's
@@ -293,7 +293,7 @@ fn multi_reduce_sums_squares_of_each_item() {
             outputs: vec![output(3, &[3])],
             kernels: vec![kernel(
                 "multi_reduce_square",
-                KernelKind::MultiReduce(MultiReduce { op, items: items.clone(), prologue: prologue.clone(), dtype: f }),
+                KernelKind::MultiReduce(stacked(op, f, &prologue, &items)),
                 &[0, 1, 2],
                 &[3],
             )],
@@ -311,6 +311,117 @@ fn multi_reduce_sums_squares_of_each_item() {
         let inputs = [random_tensor(f, [5], 20), random_tensor(f, [7], 21), random_tensor(f, [0], 22)];
         check(&plan, &g, &inputs);
     }
+}
+
+/// One reduction over every item, the results stacked in item order into output 0.
+fn stacked(op: ReduceOp, dtype: DType, prologue: &Body, lens: &[usize]) -> MultiReduce {
+    let mut epilogue = Body::default();
+    let mut stores = Vec::new();
+    for index in 0..lens.len() {
+        let value = epilogue.push(MultiReduce::result_load(index), dtype);
+        stores.push(ElementStore { value, output: 0, index });
+    }
+    MultiReduce {
+        reductions: vec![ItemReduction { op, dtype, prologue: prologue.clone() }],
+        items: lens.iter().map(|&len| ReduceItem { reduction: 0, len }).collect(),
+        epilogue,
+        stores,
+    }
+}
+
+#[test]
+fn multi_reduce_with_its_own_prologue_per_item_and_an_epilogue_over_the_results() {
+    // norm = sqrt(sum(a*a) + sum(f32(b)^2)), bad = any(!isfinite(a)) | any(!isfinite(b)),
+    // half = max(c) * 0.5; b is bf16, one item is empty.
+    let (f, h) = (DType::F32, DType::BF16);
+    let mut squares = Body::default();
+    let x = load(&mut squares, 0, 0, &[1], f);
+    bin(&mut squares, BinaryOp::Mul, x, x, f);
+    let mut squares16 = Body::default();
+    let x = load(&mut squares16, 0, 0, &[1], h);
+    let x = squares16.push(Expr::Cast { x }, f);
+    bin(&mut squares16, BinaryOp::Mul, x, x, f);
+    let non_finite = |dtype: DType| {
+        let mut body = Body::default();
+        let x = load(&mut body, 0, 0, &[1], dtype);
+        let finite = body.push(Expr::Unary { op: UnaryOp::IsFinite, x }, DType::Bool);
+        body.push(Expr::Unary { op: UnaryOp::Not, x: finite }, DType::Bool);
+        body
+    };
+    let mut plain = Body::default();
+    load(&mut plain, 0, 0, &[1], f);
+    let reductions = vec![
+        ItemReduction { op: ReduceOp::Sum, dtype: f, prologue: squares },
+        ItemReduction { op: ReduceOp::Sum, dtype: h, prologue: squares16 },
+        ItemReduction { op: ReduceOp::Max, dtype: f, prologue: non_finite(f) },
+        ItemReduction { op: ReduceOp::Max, dtype: h, prologue: non_finite(h) },
+        ItemReduction { op: ReduceOp::Max, dtype: f, prologue: plain },
+    ];
+    let lens = [40, 33, 40, 33, 0];
+    let items = (0..5).map(|i| ReduceItem { reduction: i, len: lens[i] }).collect();
+    let mut epilogue = Body::default();
+    let r: Vec<ValueId> = (0..5)
+        .map(|i| epilogue.push(MultiReduce::result_load(i), if (2..4).contains(&i) { DType::Bool } else { f }))
+        .collect();
+    let total = bin(&mut epilogue, BinaryOp::Add, r[0], r[1], f);
+    let norm = epilogue.push(Expr::Unary { op: UnaryOp::Sqrt, x: total }, f);
+    let bad = bin(&mut epilogue, BinaryOp::Or, r[2], r[3], DType::Bool);
+    let half_value = epilogue.push(Expr::Const { value: Literal::Float(0.5) }, f);
+    let half = bin(&mut epilogue, BinaryOp::Mul, r[4], half_value, f);
+    let stores = vec![
+        ElementStore { value: norm, output: 0, index: 0 },
+        ElementStore { value: bad, output: 1, index: 0 },
+        ElementStore { value: half, output: 2, index: 0 },
+    ];
+    let mr = MultiReduce { reductions, items, epilogue, stores };
+    let plan = Plan {
+        buffers: vec![
+            buffer(f, 40, BufferRole::Input(0)),
+            buffer(h, 33, BufferRole::Input(1)),
+            buffer(f, 0, BufferRole::Input(2)),
+            buffer(f, 1, BufferRole::Output),
+            buffer(DType::Bool, 1, BufferRole::Output),
+            buffer(f, 1, BufferRole::Output),
+        ],
+        inputs: vec![BufferId(0), BufferId(1), BufferId(2)],
+        outputs: vec![output(3, &[]), output(4, &[]), output(5, &[])],
+        kernels: vec![kernel("multi_reduce_epilogue", KernelKind::MultiReduce(mr), &[0, 1, 0, 1, 2], &[3, 4, 5])],
+    };
+    let g = graph(&[(f, &[40]), (h, &[33]), (f, &[0])], |g, i| {
+        let reduce =
+            |g: &mut Graph, op, x| g.add(Op::Reduce { op, axes: vec![0], keepdim: false }, &[x], None).unwrap();
+        let binary = |g: &mut Graph, op, a, b| g.add(Op::Binary { op }, &[a, b], None).unwrap();
+        let unary = |g: &mut Graph, op, x| g.add(Op::Unary { op }, &[x], None).unwrap();
+        let sa = binary(g, BinaryOp::Mul, i[0], i[0]);
+        let sa = reduce(g, ReduceOp::Sum, sa);
+        let b32 = g.cast(i[1], f).unwrap();
+        let sb = binary(g, BinaryOp::Mul, b32, b32);
+        let sb = reduce(g, ReduceOp::Sum, sb);
+        let total = binary(g, BinaryOp::Add, sa, sb);
+        let norm = unary(g, UnaryOp::Sqrt, total);
+        let mut bad = Vec::new();
+        for &x in &i[..2] {
+            let finite = unary(g, UnaryOp::IsFinite, x);
+            let not = unary(g, UnaryOp::Not, finite);
+            bad.push(reduce(g, ReduceOp::Max, not));
+        }
+        let any = binary(g, BinaryOp::Or, bad[0], bad[1]);
+        let m = reduce(g, ReduceOp::Max, i[2]);
+        let c = g.constant(0.5, f);
+        vec![norm, any, binary(g, BinaryOp::Mul, m, c)]
+    });
+    let mut inputs = [random_tensor(f, [40], 30), random_tensor(h, [33], 31), random_tensor(f, [0], 32)];
+    check(&plan, &g, &inputs);
+    let got = eval_plan(&plan, &inputs).unwrap();
+    assert_eq!(got[1].get_f64(0), 0.0, "random normals are finite");
+    // NaN and infinities: the check flips, the norm goes NaN.
+    for (seed, t) in inputs.iter_mut().enumerate() {
+        inject_specials(t, 40 + seed as u64);
+    }
+    check(&plan, &g, &inputs);
+    let got = eval_plan(&plan, &inputs).unwrap();
+    assert_eq!(got[1].get_f64(0), 1.0);
+    assert!(got[0].get_f64(0).is_nan());
 }
 
 #[test]

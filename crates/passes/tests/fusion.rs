@@ -5,9 +5,9 @@
 
 mod support;
 
-use braze_ir::{DType, Graph, Op, ReduceOp, UnaryOp};
+use braze_ir::{BinaryOp, DType, Graph, NodeId, Op, ReduceOp, UnaryOp};
 use braze_passes::{compile_to_plan, optimize, FusionOptions};
-use braze_plan::{Expr, KernelKind, Plan};
+use braze_plan::{Body, Expr, KernelKind, Plan};
 use braze_workloads::{graph, multisum_sizes};
 use std::collections::HashSet;
 use support::*;
@@ -25,21 +25,22 @@ fn check(name: &str, graph: Graph, options: FusionOptions, kernels: usize) {
 
 fn check_invariants(name: &str, graph: &Graph, plan: &Plan) {
     for k in &plan.kernels {
-        // Each member of a multi-pointwise kernel is a program of its own.
-        let bodies = match &k.kind {
-            KernelKind::Pointwise(pw) => vec![&pw.body],
-            KernelKind::Row(row) => vec![&row.body],
-            KernelKind::Column(col) => vec![&col.body],
-            KernelKind::MultiReduce(mr) => vec![&mr.prologue],
-            KernelKind::MultiPointwise(multi) => multi.members.iter().map(|m| &m.body).collect(),
+        // A multi-reduce prologue's one load is the current element of whichever item runs it.
+        let (bodies, loads_name_slots): (Vec<&Body>, bool) = match &k.kind {
+            KernelKind::Pointwise(pw) => (vec![&pw.body], true),
+            KernelKind::Row(row) => (vec![&row.body], true),
+            KernelKind::MultiReduce(mr) => (mr.reductions.iter().map(|r| &r.prologue).collect(), false),
+            KernelKind::Column(col) => (vec![&col.body], true),
+            KernelKind::MultiPointwise(multi) => (multi.members.iter().map(|m| &m.body).collect(), true),
             KernelKind::MatMul(_) | KernelKind::Concat(_) => continue,
         };
         for body in bodies {
             let mut views = HashSet::new();
             for v in &body.values {
                 if let Expr::Load { input, offset, strides } = &v.expr {
-                    let buffer = k.inputs[*input];
-                    assert!(views.insert((buffer, *offset, strides.clone())), "{name}: {} reads a view twice", k.name);
+                    let buffer = if loads_name_slots { Some(k.inputs[*input]) } else { None };
+                    let view = (buffer, *offset, strides.clone());
+                    assert!(views.insert(view), "{name}: {} reads a view twice", k.name);
                 }
                 if let Expr::Reduce { x, .. } = &v.expr {
                     let dt = body.values[x.0].dtype;
@@ -370,4 +371,195 @@ fn column_kernels_never_reduce_their_own_results_or_store_element_values() {
     let second = sum(&mut g, prod, &[0], false);
     g.set_outputs(vec![first, second]);
     assert!(families(&g).contains(&"column"));
+}
+
+// ---- independent full reductions, whatever reads their results --------------------------------
+
+/// Gradient-like inputs of twelve sizes: some a warp reduces whole, some chunked across blocks.
+fn grads(g: &mut Graph, dtype: DType) -> Vec<NodeId> {
+    GRAD_SIZES.iter().map(|&n| g.input(dtype, [n])).collect()
+}
+
+const GRAD_SIZES: [usize; 12] = [300, 40_000, 7, 1_024, 20_000, 1, 513, 64, 5_000, 128, 33, 90_000];
+
+fn sum_of_squares(g: &mut Graph, x: NodeId) -> NodeId {
+    let sq = mul(g, x, x);
+    sum(g, sq, &[0], false)
+}
+
+fn reduce_all(g: &mut Graph, op: ReduceOp, x: NodeId) -> NodeId {
+    let rank = g.node(x).shape.rank();
+    braze_ir::Graph::add(g, Op::Reduce { op, axes: (0..rank).collect(), keepdim: false }, &[x], None).unwrap()
+}
+
+/// `stack(xs)` as traced: each scalar reshaped to `[1]`, then concatenated.
+fn stack(g: &mut Graph, xs: &[NodeId]) -> NodeId {
+    let parts: Vec<NodeId> = xs.iter().map(|&x| g.reshape(x, [1]).unwrap()).collect();
+    op(g, Op::Concat { axis: 0 }, &parts)
+}
+
+/// The one multi-reduce kernel of `plan`, with its item and reduction counts checked.
+fn the_multi_reduce(plan: &Plan, items: usize, reductions: usize) -> &braze_plan::MultiReduce {
+    let found: Vec<&braze_plan::MultiReduce> = plan
+        .kernels
+        .iter()
+        .filter_map(|k| match &k.kind {
+            KernelKind::MultiReduce(mr) => Some(mr),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(found.len(), 1, "one multi-reduce\n{plan}");
+    assert_eq!(found[0].items.len(), items, "items\n{plan}");
+    assert_eq!(found[0].reductions.len(), reductions, "distinct item programs\n{plan}");
+    found[0]
+}
+
+fn plan_of(g: &Graph) -> Plan {
+    compile_to_plan(g, &defaults()).unwrap()
+}
+
+#[test]
+fn stacked_sums_and_maxes_with_different_prologues_are_one_kernel() {
+    let mut g = Graph::new();
+    let xs = grads(&mut g, DType::F32);
+    let results: Vec<NodeId> = xs
+        .iter()
+        .enumerate()
+        .map(|(i, &x)| match i % 3 {
+            0 => sum_of_squares(&mut g, x),
+            1 => {
+                let a = un(&mut g, UnaryOp::Abs, x);
+                reduce_all(&mut g, ReduceOp::Max, a)
+            }
+            _ => reduce_all(&mut g, ReduceOp::Sum, x),
+        })
+        .collect();
+    let y = stack(&mut g, &results);
+    g.set_outputs(vec![y]);
+    let plan = plan_of(&g);
+    let mr = the_multi_reduce(&plan, 12, 3);
+    assert!(mr.epilogue.values.iter().all(|v| matches!(v.expr, Expr::Load { .. })), "a stack computes nothing");
+    check("multi_reduce_stack_sum_max", g, defaults(), 1);
+}
+
+#[test]
+fn sums_folded_with_adds_are_one_kernel_with_the_adds_in_its_epilogue() {
+    // The global gradient norm as usually written: sum of squares per gradient, folded with add.
+    let mut g = Graph::new();
+    let xs = grads(&mut g, DType::F32);
+    let mut total = sum_of_squares(&mut g, xs[0]);
+    for &x in &xs[1..] {
+        let s = sum_of_squares(&mut g, x);
+        total = add(&mut g, total, s);
+    }
+    let norm = un(&mut g, UnaryOp::Sqrt, total);
+    g.set_outputs(vec![norm]);
+    let plan = plan_of(&g);
+    let mr = the_multi_reduce(&plan, 12, 1);
+    assert_eq!(mr.stores.len(), 1, "only the norm leaves the kernel\n{plan}");
+    check("multi_reduce_add_chain_sqrt", g, defaults(), 1);
+}
+
+#[test]
+fn sums_returned_as_separate_outputs_are_one_kernel() {
+    let mut g = Graph::new();
+    let xs = grads(&mut g, DType::F32);
+    let sums: Vec<NodeId> = xs.iter().map(|&x| sum_of_squares(&mut g, x)).collect();
+    g.set_outputs(sums);
+    let plan = plan_of(&g);
+    assert_eq!(plan.outputs.len(), 12);
+    the_multi_reduce(&plan, 12, 1);
+    check("multi_reduce_separate_outputs", g, defaults(), 1);
+}
+
+#[test]
+fn sums_each_scaled_are_one_kernel() {
+    let mut g = Graph::new();
+    let xs = grads(&mut g, DType::F32);
+    let scaled: Vec<NodeId> = xs
+        .iter()
+        .enumerate()
+        .map(|(i, &x)| {
+            let s = sum_of_squares(&mut g, x);
+            let c = g.constant(0.5 + i as f64, DType::F32);
+            mul(&mut g, s, c)
+        })
+        .collect();
+    g.set_outputs(scaled);
+    let plan = plan_of(&g);
+    let mr = the_multi_reduce(&plan, 12, 1);
+    assert_eq!(mr.stores.len(), 12);
+    check("multi_reduce_scaled_outputs", g, defaults(), 1);
+}
+
+#[test]
+fn non_finite_checks_folded_with_or_are_one_kernel() {
+    // `any_non_finite` of an optimizer step: per gradient `isfinite().logical_not().max_all()`.
+    let mut g = Graph::new();
+    let mut xs = grads(&mut g, DType::F32);
+    xs.extend((0..3).map(|i| g.input(DType::BF16, [17 + 1000 * i])));
+    let mut found: Option<NodeId> = None;
+    for &x in &xs {
+        let finite = un(&mut g, UnaryOp::IsFinite, x);
+        let bad = un(&mut g, UnaryOp::Not, finite);
+        let any = reduce_all(&mut g, ReduceOp::Max, bad);
+        found = Some(match found {
+            Some(f) => bin(&mut g, BinaryOp::Or, f, any),
+            None => any,
+        });
+    }
+    g.set_outputs(vec![found.unwrap()]);
+    let plan = plan_of(&g);
+    // One program per input dtype: the prologue loads the element as its dtype.
+    the_multi_reduce(&plan, 15, 2);
+    check("multi_reduce_any_non_finite", g, defaults(), 1);
+}
+
+#[test]
+fn sums_and_maxes_of_mixed_dtypes_feed_one_epilogue() {
+    // sum(cast(g)^2) of bf16 and f32 gradients and the largest |g|, combined into scalars.
+    let mut g = Graph::new();
+    let a = g.input(DType::BF16, [3000]);
+    let b = g.input(DType::F32, [50_000]);
+    let c = g.input(DType::F32, [77]);
+    let a32 = g.cast(a, DType::F32).unwrap();
+    let sa = sum_of_squares(&mut g, a32);
+    let sb = sum_of_squares(&mut g, b);
+    let abs_c = un(&mut g, UnaryOp::Abs, c);
+    let mc = reduce_all(&mut g, ReduceOp::Max, abs_c);
+    let total = add(&mut g, sa, sb);
+    let ratio = bin(&mut g, BinaryOp::Div, mc, total);
+    g.set_outputs(vec![total, ratio, mc]);
+    let plan = plan_of(&g);
+    let mr = the_multi_reduce(&plan, 3, 3);
+    assert_eq!(mr.stores.len(), 3);
+    check("multi_reduce_mixed_sum_max", g, defaults(), 1);
+}
+
+#[test]
+fn a_reduction_of_another_reductions_result_gets_a_kernel_after_it() {
+    // sum(x * sum(y)) depends on sum(y): the two cannot share a launch. (Prologues and
+    // epilogues read no other kernel's values: `x * s` gets a pointwise kernel, and so does the
+    // add of results from two launches.)
+    let mut g = Graph::new();
+    let x = g.input(DType::F32, [40_000]);
+    let y = g.input(DType::F32, [30_000]);
+    let z = g.input(DType::F32, [20_000]);
+    let sy = sum_of_squares(&mut g, y);
+    let sz = sum_of_squares(&mut g, z);
+    let xs = mul(&mut g, x, sy);
+    let sx = reduce_all(&mut g, ReduceOp::Sum, xs);
+    let out = add(&mut g, sx, sz);
+    g.set_outputs(vec![out]);
+    let plan = plan_of(&g);
+    let items: Vec<usize> = plan
+        .kernels
+        .iter()
+        .filter_map(|k| match &k.kind {
+            KernelKind::MultiReduce(mr) => Some(mr.items.len()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(items, vec![2, 1], "sum(y^2) and sum(z^2) together, then sum(x * s)\n{plan}");
+    check("multi_reduce_dependent_levels", g, defaults(), 4);
 }

@@ -7,20 +7,25 @@
 mod support;
 
 use braze_cpu::{assert_close, eval_graph, eval_plan, random_tensor};
-use braze_ir::{BinaryOp, DType, Graph, HostTensor, Op, ReduceOp, UnaryOp};
+use braze_ir::{BinaryOp, DType, Graph, HostTensor, NodeId, Op, ReduceOp, UnaryOp};
 use braze_passes::{compile_to_plan, FusionOptions};
 use braze_workloads::graph;
 use support::*;
 
 fn check(name: &str, g: Graph) {
-    g.verify().unwrap();
     let inputs: Vec<HostTensor> = g
         .inputs()
         .iter()
         .enumerate()
         .map(|(i, &id)| random_tensor(g.node(id).dtype, g.node(id).shape.clone(), 7 + i as u64))
         .collect();
-    let want = eval_graph(&g, &inputs).unwrap_or_else(|e| panic!("{name}: {e}"));
+    check_on(name, g, &inputs);
+}
+
+/// [`check`] on given inputs.
+fn check_on(name: &str, g: Graph, inputs: &[HostTensor]) {
+    g.verify().unwrap();
+    let want = eval_graph(&g, inputs).unwrap_or_else(|e| panic!("{name}: {e}"));
     let variants = [
         ("default", FusionOptions::default()),
         ("unfused", FusionOptions { fuse: false, ..FusionOptions::default() }),
@@ -29,7 +34,7 @@ fn check(name: &str, g: Graph) {
     for (variant, options) in variants {
         let plan = compile_to_plan(&g, &options).unwrap_or_else(|e| panic!("{name} ({variant}): {e}"));
         plan.validate().unwrap_or_else(|e| panic!("{name} ({variant}): {e}\n{plan}"));
-        let got = eval_plan(&plan, &inputs).unwrap_or_else(|e| panic!("{name} ({variant}): {e}\n{plan}"));
+        let got = eval_plan(&plan, inputs).unwrap_or_else(|e| panic!("{name} ({variant}): {e}\n{plan}"));
         assert_eq!(got.len(), want.len(), "{name} ({variant}): output count");
         for (j, (actual, expected)) in got.iter().zip(&want).enumerate() {
             if let Err(e) = assert_close(actual, expected) {
@@ -307,4 +312,126 @@ fn views_matmuls_and_concat() {
             vec![r, x, t, c, cb, r]
         }),
     );
+}
+
+/// Independent full reductions read by a stack, a chain of adds, separate outputs, a scale per
+/// result, an or of non-finite checks, and a mix of sums and maxes; items of many sizes, empty
+/// ones included, and inputs holding NaN and infinities.
+#[test]
+fn independent_full_reductions_whatever_reads_them() {
+    const SIZES: [usize; 7] = [300, 0, 7, 20_000, 1, 513, 0];
+    let inputs = |g: &mut Graph, dtype: DType| -> Vec<NodeId> { SIZES.iter().map(|&n| g.input(dtype, [n])).collect() };
+    let sum_sq = |g: &mut Graph, x: NodeId| {
+        let sq = mul(g, x, x);
+        sum(g, sq, &[0], false)
+    };
+    let reduce = |g: &mut Graph, op: ReduceOp, x: NodeId| {
+        g.add(Op::Reduce { op, axes: vec![0], keepdim: false }, &[x], None).unwrap()
+    };
+    let stacked = |g: &mut Graph, xs: &[NodeId]| {
+        let parts: Vec<NodeId> = xs.iter().map(|&x| g.reshape(x, [1]).unwrap()).collect();
+        g.add(Op::Concat { axis: 0 }, &parts, None).unwrap()
+    };
+    let cases: Vec<(&str, Graph)> = vec![
+        (
+            "stack of sums and maxes",
+            graph(|g| {
+                let xs = inputs(g, DType::F32);
+                let rs: Vec<NodeId> = xs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &x)| if i % 2 == 0 { sum_sq(g, x) } else { reduce(g, ReduceOp::Max, x) })
+                    .collect();
+                vec![stacked(g, &rs)]
+            }),
+        ),
+        (
+            "chain of adds",
+            graph(|g| {
+                let xs = inputs(g, DType::BF16);
+                let mut total: Option<NodeId> = None;
+                for x in xs {
+                    let x32 = g.cast(x, DType::F32).unwrap();
+                    let s = sum_sq(g, x32);
+                    total = Some(match total {
+                        Some(t) => add(g, t, s),
+                        None => s,
+                    });
+                }
+                let norm = un(g, UnaryOp::Sqrt, total.unwrap());
+                let c = g.constant(1e-6, DType::F32);
+                let scale = add(g, norm, c);
+                vec![norm, un(g, UnaryOp::Reciprocal, scale)]
+            }),
+        ),
+        ("separate outputs", graph(|g| inputs(g, DType::F32).into_iter().map(|x| sum_sq(g, x)).collect())),
+        (
+            "scale per result",
+            graph(|g| {
+                let xs = inputs(g, DType::F32);
+                xs.into_iter()
+                    .enumerate()
+                    .map(|(i, x)| {
+                        let m = reduce(g, ReduceOp::Min, x);
+                        let c = g.constant(0.25 * (i + 1) as f64, DType::F32);
+                        mul(g, m, c)
+                    })
+                    .collect()
+            }),
+        ),
+        (
+            "or of non-finite checks",
+            graph(|g| {
+                let mut xs = inputs(g, DType::F32);
+                xs.extend(inputs(g, DType::F16));
+                let mut found: Option<NodeId> = None;
+                for x in xs {
+                    let finite = un(g, UnaryOp::IsFinite, x);
+                    let bad = un(g, UnaryOp::Not, finite);
+                    let any = reduce(g, ReduceOp::Max, bad);
+                    found = Some(match found {
+                        Some(f) => bin(g, BinaryOp::Or, f, any),
+                        None => any,
+                    });
+                }
+                vec![found.unwrap()]
+            }),
+        ),
+        (
+            "sums, means and maxes mixed",
+            graph(|g| {
+                let xs = inputs(g, DType::F32);
+                let s = sum_sq(g, xs[0]);
+                let m = reduce(g, ReduceOp::Max, xs[3]);
+                let n = g.constant(1.0 / 513.0, DType::F32);
+                let total = sum(g, xs[5], &[0], false);
+                let mean = mul(g, total, n);
+                let ratio = bin(g, BinaryOp::Div, s, m);
+                vec![ratio, add(g, mean, m), stacked(g, &[s, m, mean])]
+            }),
+        ),
+    ];
+    for (name, g) in cases {
+        // Every reduction in one launch, and nothing after it but views.
+        let plan = compile_to_plan(&g, &FusionOptions::default()).unwrap();
+        let families: Vec<&str> = plan.kernels.iter().map(|k| k.kind.family()).collect();
+        assert_eq!(families, vec!["multi_reduce"], "{name}\n{plan}");
+        let random: Vec<HostTensor> = g
+            .inputs()
+            .iter()
+            .enumerate()
+            .map(|(i, &id)| random_tensor(g.node(id).dtype, g.node(id).shape.clone(), 31 + i as u64))
+            .collect();
+        check_on(name, g.clone(), &random);
+        // NaN in one item and an infinity in another: the non-finite check flips, sums go NaN.
+        let mut special = random.clone();
+        for (i, value) in [(0, f64::NAN), (3, f64::NEG_INFINITY)] {
+            let t = &special[i];
+            let mut values = t.to_f64_vec();
+            let middle = values.len() / 2;
+            values[middle] = value;
+            special[i] = HostTensor::from_f64(t.dtype(), t.shape().clone(), &values).unwrap();
+        }
+        check_on(&format!("{name} with NaN and inf"), g, &special);
+    }
 }

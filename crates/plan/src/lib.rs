@@ -6,7 +6,8 @@
 //!   column reduction, multi-tensor reduction, matmul, concat, and multi-tensor pointwise:
 //!   independent pointwise programs in one launch) and their SSA [`Body`] programs (`plan.rs`);
 //! - the one validator, [`Plan::validate`], which checks every [`Rule`] of the contract, each
-//!   documented on its variant (`validate.rs`);
+//!   documented on its variant (`validate.rs`; the multi-reduce family's in
+//!   `validate_multi_reduce.rs`);
 //! - the deterministic text form (`Display`, for review and snapshots) and the JSON form
 //!   ([`Plan::to_json`], [`Plan::from_json`]);
 //! - the memory plan: where each intermediate lives in one arena ([`MemoryPlan`]).
@@ -22,6 +23,7 @@ mod plan;
 pub mod saved;
 mod text;
 mod validate;
+mod validate_multi_reduce;
 
 pub use error::{PlanError, Result, Rule};
 pub use memory::MemoryPlan;

@@ -282,20 +282,75 @@ impl MultiPointwise {
     }
 }
 
-/// K independent full reductions in one launch: item `i` reduces all of kernel input `i`
-/// (contiguous, `items[i]` elements), after applying the per-element `prologue`, and writes one
-/// element at index `i` of kernel output 0 (a `[K]` buffer of `dtype`).
+/// Item `i` reduces all `items[i].len` elements of kernel input `i` (contiguous, of its
+/// reduction's `dtype`) after that reduction's per-element prologue. When every item is done,
+/// the `epilogue` runs once over their results and `stores` write its values.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct MultiReduce {
-    /// `Mean` divides item `i`'s sum by `items[i]` (NaN for an empty item).
+    /// What the items compute; several items usually share one.
+    pub reductions: Vec<ItemReduction>,
+    pub items: Vec<ReduceItem>,
+    /// A scalar program: `Load { input: i, offset: 0, strides: [] }` is item `i`'s result (of
+    /// [`MultiReduce::result_dtype`]), not kernel input `i`; no reductions and no `stores` of
+    /// its own (see [`MultiReduce::stores`]).
+    pub epilogue: Body,
+    /// Every element of every kernel output is written by exactly one of these.
+    pub stores: Vec<ElementStore>,
+}
+
+/// One kind of item: `op` over the last value of `prologue`, a per-element program over a 1-D
+/// domain in which `Load { input: 0, offset: 0, strides: [1] }` reads the item's current element
+/// (of `dtype`). `Mean` divides the sum by the item's length (NaN for an empty item).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ItemReduction {
     pub op: ReduceOp,
-    /// Element count of each item.
-    pub items: Vec<usize>,
-    /// Per-element program over a 1-D domain: `Load { input: 0, offset: 0, strides: [1] }` reads
-    /// the current item's element; the last value is the one reduced. No stores.
-    pub prologue: Body,
-    /// Dtype of the items and of the output.
     pub dtype: DType,
+    pub prologue: Body,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReduceItem {
+    /// Index into [`MultiReduce::reductions`].
+    pub reduction: usize,
+    pub len: usize,
+}
+
+/// Writes epilogue value `value` to element `index` of kernel output `output`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ElementStore {
+    pub value: ValueId,
+    pub output: usize,
+    pub index: usize,
+}
+
+impl ItemReduction {
+    /// The dtype of an item's result: that of the reduced value (the validator holds every
+    /// reduction to one that keeps it).
+    pub fn result_dtype(&self) -> DType {
+        self.prologue.values.last().map_or(self.dtype, |v| v.dtype)
+    }
+}
+
+impl MultiReduce {
+    /// The dtype of item `item`'s result.
+    pub fn result_dtype(&self, item: usize) -> DType {
+        self.reductions[self.items[item].reduction].result_dtype()
+    }
+
+    /// The load through which the epilogue reads item `item`'s result.
+    pub fn result_load(item: usize) -> Expr {
+        Expr::Load { input: item, offset: 0, strides: vec![] }
+    }
+
+    /// The load through which a prologue reads the item's current element.
+    pub fn element_load() -> Expr {
+        Expr::Load { input: 0, offset: 0, strides: vec![1] }
+    }
+
+    /// Total elements of all items.
+    pub fn elements(&self) -> usize {
+        self.items.iter().map(|it| it.len).sum()
+    }
 }
 
 /// `out[b] = act(A[b] @ B[b] + bias)`, with row-major A `[m, k]` and B `[k, n]` per batch

@@ -16,7 +16,7 @@
 //!
 //! Buffers print their element count: the plan keeps no shapes for them, only for its outputs.
 
-use crate::plan::{Body, BufferId, BufferRole, Expr, Kernel, KernelKind, Plan, RowKernel, SourceOp};
+use crate::plan::{Body, BufferId, BufferRole, Expr, Kernel, KernelKind, MultiReduce, Plan, RowKernel, SourceOp};
 use std::fmt::{self, Write};
 
 /// Longest list of buffers or item sizes printed in full; longer ones are elided in the middle.
@@ -118,11 +118,10 @@ impl Plan {
                 dims(&col.kept)
             ),
             KernelKind::MultiReduce(mr) => format!(
-                "multi_reduce: {} of {}, {} elements, {}",
-                mr.op.name(),
+                "multi_reduce: {} of {}, {} elements",
                 plural(mr.items.len(), "item"),
-                mr.items.iter().sum::<usize>(),
-                mr.dtype
+                plural(mr.reductions.len(), "reduction"),
+                mr.elements()
             ),
             KernelKind::MatMul(mm) => {
                 let mut s = format!("matmul: batch={} m={} n={} k={} {}", dims(&mm.batch), mm.m, mm.n, mm.k, mm.dtype);
@@ -180,11 +179,7 @@ impl Plan {
                 let per_column = col.body.column_values(col.reduced.len());
                 fmt_body(f, &col.body, Some((&per_column, "per-column")))
             }
-            KernelKind::MultiReduce(mr) => {
-                writeln!(f, "  items: [{}]", listed(&mr.items, ","))?;
-                fmt_body(f, &mr.prologue, None)?;
-                writeln!(f, "  reduce v{} -> out0[item]", mr.prologue.values.len().saturating_sub(1))
-            }
+            KernelKind::MultiReduce(mr) => fmt_multi_reduce(f, mr),
             KernelKind::MultiPointwise(multi) => {
                 for (m, member) in multi.members.iter().enumerate() {
                     writeln!(f, "  member {m}: shape={}", member.shape)?;
@@ -216,9 +211,33 @@ impl RowKernel {
     }
 }
 
+/// Each reduction with its items and prologue, then the epilogue, whose `load inI` is item I's
+/// result, and its element stores.
+fn fmt_multi_reduce(f: &mut fmt::Formatter<'_>, mr: &MultiReduce) -> fmt::Result {
+    for (r, red) in mr.reductions.iter().enumerate() {
+        let items: Vec<String> = (0..mr.items.len())
+            .filter(|&i| mr.items[i].reduction == r)
+            .map(|i| format!("{i}:{}", mr.items[i].len))
+            .collect();
+        writeln!(f, "  reduction {r} over {} items [{}]:", red.dtype, listed(&items, ","))?;
+        fmt_body(f, &red.prologue, None)?;
+        writeln!(f, "  reduce_{} v{} -> item result", red.op.name(), red.prologue.values.len().saturating_sub(1))?;
+    }
+    writeln!(f, "  epilogue (load inI: item I's result):")?;
+    // A stack of thousands of results keeps its ends.
+    let mut epilogue = String::new();
+    fmt_body(&mut epilogue, &mr.epilogue, None)?;
+    let lines: Vec<&str> = epilogue.lines().collect();
+    if !lines.is_empty() {
+        writeln!(f, "{}", listed(&lines, "\n").replace("\n...\n", "\n  ...\n"))?;
+    }
+    let stores: Vec<String> = mr.stores.iter().map(|s| format!("out{}[{}] = {}", s.output, s.index, s.value)).collect();
+    writeln!(f, "  stores: {}", listed(&stores, ", "))
+}
+
 /// The body's values and stores; `invariant` marks the values that are the same along the
 /// reduced dims, with the word that says so.
-fn fmt_body(f: &mut fmt::Formatter<'_>, body: &Body, invariant: Option<(&[bool], &str)>) -> fmt::Result {
+fn fmt_body(f: &mut impl Write, body: &Body, invariant: Option<(&[bool], &str)>) -> fmt::Result {
     for (i, v) in body.values.iter().enumerate() {
         let expr = match &v.expr {
             Expr::Load { input, offset, strides } => {

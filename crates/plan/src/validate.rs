@@ -12,7 +12,7 @@ use braze_ir::{DType, Op, Shape};
 use std::collections::HashSet;
 
 /// A rule broken inside one kernel, before the kernel is named.
-struct Broken {
+pub(crate) struct Broken {
     rule: Rule,
     detail: String,
 }
@@ -24,9 +24,9 @@ impl Broken {
     }
 }
 
-type KernelResult = std::result::Result<(), Broken>;
+pub(crate) type KernelResult = std::result::Result<(), Broken>;
 
-fn broken(rule: Rule, detail: impl Into<String>) -> Broken {
+pub(crate) fn broken(rule: Rule, detail: impl Into<String>) -> Broken {
     Broken { rule, detail: detail.into() }
 }
 
@@ -212,20 +212,8 @@ impl Plan {
         runs: impl Fn(usize) -> bool,
     ) -> KernelResult {
         validate_value_order(body)?;
-        let scalar = Shape::scalar();
         for (i, value) in body.values.iter().enumerate() {
             let here = |rule: Rule, detail: String| broken(rule, format!("v{i}: {detail}"));
-            let typed = |op: Op, operands: &[ValueId]| -> KernelResult {
-                let types: Vec<(DType, &Shape)> = operands.iter().map(|v| (body.values[v.0].dtype, &scalar)).collect();
-                let (dtype, _) = infer(&op, &types, None).map_err(|e| here(Rule::ValueTypes, e.to_string()))?;
-                if dtype != value.dtype {
-                    return Err(here(
-                        Rule::ValueTypes,
-                        format!("{} gives {dtype}, but the value is {}", op.name(), value.dtype),
-                    ));
-                }
-                Ok(())
-            };
             match &value.expr {
                 Expr::Load { input, offset, strides } => {
                     let Some(&b) = inputs.get(*input) else {
@@ -259,21 +247,7 @@ impl Plan {
                         }
                     }
                 }
-                Expr::Const { value: c } => {
-                    if !c.fits(value.dtype) {
-                        return Err(here(Rule::ValueTypes, format!("constant {c} is not a {} value", value.dtype)));
-                    }
-                }
-                Expr::Cast { .. } => {}
-                Expr::Unary { op, x } => typed(Op::Unary { op: *op }, &[*x])?,
-                Expr::Binary { op, a, b } => typed(Op::Binary { op: *op }, &[*a, *b])?,
-                Expr::Where { cond, a, b } => typed(Op::Where, &[*cond, *a, *b])?,
-                Expr::Reduce { op, x } => {
-                    if !reductions_allowed {
-                        return Err(here(Rule::Reductions, "a reduction outside a row or column kernel".into()));
-                    }
-                    typed(Op::Reduce { op: *op, axes: vec![], keepdim: false }, &[*x])?;
-                }
+                _ => check_value_type(body, i, reductions_allowed)?,
             }
         }
         Ok(())
@@ -340,46 +314,6 @@ impl Plan {
             return Err(broken(Rule::ColumnReduce, format!("stores {}, which varies with the row", s.value)));
         }
         self.validate_stores(kernel, &col.body, |_| cols)
-    }
-
-    fn validate_multi_reduce(&self, kernel: &Kernel, mr: &crate::plan::MultiReduce) -> KernelResult {
-        let fail = |detail: String| Err(broken(Rule::MultiReduce, detail));
-        if mr.items.len() != kernel.inputs.len() {
-            return fail(format!("{} items but {} inputs", mr.items.len(), kernel.inputs.len()));
-        }
-        for (i, &n) in mr.items.iter().enumerate() {
-            let buffer = self.buffer(kernel.inputs[i]);
-            if buffer.numel != n || buffer.dtype != mr.dtype {
-                return fail(format!(
-                    "item {i}: {n} {} elements, but its buffer holds {} {}",
-                    mr.dtype, buffer.numel, buffer.dtype
-                ));
-            }
-        }
-        match kernel.outputs.as_slice() {
-            [out] if self.buffer(*out).numel == mr.items.len() && self.buffer(*out).dtype == mr.dtype => {}
-            _ => return fail(format!("needs one output of {} {} elements", mr.items.len(), mr.dtype)),
-        }
-        let prologue = &mr.prologue;
-        let Some(reduced) = prologue.values.last() else { return fail("the prologue has no values".into()) };
-        if !prologue.stores.is_empty() {
-            return fail("the prologue stores".into());
-        }
-        let element = Expr::Load { input: 0, offset: 0, strides: vec![1] };
-        if let Some(i) = prologue.values.iter().position(|v| matches!(v.expr, Expr::Load { .. }) && v.expr != element) {
-            return fail(format!("v{i}: the prologue reads more than the current element"));
-        }
-        // Every item shares the prologue: its loads read the item's buffer, a [n] domain.
-        for (i, &n) in mr.items.iter().enumerate() {
-            self.validate_body(&kernel.inputs[i..=i], prologue, &[n], false, |_| n > 0)?;
-        }
-        let result =
-            infer(&Op::Reduce { op: mr.op, axes: vec![], keepdim: false }, &[(reduced.dtype, &Shape::scalar())], None)
-                .map_err(|e| broken(Rule::MultiReduce, e.to_string()))?;
-        if reduced.dtype != mr.dtype || result.0 != mr.dtype {
-            return fail(format!("reduces a {} value into a {} result", reduced.dtype, mr.dtype));
-        }
-        Ok(())
     }
 
     /// [`Rule::MultiPointwise`], with each member's body held to the pointwise rules.
@@ -498,6 +432,55 @@ impl Plan {
             return fail(format!("the output must be {}{}", cat.dtype, cat.shape));
         }
         Ok(())
+    }
+}
+
+/// Value order and typing of a body whose loads its family checks: every value's dtype is what
+/// its op gives for its operands' dtypes.
+pub(crate) fn validate_value_types(body: &Body, reductions_allowed: bool) -> KernelResult {
+    validate_value_order(body)?;
+    for (i, value) in body.values.iter().enumerate() {
+        if !matches!(value.expr, Expr::Load { .. }) {
+            check_value_type(body, i, reductions_allowed)?;
+        }
+    }
+    Ok(())
+}
+
+/// The typing of value `i`, which is not a load.
+fn check_value_type(body: &Body, i: usize, reductions_allowed: bool) -> KernelResult {
+    let value = &body.values[i];
+    let here = |rule: Rule, detail: String| broken(rule, format!("v{i}: {detail}"));
+    let scalar = Shape::scalar();
+    let typed = |op: Op, operands: &[ValueId]| -> KernelResult {
+        let types: Vec<(DType, &Shape)> = operands.iter().map(|v| (body.values[v.0].dtype, &scalar)).collect();
+        let (dtype, _) = infer(&op, &types, None).map_err(|e| here(Rule::ValueTypes, e.to_string()))?;
+        if dtype != value.dtype {
+            return Err(here(
+                Rule::ValueTypes,
+                format!("{} gives {dtype}, but the value is {}", op.name(), value.dtype),
+            ));
+        }
+        Ok(())
+    };
+    match &value.expr {
+        Expr::Load { .. } => Ok(()),
+        Expr::Const { value: c } => {
+            if !c.fits(value.dtype) {
+                return Err(here(Rule::ValueTypes, format!("constant {c} is not a {} value", value.dtype)));
+            }
+            Ok(())
+        }
+        Expr::Cast { .. } => Ok(()),
+        Expr::Unary { op, x } => typed(Op::Unary { op: *op }, &[*x]),
+        Expr::Binary { op, a, b } => typed(Op::Binary { op: *op }, &[*a, *b]),
+        Expr::Where { cond, a, b } => typed(Op::Where, &[*cond, *a, *b]),
+        Expr::Reduce { op, x } => {
+            if !reductions_allowed {
+                return Err(here(Rule::Reductions, "a reduction outside a row or column kernel".into()));
+            }
+            typed(Op::Reduce { op: *op, axes: vec![], keepdim: false }, &[*x])
+        }
     }
 }
 

@@ -4,8 +4,8 @@
 
 use braze_ir::{BinaryOp, DType, Literal, ReduceOp, Shape, UnaryOp};
 use braze_plan::{
-    Body, Buffer, BufferId, BufferRole, ColumnKernel, Concat, Expr, Kernel, KernelKind, MatMul, MultiReduce, Plan,
-    PlanError, PlanOutput, Pointwise, RowKernel, Rule, Store, ValueId,
+    Body, Buffer, BufferId, BufferRole, ColumnKernel, Concat, ElementStore, Expr, ItemReduction, Kernel, KernelKind,
+    MatMul, MultiReduce, Plan, PlanError, PlanOutput, Pointwise, ReduceItem, RowKernel, Rule, Store, ValueId,
 };
 
 const F: DType = DType::F32;
@@ -99,11 +99,20 @@ fn row_kernel(plan: &mut Plan) -> &mut RowKernel {
     }
 }
 
-/// `b2 = [sum(b0 * b0), sum(b1 * b1)]`.
+/// `b2 = [sum(b0 * b0), sum(b1 * b1)]`: one reduction, its results stacked.
 fn multi_reduce() -> Plan {
     let mut prologue = Body::default();
     let x = load(&mut prologue, 0, 0, &[1], F);
     prologue.push(Expr::Binary { op: BinaryOp::Mul, a: x, b: x }, F);
+    let mut epilogue = Body::default();
+    let r0 = epilogue.push(MultiReduce::result_load(0), F);
+    let r1 = epilogue.push(MultiReduce::result_load(1), F);
+    let mr = MultiReduce {
+        reductions: vec![ItemReduction { op: ReduceOp::Sum, dtype: F, prologue }],
+        items: vec![ReduceItem { reduction: 0, len: 3 }, ReduceItem { reduction: 0, len: 5 }],
+        epilogue,
+        stores: vec![ElementStore { value: r0, output: 0, index: 0 }, ElementStore { value: r1, output: 0, index: 1 }],
+    };
     Plan {
         buffers: vec![
             buffer(F, 3, BufferRole::Input(0)),
@@ -112,13 +121,49 @@ fn multi_reduce() -> Plan {
         ],
         inputs: ids(&[0, 1]),
         outputs: vec![output(2, &[2])],
-        kernels: vec![kernel(
-            "multi_reduce_sum",
-            KernelKind::MultiReduce(MultiReduce { op: ReduceOp::Sum, items: vec![3, 5], prologue, dtype: F }),
-            &[0, 1],
-            &[2],
-        )],
+        kernels: vec![kernel("multi_reduce_sum", KernelKind::MultiReduce(mr), &[0, 1], &[2])],
     }
+}
+
+/// `b2 = sum(b0 * b0) + f32(any(b1))`, `b3 = any(b1)`: two reductions, a computing epilogue.
+fn multi_reduce_epilogue() -> Plan {
+    let mut squares = Body::default();
+    let x = load(&mut squares, 0, 0, &[1], F);
+    squares.push(Expr::Binary { op: BinaryOp::Mul, a: x, b: x }, F);
+    let mut any = Body::default();
+    load(&mut any, 0, 0, &[1], DType::Bool);
+    let mut epilogue = Body::default();
+    let s = epilogue.push(MultiReduce::result_load(0), F);
+    let b = epilogue.push(MultiReduce::result_load(1), DType::Bool);
+    let bf = epilogue.push(Expr::Cast { x: b }, F);
+    let total = epilogue.push(Expr::Binary { op: BinaryOp::Add, a: s, b: bf }, F);
+    let mr = MultiReduce {
+        reductions: vec![
+            ItemReduction { op: ReduceOp::Sum, dtype: F, prologue: squares },
+            ItemReduction { op: ReduceOp::Max, dtype: DType::Bool, prologue: any },
+        ],
+        items: vec![ReduceItem { reduction: 0, len: 3 }, ReduceItem { reduction: 1, len: 0 }],
+        epilogue,
+        stores: vec![
+            ElementStore { value: total, output: 0, index: 0 },
+            ElementStore { value: b, output: 1, index: 0 },
+        ],
+    };
+    Plan {
+        buffers: vec![
+            buffer(F, 3, BufferRole::Input(0)),
+            buffer(DType::Bool, 0, BufferRole::Input(1)),
+            buffer(F, 1, BufferRole::Output),
+            buffer(DType::Bool, 1, BufferRole::Output),
+        ],
+        inputs: ids(&[0, 1]),
+        outputs: vec![output(2, &[]), output(3, &[])],
+        kernels: vec![kernel("multi_reduce_sum_max", KernelKind::MultiReduce(mr), &[0, 1], &[2, 3])],
+    }
+}
+
+fn prologue(plan: &mut Plan) -> &mut Body {
+    &mut multi(plan).reductions[0].prologue
 }
 
 fn multi(plan: &mut Plan) -> &mut MultiReduce {
@@ -578,31 +623,24 @@ fn stores() {
 
 #[test]
 fn multi_reduce_rule() {
-    check(&with(multi_reduce(), |p| multi(p).items = vec![3]), Some(Rule::MultiReduce));
-    check(&with(multi_reduce(), |p| multi(p).items = vec![3, 4]), Some(Rule::MultiReduce));
+    check(&multi_reduce_epilogue(), None);
+    check(&with(multi_reduce(), |p| multi(p).items.pop().map(drop).unwrap()), Some(Rule::MultiReduce));
+    check(&with(multi_reduce(), |p| multi(p).items[1].len = 4), Some(Rule::MultiReduce));
+    check(&with(multi_reduce(), |p| multi(p).items[1].reduction = 1), Some(Rule::MultiReduce));
+    check(&with(multi_reduce(), |p| multi(p).reductions[0].dtype = DType::F16), Some(Rule::MultiReduce));
     check(
-        &with(multi_reduce(), |p| {
-            p.buffers[2].numel = 3;
-            p.outputs[0].shape = Shape::new(vec![3]);
-        }),
+        &with(multi_reduce(), |p| prologue(p).values[0].expr = Expr::Load { input: 0, offset: 1, strides: vec![1] }),
         Some(Rule::MultiReduce),
     );
     check(
-        &with(multi_reduce(), |p| {
-            multi(p).prologue.values[0].expr = Expr::Load { input: 0, offset: 1, strides: vec![1] }
-        }),
+        &with(multi_reduce(), |p| prologue(p).stores.push(Store { value: ValueId(1), output: 0 })),
         Some(Rule::MultiReduce),
     );
-    check(
-        &with(multi_reduce(), |p| multi(p).prologue.stores.push(Store { value: ValueId(1), output: 0 })),
-        Some(Rule::MultiReduce),
-    );
-    check(&with(multi_reduce(), |p| multi(p).prologue = Body::default()), Some(Rule::MultiReduce));
-    // The reduced value must have the kernel's dtype.
+    check(&with(multi_reduce(), |p| *prologue(p) = Body::default()), Some(Rule::MultiReduce));
+    // Reducing the last value must keep its dtype (a sum of i32 values would give i64).
     check(
         &with(multi_reduce(), |p| {
-            let prologue = &mut multi(p).prologue;
-            prologue.push(Expr::Cast { x: ValueId(1) }, DType::I32);
+            prologue(p).push(Expr::Cast { x: ValueId(1) }, DType::I32);
         }),
         Some(Rule::MultiReduce),
     );
@@ -613,16 +651,82 @@ fn multi_reduce_rule() {
                 b.dtype = DType::I32;
             }
             let mr = multi(p);
-            mr.op = ReduceOp::Mean;
-            mr.dtype = DType::I32;
-            for v in &mut mr.prologue.values {
+            mr.reductions[0].op = ReduceOp::Mean;
+            mr.reductions[0].dtype = DType::I32;
+            for v in mr.reductions[0].prologue.values.iter_mut().chain(&mut mr.epilogue.values) {
                 v.dtype = DType::I32;
             }
         }),
         Some(Rule::MultiReduce),
     );
     // The prologue's values are typed like any body.
-    check(&with(multi_reduce(), |p| multi(p).prologue.values[1].dtype = DType::Bool), Some(Rule::ValueTypes));
+    check(&with(multi_reduce(), |p| prologue(p).values[1].dtype = DType::Bool), Some(Rule::ValueTypes));
+}
+
+#[test]
+fn multi_reduce_epilogue_rule() {
+    // Element stores: each element of each output once, of the output's dtype.
+    check(
+        &with(multi_reduce(), |p| {
+            p.buffers[2].numel = 3;
+            p.outputs[0].shape = Shape::new(vec![3]);
+        }),
+        Some(Rule::MultiReduce),
+    );
+    check(&with(multi_reduce(), |p| multi(p).stores[1].index = 0), Some(Rule::MultiReduce));
+    check(&with(multi_reduce(), |p| multi(p).stores[1].index = 2), Some(Rule::MultiReduce));
+    check(&with(multi_reduce(), |p| multi(p).stores[1].output = 1), Some(Rule::MultiReduce));
+    check(&with(multi_reduce(), |p| multi(p).stores[1].value = ValueId(7)), Some(Rule::MultiReduce));
+    check(&with(multi_reduce_epilogue(), |p| multi(p).stores[1].value = ValueId(0)), Some(Rule::MultiReduce));
+    check(
+        &with(multi_reduce(), |p| multi(p).epilogue.stores.push(Store { value: ValueId(0), output: 0 })),
+        Some(Rule::MultiReduce),
+    );
+    // Loads read item results, as their dtypes.
+    check(
+        &with(multi_reduce(), |p| multi(p).epilogue.values[1].expr = MultiReduce::result_load(2)),
+        Some(Rule::MultiReduce),
+    );
+    check(
+        &with(multi_reduce(), |p| {
+            multi(p).epilogue.values[1].expr = Expr::Load { input: 1, offset: 0, strides: vec![1] }
+        }),
+        Some(Rule::MultiReduce),
+    );
+    check(
+        &with(multi_reduce_epilogue(), |p| {
+            let epilogue = &mut multi(p).epilogue;
+            epilogue.values[1].dtype = F;
+            epilogue.values[2].dtype = F;
+        }),
+        Some(Rule::MultiReduce),
+    );
+    // Values are typed, and reductions belong in row kernels.
+    check(&with(multi_reduce_epilogue(), |p| multi(p).epilogue.values[3].dtype = DType::I32), Some(Rule::ValueTypes));
+    check(
+        &with(multi_reduce_epilogue(), |p| {
+            multi(p).epilogue.values[3].expr = Expr::Reduce { op: ReduceOp::Sum, x: ValueId(0) }
+        }),
+        Some(Rule::Reductions),
+    );
+    // A computed value needs an item whose finish runs the epilogue.
+    check(
+        &with(multi_reduce_epilogue(), |p| {
+            let mr = multi(p);
+            mr.items.clear();
+            mr.epilogue.values = vec![braze_plan::Value { expr: Expr::Const { value: Literal::Float(1.0) }, dtype: F }];
+            mr.stores = vec![ElementStore { value: ValueId(0), output: 0, index: 0 }];
+            p.outputs.truncate(1);
+            p.kernels[0].inputs.clear();
+            p.kernels[0].outputs.truncate(1);
+            p.inputs.clear();
+            p.buffers.drain(..2);
+            p.buffers.truncate(1);
+            p.kernels[0].outputs = vec![BufferId(0)];
+            p.outputs[0].buffer = BufferId(0);
+        }),
+        Some(Rule::MultiReduce),
+    );
 }
 
 #[test]

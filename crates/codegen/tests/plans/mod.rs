@@ -8,7 +8,7 @@
 use braze_ir::{BinaryOp, DType, Graph, NodeId, Op, ReduceOp, Shape, SourceLoc, UnaryOp};
 use braze_passes::{compile_to_plan, FusionOptions};
 use braze_plan::{
-    Body, Buffer, BufferId, BufferRole, Expr, Kernel, KernelKind, MultiReduce, Plan, PlanOutput, SourceOp,
+    Body, Buffer, BufferId, BufferRole, ItemReduction, Kernel, KernelKind, MultiReduce, Plan, PlanOutput, SourceOp,
 };
 
 /// Builds an IR graph whose ops carry source locations (`examples/model.rs`, a line per op), then
@@ -286,8 +286,10 @@ fn multi_sum_of_nothing(dtype: DType) -> Plan {
     plan.buffers.push(Buffer { dtype, numel: 0, role: BufferRole::Output });
     plan.outputs.push(PlanOutput { buffer: out, shape: Shape::new(vec![0]) });
     let mut prologue = Body::default();
-    prologue.push(Expr::Load { input: 0, offset: 0, strides: vec![1] }, dtype);
-    let kind = KernelKind::MultiReduce(MultiReduce { op: ReduceOp::Sum, items: vec![], prologue, dtype });
+    prologue.push(MultiReduce::element_load(), dtype);
+    let reductions = vec![ItemReduction { op: ReduceOp::Sum, dtype, prologue }];
+    let kind =
+        KernelKind::MultiReduce(MultiReduce { reductions, items: vec![], epilogue: Body::default(), stores: vec![] });
     let sources = ["sum", "stack"]
         .iter()
         .enumerate()
@@ -314,6 +316,52 @@ pub fn multi_max_abs(items: &[usize]) -> Plan {
         .collect();
     let out = g.op(Op::Stack { axis: 0 }, &maxes);
     g.compile(&[out])
+}
+
+/// The global gradient norm and the clip scale of `clip_grad_norm`, over bf16 and f32
+/// gradients: `sum(f32(g)^2)` per gradient folded with adds, then `sqrt`, `min(1, c / (n + eps))`.
+pub fn multi_grad_norm(bf16: &[usize], f32: &[usize]) -> Plan {
+    let mut g = GraphBuilder::default();
+    let mut total: Option<NodeId> = None;
+    for (dtype, sizes) in [(DType::BF16, bf16), (DType::F32, f32)] {
+        for &n in sizes {
+            let t = g.input(dtype, &[n]);
+            let t = if dtype == DType::F32 { t } else { g.cast(t, DType::F32) };
+            let sq = g.binary(BinaryOp::Mul, t, t);
+            let s = g.reduce_all(ReduceOp::Sum, sq);
+            total = Some(match total {
+                Some(total) => g.binary(BinaryOp::Add, total, s),
+                None => s,
+            });
+        }
+    }
+    let norm = g.unary(UnaryOp::Sqrt, total.expect("some gradients"));
+    let eps = g.constant(1e-6, DType::F32);
+    let shifted = g.binary(BinaryOp::Add, norm, eps);
+    let inverse = g.unary(UnaryOp::Reciprocal, shifted);
+    let max_norm = g.constant(1.0, DType::F32);
+    let ratio = g.binary(BinaryOp::Mul, inverse, max_norm);
+    let scale = g.binary(BinaryOp::Min, ratio, max_norm);
+    g.compile(&[norm, scale])
+}
+
+/// `any(!isfinite(t))` per tensor, folded with `logical_or`.
+pub fn multi_any_non_finite(f32: &[usize], f16: &[usize]) -> Plan {
+    let mut g = GraphBuilder::default();
+    let mut found: Option<NodeId> = None;
+    for (dtype, sizes) in [(DType::F32, f32), (DType::F16, f16)] {
+        for &n in sizes {
+            let t = g.input(dtype, &[n]);
+            let finite = g.unary(UnaryOp::IsFinite, t);
+            let bad = g.unary(UnaryOp::Not, finite);
+            let any = g.reduce_all(ReduceOp::Max, bad);
+            found = Some(match found {
+                Some(f) => g.binary(BinaryOp::Or, f, any),
+                None => any,
+            });
+        }
+    }
+    g.compile(&[found.expect("some tensors")])
 }
 
 /// `stack([(t * t).mean() for t in ts])` in f32 (a squaring prologue).
@@ -448,6 +496,8 @@ pub fn all_plans() -> Vec<(&'static str, Plan)> {
         ("multi_reduce_sum_5", multi_sum(&[100_000, 0, 37, 5000, 16_385], DType::F32)),
         ("multi_reduce_max_abs_bf16", multi_max_abs(&[70_000, 3, 0, 2_000, 1_024])),
         ("multi_reduce_mean_square", multi_mean_square(&[10, 300, 0])),
+        ("multi_reduce_grad_norm", multi_grad_norm(&[70_000, 33, 0], &[4096, 1, 20_000])),
+        ("multi_reduce_any_non_finite", multi_any_non_finite(&[1000, 40_000, 7], &[300, 0])),
         ("concat_3", concat(&[10, 6, 16], DType::F32)),
         ("concat_20_bf16", concat(&[3; 20], DType::BF16)),
         ("multi_reduce_no_items", multi_sum(&[], DType::F32)),

@@ -400,11 +400,15 @@ fn run_row(row_kernel: &RowKernel, inputs: &[&HostData], outputs: &mut [HostData
     }
 }
 
-/// K full reductions: item `i` runs the prologue on each element of kernel input `i` and folds
-/// the last prologue value in f32 (sums as trees) into element `i` of output 0.
+/// K full reductions: item `i` runs its reduction's prologue on each element of kernel input `i`
+/// and folds the last prologue value in f32 for floats (sums as trees, as the kernels form
+/// them); then the epilogue runs once over the K results and its element stores write the
+/// outputs.
 fn run_multi_reduce(multi: &MultiReduce, inputs: &[&HostData], outputs: &mut [HostData]) {
-    let prologue = &multi.prologue;
-    for (item, (&count, data)) in multi.items.iter().zip(inputs).enumerate() {
+    let mut results: Vec<Val> = Vec::with_capacity(multi.items.len());
+    for (item, data) in multi.items.iter().zip(inputs) {
+        let reduction = &multi.reductions[item.reduction];
+        let prologue = &reduction.prologue;
         let mut values: Vec<Val> = Vec::with_capacity(prologue.values.len());
         let element = |index: usize, values: &mut Vec<Val>| {
             values.clear();
@@ -415,10 +419,21 @@ fn run_multi_reduce(multi: &MultiReduce, inputs: &[&HostData], outputs: &mut [Ho
                 };
                 values.push(v);
             }
-            *values.last().expect("the prologue has values")
+            *values.last().expect("validated: the prologue has values")
         };
-        let result = reduce(multi.op, multi.dtype, count, (0..count).map(|index| element(index, &mut values)));
-        store(&mut outputs[0], item, result);
+        let elements = (0..item.len).map(|index| element(index, &mut values));
+        results.push(reduce(reduction.op, reduction.result_dtype(), item.len, elements));
+    }
+    let mut values: Vec<Val> = Vec::with_capacity(multi.epilogue.values.len());
+    for value in &multi.epilogue.values {
+        let v = match &value.expr {
+            Expr::Load { input, .. } => results[*input],
+            expr => compute(expr, value.dtype, |id| values[id.0]),
+        };
+        values.push(v);
+    }
+    for s in &multi.stores {
+        store(&mut outputs[s.output], s.index, values[s.value.0]);
     }
 }
 

@@ -15,9 +15,9 @@ impl Fuser<'_> {
     /// the kernel both write a value and read something computed from it).
     pub(super) fn outside_path(&self, a: &Side, b: &Side) -> bool {
         // Nodes are placed in topological order, so nothing placed after both sides can lead back
-        // to them: every kernel holding such a node (a multi-reduce claimed ahead) is read only
-        // through its last node.
-        let last = self.side_last(a).max(self.side_last(b));
+        // to them, except through a multi-reduce claimed ahead: it reads leaves placed late and
+        // its results may be read early, so the search covers every such kernel it can enter.
+        let last = self.multi_reduce_reach(self.side_last(a).max(self.side_last(b)));
         self.path_via_outside(a, b, last) || self.path_via_outside(b, a, last)
     }
 
@@ -31,6 +31,24 @@ impl Fuser<'_> {
             members.extend(&self.group(gid).members);
         }
         members
+    }
+
+    /// `last`, raised to the last member of every multi-reduce kernel with a member at or
+    /// before it, until no such kernel reaches further.
+    fn multi_reduce_reach(&self, mut last: usize) -> usize {
+        loop {
+            let reach = self
+                .groups
+                .iter()
+                .flatten()
+                .filter(|g| matches!(g.kind, super::GroupKind::MultiReduce(_)) && g.min_pos <= last)
+                .map(|g| g.max_pos)
+                .fold(last, usize::max);
+            if reach == last {
+                return last;
+            }
+            last = reach;
+        }
     }
 
     /// Largest topological position of the side's members.

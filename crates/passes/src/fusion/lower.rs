@@ -6,8 +6,8 @@ use super::{is_view, lowering_error, Fuser, GroupKind, Space};
 use crate::Result;
 use braze_ir::{DType, Literal, NodeId, Op, Shape};
 use braze_plan::{
-    Body, Buffer, BufferId, BufferRole, ColumnKernel, Concat, Expr, Kernel, KernelKind, MatMul, MultiReduce, Plan,
-    PlanOutput, Pointwise, RowKernel, SourceOp, Store, ValueId,
+    Body, Buffer, BufferId, BufferRole, ColumnKernel, Concat, Expr, Kernel, KernelKind, MatMul, Plan, PlanOutput,
+    Pointwise, RowKernel, SourceOp, Store, ValueId,
 };
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap, HashMap};
@@ -16,7 +16,7 @@ use std::collections::{BTreeSet, BinaryHeap, HashMap};
 const MAX_NAME_PARTS: usize = 4;
 
 /// The iteration domain loads are expressed over.
-enum Domain<'g> {
+pub(super) enum Domain<'g> {
     /// Pointwise: the kernel's shape.
     Flat(&'g Shape),
     /// Row kernel: `outer ++ inner` of the geometry.
@@ -70,16 +70,16 @@ impl Domain<'_> {
 
 /// Builds one kernel body, reading each buffer through one input slot and each distinct view once.
 #[derive(Default)]
-struct BodyBuilder {
-    body: Body,
+pub(super) struct BodyBuilder {
+    pub(super) body: Body,
     /// The node whose buffer each input slot reads.
-    inputs: Vec<NodeId>,
+    pub(super) inputs: Vec<NodeId>,
     slots: HashMap<NodeId, usize>,
     loads: HashMap<(usize, usize, Vec<usize>), ValueId>,
     consts: HashMap<((u8, u64), DType), ValueId>,
-    values: HashMap<NodeId, ValueId>,
+    pub(super) values: HashMap<NodeId, ValueId>,
     /// Views folded into this kernel's loads (for its sources).
-    folded: BTreeSet<(usize, NodeId)>,
+    pub(super) folded: BTreeSet<(usize, NodeId)>,
 }
 
 impl BodyBuilder {
@@ -101,7 +101,7 @@ impl BodyBuilder {
         v
     }
 
-    fn constant(&mut self, value: Literal, dtype: DType) -> ValueId {
+    pub(super) fn constant(&mut self, value: Literal, dtype: DType) -> ValueId {
         let value = value.to_dtype(dtype);
         *self.consts.entry((value.bit_key(), dtype)).or_insert_with(|| {
             self.body.values.push(braze_plan::Value { expr: Expr::Const { value }, dtype });
@@ -247,9 +247,9 @@ impl Fuser<'_> {
     /// Members whose values are needed outside the kernel.
     fn stored_members(&self, gid: usize) -> Vec<NodeId> {
         match &self.group(gid).kind {
-            GroupKind::MultiReduce(mr) => vec![mr.output],
             GroupKind::MatMul(mm) => vec![mm.result],
             GroupKind::Concat { node } => vec![*node],
+            GroupKind::MultiReduce(_) => self.stored_multi_reduce_values(gid),
             GroupKind::Pointwise { .. } | GroupKind::Row(_) | GroupKind::Column(_) => self
                 .sorted_members(gid)
                 .into_iter()
@@ -279,22 +279,7 @@ impl Fuser<'_> {
                 self.add_stores(&mut bb, &stored);
                 KernelKind::Column(ColumnKernel { reduced: geo.inner(), kept: geo.outer(), body: bb.body.clone() })
             }
-            GroupKind::MultiReduce(mr) => {
-                let element = bb.body.push(Self::item_element(), self.node(mr.prologue_leaf).dtype);
-                bb.values.insert(mr.prologue_leaf, element);
-                self.lower_members(&mut bb, gid, &Domain::Item, &mr.prologue)?;
-                bb.inputs.clear();
-                for &leaf in &mr.leaves {
-                    let base = self.buffer_base(leaf, &mut bb)?;
-                    bb.inputs.push(base);
-                }
-                KernelKind::MultiReduce(MultiReduce {
-                    op: mr.op,
-                    items: mr.leaves.iter().map(|&l| self.shape(l).numel()).collect(),
-                    prologue: bb.body.clone(),
-                    dtype: self.node(mr.output).dtype,
-                })
-            }
+            GroupKind::MultiReduce(mr) => KernelKind::MultiReduce(self.lower_multi_reduce(gid, mr, &stored, &mut bb)?),
             GroupKind::MatMul(mm) => {
                 let node = self.node(mm.node);
                 let dims = node.shape.dims();
@@ -350,7 +335,7 @@ impl Fuser<'_> {
     }
 
     /// The buffer behind `x`, which an earlier decision made readable as a whole.
-    fn buffer_base(&self, x: NodeId, bb: &mut BodyBuilder) -> Result<NodeId> {
+    pub(super) fn buffer_base(&self, x: NodeId, bb: &mut BodyBuilder) -> Result<NodeId> {
         self.note_folded(bb, x);
         match self.buffer_access(x) {
             Access::Strided { base, .. } => Ok(base),
@@ -365,7 +350,13 @@ impl Fuser<'_> {
         }
     }
 
-    fn lower_members(&self, bb: &mut BodyBuilder, gid: usize, domain: &Domain, members: &[NodeId]) -> Result<()> {
+    pub(super) fn lower_members(
+        &self,
+        bb: &mut BodyBuilder,
+        gid: usize,
+        domain: &Domain,
+        members: &[NodeId],
+    ) -> Result<()> {
         for &m in members {
             let v = self.lower_member(bb, gid, domain, m)?;
             bb.values.insert(m, v);
@@ -463,7 +454,7 @@ impl Fuser<'_> {
     }
 
     /// Records the views between `x` and the buffer it is read from.
-    fn note_folded(&self, bb: &mut BodyBuilder, mut x: NodeId) {
+    pub(super) fn note_folded(&self, bb: &mut BodyBuilder, mut x: NodeId) {
         while is_view(&self.node(x).op) && !self.materialized.contains(&x) {
             bb.folded.insert((self.pos(x), x));
             x = self.node(x).operands[0];
@@ -552,10 +543,14 @@ impl Fuser<'_> {
             GroupKind::Row(_) => ("row", members.to_vec()),
             GroupKind::Column(_) => ("column", members.to_vec()),
             GroupKind::MultiReduce(mr) => {
-                let mut nodes = mr.prologue.clone();
-                nodes.retain(|&m| !minor(m));
-                parts.extend(nodes.iter().map(|&m| part(m)));
-                parts.push(mr.op.name().to_string());
+                let (_, firsts) = mr.programs();
+                let prologues = firsts.iter().flat_map(|&f| mr.items[f].prologue.iter().copied());
+                let ops = firsts.iter().map(|&f| mr.items[f].op.name().to_string());
+                for p in prologues.filter(|&m| !minor(m)).map(part).chain(ops) {
+                    if !parts.contains(&p) {
+                        parts.push(p);
+                    }
+                }
                 ("multi_reduce", Vec::new())
             }
             GroupKind::MatMul(mm) => {

@@ -4,7 +4,7 @@
 //!
 //! | rule | kernel |
 //! | --- | --- |
-//! | stack/concat of full reductions of K tensors, same op and same per-element prologue | multi-reduce, K items |
+//! | independent full reductions of K tensors, each after its own per-element prologue, and the scalar ops and stacks over their results | multi-reduce, K items and an epilogue |
 //! | full reduction of a tensor longer than `row_cache_limit` | multi-reduce, one item |
 //! | matmul | matmul |
 //! | `+ bias[n]`, then `relu` or `gelu_tanh`, on a matmul result with no other user | matmul epilogue |
@@ -37,6 +37,7 @@ mod lower;
 mod matmul_epilogue;
 mod multi_pointwise;
 mod multi_reduce;
+mod multi_reduce_lower;
 mod row;
 mod views;
 

@@ -1,68 +1,166 @@
-//! Multi-tensor reductions: `stack([reduce(f(t_i)) for i])` (K full reductions of distinct
-//! tensors, the same op after the same per-element prologue `f`, also written as a concat of
-//! reshaped scalars) becomes one multi-reduce kernel writing the `[K]` result directly; a lone full
-//! reduction of a large tensor becomes a multi-reduce with one item, chunked across the device.
-//! A `sum * (1/n)` over an item's `n` elements is folded in as a mean.
+//! Multi-tensor reductions: independent full reductions of distinct tensors, each after its own
+//! per-element prologue, become one multi-reduce kernel whatever reads their results. The scalar
+//! ops that read only those results and constants (a chain of adds, a scale per result, a
+//! logical or, a stack) become the kernel's epilogue, run once when the last item is done.
+//!
+//! Which reductions share a launch: every full reduction is an item candidate when its prologue
+//! reads one tensor that is stored anyway (so claiming it adds no kernel), when it reduces more
+//! than `row_cache_limit` elements, or when a stack reads it. A candidate's level is one more than
+//! the highest level of the candidates it depends on (0 for none); candidates of one level cannot
+//! depend on each other, so each level becomes one kernel (a few when they hold more than
+//! [`MAX_REDUCTIONS`] distinct prologues). A level of one small unstacked reduction is left to
+//! the row kernels, which can also fuse its producers. A `sum * (1/n)` over an item's `n`
+//! elements is folded in as a mean.
 
 use super::{is_view, Fuser, GroupKind, Space};
 use braze_ir::{BinaryOp, Literal, NodeId, Op, ReduceOp};
-use braze_plan::Expr;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write;
+
+/// Distinct item programs one kernel runs (each is a `case` of its code).
+const MAX_REDUCTIONS: usize = 8;
+/// Epilogue ops one kernel runs (one thread runs them all).
+const MAX_EPILOGUE: usize = 1024;
+/// Values one kernel stores (each output is a kernel parameter).
+const MAX_OUTPUTS: usize = 128;
 
 #[derive(Clone, Debug)]
 pub(super) struct MultiReduceGroup {
-    /// The node holding the `[K]` result (the concat) or the single item's result.
-    pub(super) output: NodeId,
-    pub(super) op: ReduceOp,
-    /// Item `i` reduces all elements of `leaves[i]`.
-    pub(super) leaves: Vec<NodeId>,
-    /// Item 0's per-element ops in topological order (the same for every item).
-    pub(super) prologue: Vec<NodeId>,
-    /// The leaf item 0's prologue reads.
-    pub(super) prologue_leaf: NodeId,
+    pub(super) items: Vec<ReduceItem>,
+    /// Scalar ops over the items' results and constants, and concats of one-element ones, in
+    /// topological order.
+    pub(super) epilogue: Vec<NodeId>,
 }
 
 /// One full reduction, matched.
-struct ReduceItem {
-    /// The reduction, the mean's multiply, the prologue.
+#[derive(Clone, Debug)]
+pub(super) struct ReduceItem {
+    /// The node holding the result: the reduction, or the mean's multiply.
+    pub(super) top: NodeId,
+    /// The top, the reduction and the prologue.
     members: Vec<NodeId>,
-    op: ReduceOp,
-    leaf: NodeId,
-    prologue: Vec<NodeId>,
-    /// Equal for items that one kernel can run: op, prologue and dtypes.
-    signature: String,
+    pub(super) op: ReduceOp,
+    /// The tensor whose elements the item reduces.
+    pub(super) leaf: NodeId,
+    /// Per-element ops between the leaf and the reduction, in topological order.
+    pub(super) prologue: Vec<NodeId>,
+    /// Equal for items that run the same program: op, prologue and dtypes.
+    pub(super) signature: String,
+}
+
+impl MultiReduceGroup {
+    /// Index of each item's program, and the first item of each program.
+    pub(super) fn programs(&self) -> (Vec<usize>, Vec<usize>) {
+        let mut firsts: Vec<usize> = Vec::new();
+        let program = self
+            .items
+            .iter()
+            .enumerate()
+            .map(|(i, it)| match firsts.iter().position(|&f| self.items[f].signature == it.signature) {
+                Some(p) => p,
+                None => {
+                    firsts.push(i);
+                    firsts.len() - 1
+                }
+            })
+            .collect();
+        (program, firsts)
+    }
 }
 
 impl Fuser<'_> {
     /// Claims the multi-reduce kernels before the other rules run.
     pub(super) fn claim_multi_reductions(&mut self) {
-        for i in 0..self.order.len() {
-            let c = self.order[i];
-            if self.options.fuse && matches!(self.node(c).op, Op::Concat { .. }) {
-                if let Some((group, members)) = self.match_reduction_stack(c) {
-                    self.claim(group, members);
+        if !self.options.fuse {
+            self.claim_large_reductions_unfused();
+            return;
+        }
+        let candidates = self.item_candidates();
+        let tops: HashSet<NodeId> = candidates.iter().map(|it| it.top).collect();
+        // after[n]: one more than the highest level of a candidate `n` depends on; a
+        // candidate's level is `after` of its top's operands.
+        let mut after: HashMap<NodeId, usize> = HashMap::new();
+        let mut level: HashMap<NodeId, usize> = HashMap::new();
+        for &n in &self.order {
+            let mut a = self.node(n).operands.iter().map(|o| after[o]).max().unwrap_or(0);
+            if tops.contains(&n) {
+                level.insert(n, a);
+                a += 1;
+            }
+            after.insert(n, a);
+        }
+        // (level, items, distinct signatures), in order of first item.
+        let mut groups: Vec<(usize, Vec<ReduceItem>, Vec<String>)> = Vec::new();
+        for item in &candidates {
+            let level = level[&item.top];
+            let fits = |(l, _, sigs): &&mut (usize, Vec<ReduceItem>, Vec<String>)| {
+                *l == level && (sigs.contains(&item.signature) || sigs.len() < MAX_REDUCTIONS)
+            };
+            match groups.iter_mut().find(|g| fits(g)) {
+                Some((_, items, sigs)) => {
+                    if !sigs.contains(&item.signature) {
+                        sigs.push(item.signature.clone());
+                    }
+                    items.push(item.clone());
                 }
+                None => groups.push((level, vec![item.clone()], vec![item.signature.clone()])),
             }
         }
+        let in_items: HashSet<NodeId> = candidates.iter().flat_map(|it| it.members.iter().copied()).collect();
+        for (_, items, _) in groups {
+            self.claim_items(items, &in_items);
+        }
+    }
+
+    /// Every op its own kernel: a full reduction of a large tensor still gets the chunked
+    /// kernel, alone and without prologue.
+    fn claim_large_reductions_unfused(&mut self) {
         for i in 0..self.order.len() {
             let r = self.order[i];
-            let Op::Reduce { axes, .. } = &self.node(r).op else { continue };
-            let input = self.shape(self.node(r).operands[0]);
-            let full = axes.len() == input.rank();
-            if full && !self.group_of.contains_key(&r) && input.numel() > self.options.row_cache_limit {
-                if let Some((group, members)) = self.match_full_reduction(r) {
-                    self.claim(group, members);
+            let large = |o: NodeId| self.shape(o).numel() > self.options.row_cache_limit;
+            if self.full_reduction(r).is_some_and(|o| large(o) && self.node(o).dtype == self.node(r).dtype) {
+                if let Some(item) = self.reduce_item(r, false) {
+                    self.claim(MultiReduceGroup { items: vec![item], epilogue: Vec::new() });
                 }
             }
         }
     }
 
-    fn claim(&mut self, group: MultiReduceGroup, members: Vec<NodeId>) {
-        tracing::trace!(target: "braze::plan", items = group.leaves.len(), op = group.op.name(), "multi-reduce");
-        let output = group.output;
-        let gid = self.new_group(GroupKind::MultiReduce(group), output, Space::Element);
-        let mut seen: HashSet<NodeId> = HashSet::from([output]);
+    /// Claims `items` with their epilogue when they are worth a kernel, splitting them when
+    /// the kernel would store too many values.
+    /// `in_items`: the nodes of every candidate item, which no epilogue may take.
+    fn claim_items(&mut self, items: Vec<ReduceItem>, in_items: &HashSet<NodeId>) {
+        let epilogue = self.epilogue_of(&items, in_items);
+        let group = MultiReduceGroup { items, epilogue };
+        let large = |it: &ReduceItem| self.shape(it.leaf).numel() > self.options.row_cache_limit;
+        let stacks = group.epilogue.iter().any(|&e| matches!(self.node(e).op, Op::Concat { .. }));
+        if group.items.len() == 1 && !large(&group.items[0]) && !stacks {
+            return;
+        }
+        let stored = self.stored_count(&group);
+        if stored > MAX_OUTPUTS {
+            let mut items = group.items;
+            if items.len() == 1 {
+                tracing::trace!(target: "braze::plan", stored, "multi-reduce epilogue left out: too many values to store");
+                self.claim(MultiReduceGroup { items, epilogue: Vec::new() });
+            } else {
+                let second = items.split_off(items.len() / 2);
+                self.claim_items(items, in_items);
+                self.claim_items(second, in_items);
+            }
+            return;
+        }
+        self.claim(group);
+    }
+
+    fn claim(&mut self, mut group: MultiReduceGroup) {
+        self.order_items_as_stacked(&mut group);
+        tracing::trace!(target: "braze::plan", items = group.items.len(), epilogue = group.epilogue.len(), "multi-reduce");
+        let mut members: Vec<NodeId> = group.items.iter().flat_map(|it| it.members.iter().copied()).collect();
+        members.extend(&group.epilogue);
+        let first = members[0];
+        let gid = self.new_group(GroupKind::MultiReduce(group), first, Space::Element);
+        let mut seen: HashSet<NodeId> = HashSet::from([first]);
         for m in members {
             if seen.insert(m) {
                 self.add_member(gid, m, Space::Element);
@@ -70,71 +168,157 @@ impl Fuser<'_> {
         }
     }
 
-    fn match_reduction_stack(&self, c: NodeId) -> Option<(MultiReduceGroup, Vec<NodeId>)> {
-        let node = self.node(c);
-        if node.shape.numel() != node.operands.len() {
-            return None;
-        }
-        let mut members = vec![c];
-        let mut tops = Vec::new();
-        for &x in &node.operands {
-            let (mut y, mut next) = (x, c);
-            // Reshapes of one-element values between the reduction and the concat.
-            while is_view(&self.node(y).op) {
-                if self.shape(y).numel() != 1 || !self.only_feeds(y, next) {
-                    return None;
+    /// Puts the items in the order of a stack that reads all of them, if there is one, so the
+    /// kernel writes that stack as the items finish.
+    fn order_items_as_stacked(&self, group: &mut MultiReduceGroup) {
+        for &e in &group.epilogue {
+            if !matches!(self.node(e).op, Op::Concat { .. }) {
+                continue;
+            }
+            let operands: Vec<NodeId> = self.node(e).operands.iter().map(|&x| self.through_scalar_views(x)).collect();
+            let order: Option<Vec<usize>> =
+                operands.iter().map(|&x| group.items.iter().position(|it| it.top == x)).collect();
+            if let Some(order) = order {
+                let distinct: HashSet<usize> = order.iter().copied().collect();
+                if order.len() == group.items.len() && distinct.len() == order.len() {
+                    group.items = order.into_iter().map(|i| group.items[i].clone()).collect();
+                    return;
                 }
-                members.push(y);
-                (next, y) = (y, self.node(y).operands[0]);
-            }
-            if !self.only_feeds(y, next) {
-                return None;
-            }
-            tops.push(y);
-        }
-        let uniform = |items: &[ReduceItem]| {
-            items.iter().all(|it| it.signature == items[0].signature && self.node(it.leaf).dtype == node.dtype)
-        };
-        let mut items: Vec<ReduceItem> = tops.iter().map(|&t| self.reduce_item(t, true)).collect::<Option<_>>()?;
-        if !uniform(&items) {
-            tracing::trace!(target: "braze::plan", "stack of reductions: prologues differ, reducing materialized inputs");
-            items = tops.iter().map(|&t| self.reduce_item(t, false)).collect::<Option<_>>()?;
-            if !uniform(&items) {
-                tracing::trace!(target: "braze::plan", "stack of reductions: ops or dtypes differ, not one kernel");
-                return None;
             }
         }
-        let first = &items[0];
-        let group = MultiReduceGroup {
-            output: c,
-            op: first.op,
-            leaves: items.iter().map(|it| it.leaf).collect(),
-            prologue: first.prologue.clone(),
-            prologue_leaf: first.leaf,
-        };
-        members.extend(items.iter().flat_map(|it| it.members.iter().copied()));
-        Some((group, members))
     }
 
-    fn match_full_reduction(&self, r: NodeId) -> Option<(MultiReduceGroup, Vec<NodeId>)> {
-        let fuse = self.options.fuse;
-        let top = match self.users(r) {
-            [m] if fuse && self.mean_reduction(*m) == Some(r) => *m,
-            _ => r,
-        };
-        let dtype = self.node(top).dtype;
-        let mut item = self.reduce_item(top, fuse)?;
-        if self.node(item.leaf).dtype != dtype {
-            item = self.reduce_item(top, false)?;
+    /// The full reductions worth an item, in topological order, no two sharing a node.
+    fn item_candidates(&self) -> Vec<ReduceItem> {
+        let stacked = self.stacked_values();
+        let mut used: HashSet<NodeId> = HashSet::new();
+        let mut candidates = Vec::new();
+        for &r in &self.order {
+            let Some(o) = self.full_reduction(r) else { continue };
+            // A reduction that changes the dtype (a sum of bools) is not an item.
+            if self.group_of.contains_key(&r) || self.node(r).dtype != self.node(o).dtype {
+                continue;
+            }
+            let top = match self.users(r) {
+                [m] if self.mean_reduction(*m) == Some(r) => *m,
+                _ => r,
+            };
+            let Some(item) = self.reduce_item(top, true) else { continue };
+            let eligible = !item.prologue.is_empty()
+                || self.stored_anyway(item.leaf, r)
+                || self.shape(item.leaf).numel() > self.options.row_cache_limit
+                || stacked.contains(&top);
+            if eligible && item.members.iter().all(|m| !used.contains(m)) {
+                used.extend(&item.members);
+                candidates.push(item);
+            }
         }
-        let group = MultiReduceGroup {
-            output: top,
-            op: item.op,
-            leaves: vec![item.leaf],
-            prologue: item.prologue.clone(),
-            prologue_leaf: item.leaf,
-        };
-        Some((group, item.members))
+        candidates
+    }
+
+    /// The operand of `r` when it is a full reduction.
+    fn full_reduction(&self, r: NodeId) -> Option<NodeId> {
+        let Op::Reduce { axes, op, .. } = &self.node(r).op else { return None };
+        let o = self.node(r).operands[0];
+        (axes.len() == self.shape(o).rank() && *op != ReduceOp::Mean).then_some(o)
+    }
+
+    /// Whether `leaf`, which reduction `r` reads, gets a buffer whatever `r` becomes: it is not
+    /// an elementwise op that only `r` reads.
+    fn stored_anyway(&self, mut leaf: NodeId, r: NodeId) -> bool {
+        let mut user = r;
+        while is_view(&self.node(leaf).op) {
+            (user, leaf) = (leaf, self.node(leaf).operands[0]);
+        }
+        let op = &self.node(leaf).op;
+        !matches!(op, Op::Constant { .. }) && (!op.is_elementwise() || !self.only_feeds(leaf, user))
+    }
+
+    /// Values that a concat of one-element values reads (through one-element views).
+    fn stacked_values(&self) -> HashSet<NodeId> {
+        let mut stacked = HashSet::new();
+        for &c in &self.order {
+            let node = self.node(c);
+            if matches!(node.op, Op::Concat { .. }) && node.shape.numel() == node.operands.len() {
+                stacked.extend(node.operands.iter().map(|&x| self.through_scalar_views(x)));
+            }
+        }
+        stacked
+    }
+
+    /// `x` with the views of one-element values above it looked through.
+    pub(super) fn through_scalar_views(&self, mut x: NodeId) -> NodeId {
+        while is_view(&self.node(x).op) && self.shape(x).numel() == 1 {
+            x = self.node(x).operands[0];
+        }
+        x
+    }
+
+    /// The ops after `items` that read only their results, each other and constants: scalar
+    /// elementwise ops and concats of one-element values, in topological order.
+    fn epilogue_of(&self, items: &[ReduceItem], in_items: &HashSet<NodeId>) -> Vec<NodeId> {
+        let mut values: HashSet<NodeId> = items.iter().map(|it| it.top).collect();
+        let first = items.iter().map(|it| self.pos(it.top)).min().unwrap_or(0);
+        let mut epilogue = Vec::new();
+        for &n in &self.order[first..] {
+            if epilogue.len() >= MAX_EPILOGUE {
+                break;
+            }
+            if self.group_of.contains_key(&n) || in_items.contains(&n) {
+                continue;
+            }
+            let node = self.node(n);
+            let scalar_op =
+                node.op.is_elementwise() && !matches!(node.op, Op::Constant { .. }) && node.shape.numel() == 1;
+            let stack = matches!(node.op, Op::Concat { .. }) && node.shape.numel() == node.operands.len();
+            if !scalar_op && !stack {
+                continue;
+            }
+            let mut reads_value = false;
+            let readable = node.operands.iter().all(|&o| {
+                let x = self.through_scalar_views(o);
+                if values.contains(&x) {
+                    reads_value = true;
+                    true
+                } else {
+                    matches!(self.read_access(o), super::Access::Const { .. })
+                }
+            });
+            if readable && reads_value {
+                // A stack has no scalar value: the ops after it read its buffer.
+                if scalar_op {
+                    values.insert(n);
+                }
+                epilogue.push(n);
+            }
+        }
+        epilogue
+    }
+
+    /// How many values `group` would store.
+    fn stored_count(&self, group: &MultiReduceGroup) -> usize {
+        let inside: HashSet<NodeId> = group
+            .items
+            .iter()
+            .flat_map(|it| it.members.iter().copied())
+            .chain(group.epilogue.iter().copied())
+            .collect();
+        let tops = group.items.iter().map(|it| it.top);
+        tops.chain(group.epilogue.iter().copied()).filter(|&v| self.read_outside(v, &|u| inside.contains(&u))).count()
+    }
+
+    /// Whether a result or epilogue value `v` is read outside its kernel (`inside` tells its
+    /// members) or is a graph output, looking through one-element views (a stack reads reshapes).
+    pub(super) fn read_outside(&self, v: NodeId, inside: &dyn Fn(NodeId) -> bool) -> bool {
+        self.g.is_output(v)
+            || self.users(v).iter().any(|&u| {
+                let view = is_view(&self.node(u).op) && self.shape(u).numel() == 1;
+                if view {
+                    self.read_outside(u, inside)
+                } else {
+                    !inside(u)
+                }
+            })
     }
 
     /// The sum that `top` multiplies by `1/n` (n: the sum's element count), making it a mean.
@@ -158,10 +342,10 @@ impl Fuser<'_> {
     /// Matches a full reduction (or a mean) ending at `top`; with `with_prologue`, also the
     /// elementwise ops of a single leaf that only the reduction reads.
     fn reduce_item(&self, top: NodeId, with_prologue: bool) -> Option<ReduceItem> {
-        let mut members = Vec::new();
+        let mut members = vec![top];
         let (r, mean) = match self.mean_reduction(top) {
             Some(r) => {
-                members.push(top);
+                members.push(r);
                 (r, true)
             }
             None => (top, false),
@@ -171,12 +355,11 @@ impl Fuser<'_> {
         if axes.len() != self.shape(o).rank() || *op == ReduceOp::Mean {
             return None;
         }
-        members.push(r);
         let (prologue, leaf) = if with_prologue { self.single_leaf_prologue(r, o) } else { (Vec::new(), o) };
         let op = if mean { ReduceOp::Mean } else { *op };
         let signature = self.prologue_signature(op, &prologue, leaf);
         members.extend(&prologue);
-        Some(ReduceItem { members, op, leaf, prologue, signature })
+        Some(ReduceItem { top, members, op, leaf, prologue, signature })
     }
 
     /// The elementwise ops between the reduction's operand `o` and a single tensor leaf that
@@ -246,10 +429,5 @@ impl Fuser<'_> {
             sig.push(')');
         }
         sig
-    }
-
-    /// The expression a multi-reduce item's prologue starts from: its element.
-    pub(super) fn item_element() -> Expr {
-        Expr::Load { input: 0, offset: 0, strides: vec![1] }
     }
 }

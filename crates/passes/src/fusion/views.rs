@@ -84,7 +84,7 @@ impl Fuser<'_> {
         let mut needed = Vec::new();
         for group in self.groups.iter().flatten() {
             if let GroupKind::MultiReduce(mr) = &group.kind {
-                needed.extend(mr.leaves.iter().copied().filter(|&leaf| !self.reads_densely(leaf)));
+                needed.extend(mr.items.iter().map(|it| it.leaf).filter(|&leaf| !self.reads_densely(leaf)));
             }
         }
         for &n in &self.order {
