@@ -544,3 +544,21 @@ fn regression_an_op_after_a_stack_of_one_reduction_reads_the_stack() {
     let halves = b.cast(stacked, DType::F16);
     check_fixed(&b.finish(vec![halves]), None);
 }
+
+/// GPU fuzz seed 7,700,020 (shrunk): a multi-pointwise kernel of a floor member and a divide
+/// member spilled 12 B, held to 32 registers by ptxas's occupancy heuristic; such kernels now
+/// state one block per SM as enough, and compile without spills.
+#[test]
+fn regression_multi_pointwise_of_small_members_does_not_spill() {
+    let mut b = Builder::new();
+    let x0 = b.input(DType::BF16, [1, 7]);
+    let x1 = b.input(DType::BF16, [1, 7]);
+    let x2 = b.input(DType::F32, [16, 1, 2]);
+    let x3 = b.input(DType::F32, [1, 16, 1]);
+    let x4 = b.input(DType::BF16, [2, 1, 7]);
+    let smaller = b.bin(BinaryOp::Min, x0, x1);
+    let sum = b.bin(BinaryOp::Add, smaller, x4);
+    let floor = b.un(UnaryOp::Floor, x3);
+    let softmax = b.op(Op::Softmax { axis: 0 }, &[sum]);
+    check_fixed(&b.finish(vec![softmax, floor, x2]), None);
+}
