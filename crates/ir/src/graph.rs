@@ -240,6 +240,17 @@ impl Graph {
         }
     }
 
+    /// Makes `user` read `new` in every operand slot where it reads `old`.
+    pub fn replace_uses_in(&mut self, user: NodeId, old: NodeId, new: NodeId) {
+        let slots: Vec<(petgraph::stable_graph::EdgeIndex<u32>, usize)> =
+            self.graph.edges_connecting(old.0, user.0).map(|e| (e.id(), *e.weight())).collect();
+        for (edge, slot) in slots {
+            self.graph.remove_edge(edge);
+            self.graph[user.0].operands[slot] = new;
+            self.graph.add_edge(new.0, user.0, slot);
+        }
+    }
+
     /// Removes a node nobody reads. Inputs stay (they are part of the signature).
     pub fn remove(&mut self, id: NodeId) -> Result<()> {
         if self.use_count(id) > 0 {

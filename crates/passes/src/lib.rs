@@ -23,6 +23,7 @@ mod error;
 mod fusion;
 mod pass;
 mod pipeline;
+mod recompute;
 mod simplify;
 
 pub use common_subexpressions::CommonSubexpressions;
@@ -32,4 +33,5 @@ pub use error::{PassError, Result};
 pub use fusion::{compile_to_plan, fuse, FusionOptions};
 pub use pass::{Pass, PassManager, PassSnapshot};
 pub use pipeline::optimize;
+pub use recompute::Recompute;
 pub use simplify::Simplify;

@@ -471,3 +471,45 @@ fn pass_manager_verifies_and_records() {
     let err = PassManager::new().once(vec![Box::new(BreakTypes)]).run(&mut g).unwrap_err();
     assert!(matches!(err, PassError::InvalidGraph { pass: "break_types", .. }), "{err}");
 }
+
+/// A joint graph in miniature: `a = tanh(x)` read by the forward (`sum(a)`) and, through ops
+/// autodiff marked as backward, by the backward, which reads `x` too. The backward gets its own
+/// `tanh(x)`, marked as backward; the forward's dies at its forward reader. Unmarked graphs, and
+/// activations whose operand the backward does not hold (a computed `x` only the forward reads),
+/// keep one `tanh`.
+#[test]
+fn recompute_gives_the_backward_its_own_copy_of_a_cheap_activation() {
+    let fwd = SourceLoc { file: "model.rs".into(), line: 3, col: 9, backward: false };
+    let bwd = fwd.backward_of();
+    let build = |mark: bool, backward_reads_x: bool| {
+        let mut g = Graph::new();
+        let input = g.input(DType::F32, [4, 8]);
+        let dy = g.input(DType::F32, [4, 8]);
+        let x = g.add(Op::Unary { op: UnaryOp::Exp }, &[input], Some(fwd.clone())).unwrap();
+        let a = g.add(Op::Unary { op: UnaryOp::Tanh }, &[x], Some(fwd.clone())).unwrap();
+        let loss = g.add(Op::Reduce { op: ReduceOp::Sum, axes: vec![0, 1], keepdim: false }, &[a], Some(fwd.clone()));
+        let loc = Some(if mark { bwd.clone() } else { fwd.clone() });
+        let uses_a = g.add(Op::Binary { op: BinaryOp::Mul }, &[dy, a], loc.clone()).unwrap();
+        let other = if backward_reads_x { x } else { dy };
+        let grad = g.add(Op::Binary { op: BinaryOp::Add }, &[uses_a, other], loc).unwrap();
+        g.set_outputs(vec![loss.unwrap(), grad]);
+        g
+    };
+    let tanhs = |g: &Graph| -> Vec<bool> {
+        g.topo_order()
+            .into_iter()
+            .filter(|&id| matches!(g.node(id).op, Op::Unary { op: UnaryOp::Tanh }))
+            .map(|id| g.node(id).loc.as_ref().is_some_and(|l| l.backward))
+            .collect()
+    };
+    let joint = optimize(&build(true, true)).unwrap();
+    assert_eq!(tanhs(&joint), [false, true], "{}", joint.to_text());
+    // The forward's tanh is read by the forward alone now.
+    let is_forward_tanh = |id: NodeId| {
+        matches!(joint.node(id).op, Op::Unary { op: UnaryOp::Tanh }) && !joint.node(id).loc.as_ref().unwrap().backward
+    };
+    let forward_tanh = joint.topo_order().into_iter().find(|&id| is_forward_tanh(id)).unwrap();
+    assert!(joint.users(forward_tanh).iter().all(|&u| !joint.node(u).loc.as_ref().unwrap().backward));
+    assert_eq!(tanhs(&optimize(&build(false, true)).unwrap()), [false], "nothing marked backward");
+    assert_eq!(tanhs(&optimize(&build(true, false)).unwrap()), [false], "x is not held for the backward");
+}

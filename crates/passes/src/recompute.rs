@@ -1,0 +1,58 @@
+//! Recomputing cheap forward values in the backward, the idea of AOTAutograd's min-cut
+//! partitioner: in a joint forward and backward graph, an activation (a unary elementwise op or a
+//! cast) whose operand the backward reads anyway need not be held from the forward until the
+//! backward reads it; the backward computes it again from that operand. The forward's value then
+//! dies at its last forward reader, so a training step holds one tensor per such activation less
+//! between its forward and its backward (for an MLP, `gelu(h)` beside `h`), at the cost of one
+//! more elementwise pass in the backward, which fusion joins to the backward's other elementwise
+//! work on `h` where it can.
+//!
+//! Forward and backward are told apart by the backward mark autodiff puts on the source
+//! locations of the ops it appends ([`braze_ir::SourceLoc::backward`]); a graph without marked
+//! ops is left alone. Runs once, after common subexpressions (which would merge the copy back).
+
+use crate::pass::Pass;
+use crate::Result;
+use braze_ir::{Graph, NodeId, Op};
+use std::collections::HashMap;
+
+pub struct Recompute;
+
+impl Pass for Recompute {
+    fn name(&self) -> &'static str {
+        "recompute"
+    }
+
+    fn run(&self, g: &mut Graph) -> Result<bool> {
+        let is_backward = |g: &Graph, id: NodeId| g.node(id).loc.as_ref().is_some_and(|loc| loc.backward);
+        // The backward's copy of each recomputed value: a chain of activations is recomputed
+        // from the first operand the backward holds.
+        let mut copies: HashMap<NodeId, NodeId> = HashMap::new();
+        for id in g.topo_order() {
+            let node = g.node(id);
+            if !matches!(node.op, Op::Unary { .. } | Op::Cast) || is_backward(g, id) || g.is_output(id) {
+                continue;
+            }
+            let operand = node.operands[0];
+            let users = g.users(id);
+            let (backward, forward): (Vec<NodeId>, Vec<NodeId>) = users.iter().partition(|&&u| is_backward(g, u));
+            // Only where the forward still reads the value (else nothing is held for long) and the
+            // operand is available to the backward anyway (else recomputing would hold it instead).
+            let source = copies.get(&operand).copied().unwrap_or(operand);
+            let operand_held = source != operand
+                || matches!(g.node(operand).op, Op::Input { .. })
+                || g.users(operand).iter().any(|&u| u != id && is_backward(g, u));
+            if backward.is_empty() || forward.is_empty() || !operand_held {
+                continue;
+            }
+            let (op, dtype, shape) = (node.op.clone(), node.dtype, node.shape.clone());
+            let loc = node.loc.as_ref().map(|l| l.backward_of());
+            let copy = g.add_declared(op, &[source], dtype, shape, loc)?;
+            for user in backward {
+                g.replace_uses_in(user, id, copy);
+            }
+            copies.insert(id, copy);
+        }
+        Ok(!copies.is_empty())
+    }
+}
