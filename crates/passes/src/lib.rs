@@ -2,7 +2,8 @@
 //!
 //! In the order things run: [`optimize`] removes dead code, decomposes composites
 //! ([`Decompose`]) and then simplifies ([`Simplify`]), merges common subexpressions
-//! ([`CommonSubexpressions`]) and removes dead code ([`DeadCode`]) until nothing changes; [`fuse`]
+//! ([`CommonSubexpressions`]) and removes dead code ([`DeadCode`]) until nothing changes, then
+//! gives the backward of a joint graph its own copies of cheap activations ([`Recompute`]); [`fuse`]
 //! groups the ops into kernels of a few families (pointwise, row reduction with prologue and
 //! epilogue, multi-tensor reduction, matmul with epilogue, concat), then groups mutually
 //! independent pointwise kernels into multi-pointwise kernels (one launch each), and writes the
