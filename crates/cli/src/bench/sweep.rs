@@ -101,7 +101,7 @@ impl fmt::Display for SweepCase {
             "{:20} {:12} {:5} {:>9.1} MB  inputs {}",
             self.workload,
             self.shape(),
-            self.dtype,
+            self.dtype.to_string(),
             self.bytes as f64 / 1e6,
             shapes.join(" ")
         )
