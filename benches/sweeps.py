@@ -84,8 +84,8 @@ def shape_key(case):
     return f"{case['rows']}x{case['cols']}"
 
 
-def sweep_listing(kind, max_mb=None):
-    cases = sweep_cases(kind, max_mb)
+def sweep_listing(kind, max_mb=None, only=()):
+    cases = [c for c in sweep_cases(kind, max_mb) if not only or c["workload"] in only]
     lines = [f"{c['workload']:20} {shape_key(c):12} {c['dtype']:5} {c['bytes'] / 1e6:>9.1f} MB  inputs "
              + " ".join("[" + ", ".join(map(str, s)) + "]" for s in c["inputs"]) for c in cases]
     total = sum(c["bytes"] for c in cases)
@@ -139,3 +139,4 @@ def sweep(run, cases, only, torch_dtypes, rel_err, autotune=True):
                      rel_err=rel_err(compiled(*args), fn, args), **extra)
         del args
         torch.cuda.empty_cache()
+        run.save()

@@ -100,10 +100,18 @@ REP_MS, SWEEP_REP_MS = 200.0, 40.0
 # ---- measuring --------------------------------------------------------------------------------
 
 class Run:
-    def __init__(self, rep_ms, multisum_compile):
+    def __init__(self, rep_ms, multisum_compile, json_path=None, env=None):
         self.rep_ms = rep_ms
         self.multisum_compile = multisum_compile
         self.rows = []
+        self.json_path, self.env = json_path, env
+
+    def save(self):
+        """Writes the rows so far to --json's file (after each workload or sweep case, so a run
+        stopped by a time limit keeps what it measured)."""
+        if self.json_path:
+            with open(self.json_path, "w") as f:
+                json.dump({"env": self.env, "rows": self.rows}, f, indent=1)
 
     def time_us(self, fn, rep_ms=None):
         return do_bench(fn, warmup=25, rep=rep_ms or self.rep_ms, return_mode="median") * 1e3
@@ -252,14 +260,14 @@ def main():
         p.error("--list and --sweep-max-mb are for a sweep: give --sweep rows|pointwise")
     if a.sweep_max_mb is not None and not a.sweep_max_mb > 0:
         p.error(f"--sweep-max-mb must be a positive number of MB, got {a.sweep_max_mb}")
-    if a.list:
-        print(sweep_listing(a.sweep, a.sweep_max_mb), end="")
-        return
     known = SWEEP_WORKLOADS[a.sweep] if a.sweep else WORKLOADS
     only = [w for w in a.only.split(",") if w]
     unknown = [w for w in only if w not in known]
     if unknown:
         p.error(f"--only: unknown {', '.join(unknown)}; known: {', '.join(known)}")
+    if a.list:
+        print(sweep_listing(a.sweep, a.sweep_max_mb, only), end="")
+        return
     if torch is None:
         p.error(f"PyTorch and Triton are needed to measure: {IMPORT_ERROR}")
     if a.sweep and a.rep_ms == REP_MS:
@@ -272,18 +280,19 @@ def main():
         "sms": torch.cuda.get_device_properties(0).multi_processor_count,
         "timing": f"triton do_bench: 25 ms warm-up, {a.rep_ms} ms of repetitions, L2 flushed before each, median",
         "sizes": f"sweep {a.sweep}" if a.sweep else "quick" if a.quick else "standard",
+        "sweep_max_mb": a.sweep_max_mb,
     }
     print(json.dumps(env), flush=True)
-    run = Run(a.rep_ms, a.multisum_compile)
+    run = Run(a.rep_ms, a.multisum_compile, a.json, env)
     if a.sweep:
         copy(run, **STANDARD[0][1])
         sweep(run, sweep_cases(a.sweep, a.sweep_max_mb), only, DTYPES, rel_err, autotune=not a.no_autotune)
     for name, params in [] if a.sweep else QUICK if a.quick else STANDARD:
         if not only or name in only:
             WORKLOADS[name](run, **params)
+            run.save()
+    run.save()
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"env": env, "rows": run.rows}, f, indent=1)
         print(f"wrote {len(run.rows)} rows to {a.json}")
 
 

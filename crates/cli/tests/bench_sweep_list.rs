@@ -46,6 +46,18 @@ fn pointwise_list_shrinks_with_sweep_max_mb() {
 }
 
 #[test]
+fn only_picks_workloads_of_the_sweep() {
+    let out = braze(&["bench", "--sweep", "rows", "--only", "softmax_mask", "--list"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let lines = stdout_lines(&out);
+    assert_eq!(lines.len(), 27 + 1, "{lines:#?}");
+    assert!(lines[..27].iter().all(|l| l.starts_with("softmax_mask ")));
+    let out = braze(&["bench", "--sweep", "rows", "--only", "pw_row", "--list"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no workload of this sweep"));
+}
+
+#[test]
 fn list_without_a_sweep_and_a_bad_sweep_name_are_errors() {
     let out = braze(&["bench", "--list"]);
     assert!(!out.status.success());

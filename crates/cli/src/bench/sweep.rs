@@ -33,6 +33,13 @@ impl SweepKind {
             _ => None,
         }
     }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            SweepKind::Rows => "rows",
+            SweepKind::Pointwise => "pointwise",
+        }
+    }
 }
 
 /// The row workloads: a norm with an activation and a residual epilogue, and a masked softmax.
@@ -216,6 +223,13 @@ pub fn sweep_cases(kind: SweepKind, max_mb: Option<f64>) -> Vec<SweepCase> {
     cases
 }
 
+/// The workloads of a sweep, in run order (the names `--only` takes with `--sweep`).
+pub fn sweep_workloads(kind: SweepKind) -> Vec<&'static str> {
+    let mut names: Vec<&'static str> = sweep_cases(kind, Some(0.001)).iter().map(|c| c.workload).collect();
+    names.dedup();
+    names
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -315,9 +329,18 @@ mod tests {
     }
 
     #[test]
+    fn sweep_workloads_are_named_in_run_order() {
+        assert_eq!(sweep_workloads(SweepKind::Rows), ["ln_gelu_res", "rms_silu_res", "softmax_mask"]);
+        assert_eq!(sweep_workloads(SweepKind::Pointwise), ["pw_row", "pw_col", "pw_outer", "pw_scalar"]);
+    }
+
+    #[test]
     fn sweep_names_parse() {
         assert_eq!(SweepKind::parse("rows"), Some(SweepKind::Rows));
         assert_eq!(SweepKind::parse("pointwise"), Some(SweepKind::Pointwise));
         assert_eq!(SweepKind::parse("row"), None);
+        for kind in [SweepKind::Rows, SweepKind::Pointwise] {
+            assert_eq!(SweepKind::parse(kind.name()), Some(kind));
+        }
     }
 }

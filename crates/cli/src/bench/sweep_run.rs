@@ -72,8 +72,12 @@ fn row_split_inputs(case: &SweepCase) -> Vec<bool> {
 }
 
 impl Bench {
-    pub(super) fn sweep(&mut self, kind: SweepKind, max_mb: Option<f64>) -> Result<()> {
-        let cases = super::sweep::sweep_cases(kind, max_mb);
+    /// Every case of the sweep (of the workloads in `only`, if any).
+    pub(super) fn sweep(&mut self, kind: SweepKind, max_mb: Option<f64>, only: &[String]) -> Result<()> {
+        let cases: Vec<SweepCase> = super::sweep::sweep_cases(kind, max_mb)
+            .into_iter()
+            .filter(|c| only.is_empty() || only.iter().any(|o| o == c.workload))
+            .collect();
         println!("# sweep {kind:?}: {} cases, {} ms of repetitions each", cases.len(), self.rep_ms);
         for sweep_case in &cases {
             let case = Case {
@@ -98,6 +102,7 @@ impl Bench {
                 self.info(sweep_case.workload, &shape, &dtype, "info error", None, &format!("not measured: {message}"));
                 self.failures.push(format!("{} {shape} {dtype}: {message}", sweep_case.workload));
             }
+            self.save()?;
         }
         Ok(())
     }
