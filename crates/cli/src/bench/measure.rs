@@ -267,3 +267,64 @@ impl Reference {
         Ok(total)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::sweep::{sweep_cases, SweepKind};
+    use crate::bench::sweep_run::{row_split_inputs, sweep_pair};
+    use braze::Device;
+
+    fn sweep_case(kind: SweepKind, workload: &str) -> Case {
+        let cases = sweep_cases(kind, Some(0.2));
+        let sc = cases.iter().find(|c| c.workload == workload && c.dtype == DType::F32).unwrap();
+        assert!(sc.rows >= 4, "{sc}: too few rows to split");
+        Case {
+            workload: sc.workload,
+            shape: sc.shape(),
+            dtype: sc.dtype,
+            pair: sweep_pair(sc, Device::Cpu).unwrap(),
+            bytes: None,
+            flops: None,
+            modes: vec![],
+            eager: Ok(()),
+            scope: Scope::RowsOf(row_split_inputs(sc)),
+            launch_target: None,
+            rel_l2_ok: None,
+            host_clock: false,
+        }
+    }
+
+    /// The reference computed in row chunks (inputs split by row where they hold one row per
+    /// output row, broadcast operands whole) checks every element, and finds one wrong element.
+    #[test]
+    fn row_chunked_reference_with_broadcast_inputs_checks_every_element() {
+        for (kind, workload) in [
+            (SweepKind::Pointwise, "pw_col"),
+            (SweepKind::Pointwise, "pw_outer"),
+            (SweepKind::Pointwise, "pw_row"),
+            (SweepKind::Rows, "ln_gelu_res"),
+            (SweepKind::Rows, "softmax_mask"),
+        ] {
+            let case = sweep_case(kind, workload);
+            let reference = Reference::new(&case).unwrap();
+            let want = case.pair.host.eager().unwrap();
+            let check = reference.check(&want).unwrap();
+            assert!(check.passed(), "{workload}: {}", check.summary());
+            assert_eq!(check.numel, want[0].to_host().unwrap().numel(), "{workload}");
+            let host = want[0].to_host().unwrap();
+            let mut values = host.to_f64_vec();
+            *values.last_mut().unwrap() += 1.0;
+            let wrong = Tensor::from_host(HostTensor::from_f64(host.dtype(), host.shape().clone(), &values).unwrap());
+            assert_eq!(reference.check(&[wrong]).unwrap().mismatches, 1, "{workload}");
+        }
+    }
+
+    #[test]
+    fn row_split_flags_must_match_the_inputs() {
+        let mut case = sweep_case(SweepKind::Pointwise, "pw_col");
+        case.scope = Scope::RowsOf(vec![true]);
+        let err = Reference::new(&case).err().expect("one flag for two inputs");
+        assert!(err.to_string().contains("1 row-split flags for 2 inputs"), "{err}");
+    }
+}

@@ -4,7 +4,7 @@
 
 use super::cases::random_host;
 use super::measure::{Case, Scope};
-use super::sweep::{Broadcast, RowOp, SweepCase, SweepKind, SweepOp};
+use super::sweep::{Broadcast, RowOp, SweepCase, SweepKind, SweepOp, LONG_ROWS};
 use super::Bench;
 use crate::common::Pair;
 use anyhow::Result;
@@ -67,8 +67,18 @@ pub(super) fn sweep_pair(case: &SweepCase, device: Device) -> Result<Pair> {
 }
 
 /// Which inputs hold one row per output row: the reference is computed on chunks of those rows.
-fn row_split_inputs(case: &SweepCase) -> Vec<bool> {
+pub(super) fn row_split_inputs(case: &SweepCase) -> Vec<bool> {
     case.input_shapes.iter().map(|s| s.len() == 2 && s[0] == case.rows && case.rows > 1).collect()
+}
+
+/// One launch a call; the long rows (64 rows, fewer than the SMs) may split each row over blocks
+/// and combine the parts in a second launch.
+fn launch_target(case: &SweepCase) -> (usize, usize) {
+    if case.cols == LONG_ROWS.1 && matches!(case.op, SweepOp::Row(_)) {
+        (1, 1)
+    } else {
+        (1, 0)
+    }
 }
 
 impl Bench {
@@ -92,7 +102,7 @@ impl Bench {
                             sweep rows)"
                     .into()),
                 scope: Scope::RowsOf(row_split_inputs(sweep_case)),
-                launch_target: Some((1, 0)),
+                launch_target: Some(launch_target(sweep_case)),
                 rel_l2_ok: None,
                 host_clock: false,
             };
@@ -135,6 +145,15 @@ mod tests {
     #[test]
     fn pointwise_sweep_cases_compile_and_match_the_reference_on_the_cpu() {
         check_compiled_on_cpu(SweepKind::Pointwise);
+    }
+
+    #[test]
+    fn only_long_rows_may_take_a_second_launch() {
+        let rows = sweep_cases(SweepKind::Rows, None);
+        let long: Vec<_> = rows.iter().filter(|c| launch_target(c) == (1, 1)).collect();
+        assert_eq!(long.len(), 9);
+        assert!(long.iter().all(|c| c.shape() == "64x65536"));
+        assert!(sweep_cases(SweepKind::Pointwise, None).iter().all(|c| launch_target(c) == (1, 0)));
     }
 
     #[test]
