@@ -8,6 +8,13 @@
 # one device call; everything is logged under $OUT (at most 7 files). `fuzz` (not part of `all`:
 # it takes a device call of its own) runs the random-graph fuzz on 10,000 graphs
 # (BRAZE_FUZZ_GPU_GRAPHS, from BRAZE_FUZZ_SEED, default 0) and logs it to $OUT/fuzz.log.
+# `sweep` (not part of `all`) runs one sweep of benches/workloads.md ("Sweeps"): SWEEP=rows or
+# pointwise (default rows), SWEEP_ONLY=workloads of it (comma-separated; default all),
+# SWEEP_MAX_MB=cap on the bytes of a call, TORCH_SWEEP_AUTOTUNE=0 to leave out torch.compile's
+# max-autotune (its tuning dominates the PyTorch side). braze, then PyTorch on the same cases, then
+# compare.py; each program writes its JSON after every case, so one stopped by its time limit
+# still leaves the cases it measured to compare. Logged to $OUT/sweep.log, joined in
+# $OUT/compare-sweep.txt.
 set -uo pipefail
 out=${OUT:-.stage/out}
 mkdir -p "$out"
@@ -59,6 +66,22 @@ if [ "$what" = all ] || [ "$what" = tests ]; then
       echo "exit $? ($tool)"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|test result" "$out/sanitizer-$tool.log" | tail -n 3
     done
   fi
+fi
+if [ "$what" = sweep ]; then
+  args=(--sweep "${SWEEP:-rows}")
+  [ -n "${SWEEP_ONLY:-}" ] && args+=(--only "$SWEEP_ONLY")
+  [ -n "${SWEEP_MAX_MB:-}" ] && args+=(--sweep-max-mb "$SWEEP_MAX_MB")
+  torch_args=()
+  [ "${TORCH_SWEEP_AUTOTUNE:-1}" = 0 ] && torch_args+=(--no-autotune)
+  { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv; date -u; } > "$out/sweep.log"
+  .stage/bin/braze bench "${args[@]}" --list >> "$out/sweep.log" 2>&1
+  echo "== braze bench ${args[*]}" >> "$out/sweep.log"
+  timeout 270 .stage/bin/braze bench "${args[@]}" --json "$out/braze-sweep.json" >> "$out/sweep.log" 2>&1 || status=1
+  echo "== torch_baseline.py ${args[*]} ${torch_args[*]}" >> "$out/sweep.log"
+  timeout 290 python3 .stage/torch_baseline.py "${args[@]}" "${torch_args[@]}" --json "$out/torch-sweep.json" \
+    >> "$out/sweep.log" 2>&1 || status=1
+  grep -E "FAIL|error|problem" "$out/sweep.log" | tail -n 20
+  python3 .stage/compare.py "$out/braze-sweep.json" "$out/torch-sweep.json" | tee "$out/compare-sweep.txt"
 fi
 if [ "$what" = fuzz ]; then
   echo "== .stage/bin/fuzz gpu_random_graphs_match_the_reference" | tee "$out/fuzz.log"

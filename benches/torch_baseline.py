@@ -9,6 +9,8 @@ run. The rows use braze's keys (workload, shape, dtype), so benches/compare.py j
     python3 benches/torch_baseline.py --quick                   # small sizes, a smoke test
     python3 benches/torch_baseline.py --only multisum --multisum-compile
     python3 benches/torch_baseline.py --print-sizes 2000 1000 300000 0
+    python3 benches/torch_baseline.py --sweep rows --json torch-rows.json   # a sweep (workloads.md)
+    python3 benches/torch_baseline.py --sweep pointwise --list --sweep-max-mb 20
 
 Timing is triton.testing.do_bench (25 ms warm-up, then `--rep-ms` of repetitions with the L2
 cache flushed before each; the median), the method braze's own `bench` reproduces. Bytes are the
@@ -19,11 +21,15 @@ import json
 import math
 import time
 
-import torch
-import torch.nn.functional as F
-from triton.testing import do_bench
+from sweeps import SWEEP_WORKLOADS, sweep, sweep_cases, sweep_listing
 
-DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
+try:
+    import torch
+    import torch.nn.functional as F
+    from triton.testing import do_bench
+    DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
+except ImportError as e:  # `--sweep ... --list` and `--help` still work without PyTorch
+    torch, F, do_bench, DTYPES, IMPORT_ERROR = None, None, None, {}, e
 EPS = 1e-5
 
 
@@ -88,13 +94,24 @@ QUICK = [
 ]
 
 
+REP_MS, SWEEP_REP_MS = 200.0, 40.0
+
+
 # ---- measuring --------------------------------------------------------------------------------
 
 class Run:
-    def __init__(self, rep_ms, multisum_compile):
+    def __init__(self, rep_ms, multisum_compile, json_path=None, env=None):
         self.rep_ms = rep_ms
         self.multisum_compile = multisum_compile
         self.rows = []
+        self.json_path, self.env = json_path, env
+
+    def save(self):
+        """Writes the rows so far to --json's file (after each workload or sweep case, so a run
+        stopped by a time limit keeps what it measured)."""
+        if self.json_path:
+            with open(self.json_path, "w") as f:
+                json.dump({"env": self.env, "rows": self.rows}, f, indent=1)
 
     def time_us(self, fn, rep_ms=None):
         return do_bench(fn, warmup=25, rep=rep_ms or self.rep_ms, return_mode="median") * 1e3
@@ -224,18 +241,37 @@ def main():
     p.add_argument("--json", help="write {'env': ..., 'rows': [...]} here")
     p.add_argument("--only", default="", help="comma-separated subset: " + ", ".join(WORKLOADS))
     p.add_argument("--quick", action="store_true", help="small sizes: checks the script, measures little")
-    p.add_argument("--rep-ms", type=float, default=200.0, help="milliseconds of timed repetitions (do_bench's rep)")
+    p.add_argument("--rep-ms", type=float, default=REP_MS,
+                   help=f"milliseconds of timed repetitions (do_bench's rep; a sweep's default: {SWEEP_REP_MS})")
     p.add_argument("--multisum-compile", action="store_true", help="also torch.compile multisum (minutes at K=2000)")
     p.add_argument("--print-sizes", nargs=4, type=int, metavar=("K", "LO", "HI", "SEED"),
                    help="print multisum_sizes(K, LO, HI, SEED) as JSON and exit")
+    p.add_argument("--sweep", choices=("rows", "pointwise"),
+                   help="time this sweep (the copy anchor, then every case) instead of the standard sizes")
+    p.add_argument("--sweep-max-mb", type=float, help="cap on the bytes one sweep call moves, in MB")
+    p.add_argument("--list", action="store_true", help="print the sweep's cases and exit (no GPU needed)")
+    p.add_argument("--no-autotune", action="store_true",
+                   help="sweeps: leave out torch.compile max-autotune-no-cudagraphs (its tuning takes seconds a case)")
     a = p.parse_args()
     if a.print_sizes:
         print(json.dumps(multisum_sizes(*a.print_sizes)))
         return
+    if (a.list or a.sweep_max_mb is not None) and not a.sweep:
+        p.error("--list and --sweep-max-mb are for a sweep: give --sweep rows|pointwise")
+    if a.sweep_max_mb is not None and not a.sweep_max_mb > 0:
+        p.error(f"--sweep-max-mb must be a positive number of MB, got {a.sweep_max_mb}")
+    known = SWEEP_WORKLOADS[a.sweep] if a.sweep else WORKLOADS
     only = [w for w in a.only.split(",") if w]
-    unknown = [w for w in only if w not in WORKLOADS]
+    unknown = [w for w in only if w not in known]
     if unknown:
-        p.error(f"--only: unknown {', '.join(unknown)}; known: {', '.join(WORKLOADS)}")
+        p.error(f"--only: unknown {', '.join(unknown)}; known: {', '.join(known)}")
+    if a.list:
+        print(sweep_listing(a.sweep, a.sweep_max_mb, only), end="")
+        return
+    if torch is None:
+        p.error(f"PyTorch and Triton are needed to measure: {IMPORT_ERROR}")
+    if a.sweep and a.rep_ms == REP_MS:
+        a.rep_ms = SWEEP_REP_MS
     if not torch.cuda.is_available():
         p.error("no CUDA device: nothing to measure")
     env = {
@@ -243,16 +279,20 @@ def main():
         "gpu": torch.cuda.get_device_name(),
         "sms": torch.cuda.get_device_properties(0).multi_processor_count,
         "timing": f"triton do_bench: 25 ms warm-up, {a.rep_ms} ms of repetitions, L2 flushed before each, median",
-        "sizes": "quick" if a.quick else "standard",
+        "sizes": f"sweep {a.sweep}" if a.sweep else "quick" if a.quick else "standard",
+        "sweep_max_mb": a.sweep_max_mb,
     }
     print(json.dumps(env), flush=True)
-    run = Run(a.rep_ms, a.multisum_compile)
-    for name, params in QUICK if a.quick else STANDARD:
+    run = Run(a.rep_ms, a.multisum_compile, a.json, env)
+    if a.sweep:
+        copy(run, **STANDARD[0][1])
+        sweep(run, sweep_cases(a.sweep, a.sweep_max_mb), only, DTYPES, rel_err, autotune=not a.no_autotune)
+    for name, params in [] if a.sweep else QUICK if a.quick else STANDARD:
         if not only or name in only:
             WORKLOADS[name](run, **params)
+            run.save()
+    run.save()
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"env": env, "rows": run.rows}, f, indent=1)
         print(f"wrote {len(run.rows)} rows to {a.json}")
 
 

@@ -57,7 +57,8 @@ enum Command {
         #[arg(long)]
         json: Option<std::path::PathBuf>,
         /// Comma-separated subset: copy, ln_relu_res, ew_chain, multisum, tiny_block, mlp_block,
-        /// mlp_step, coldstart, overhead.
+        /// mlp_step, coldstart, overhead. With --sweep: workloads of the sweep (ln_gelu_res,
+        /// rms_silu_res, softmax_mask; pw_row, pw_col, pw_outer, pw_scalar).
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
         /// Comma-separated sections to leave out.
@@ -67,9 +68,21 @@ enum Command {
         /// first steps from its weights and compares the losses and gradients.
         #[arg(long)]
         torch_weights: Option<std::path::PathBuf>,
-        /// Milliseconds of timed repetitions per measurement (do_bench's `rep`).
-        #[arg(long, default_value_t = 200.0)]
-        rep_ms: f64,
+        /// Milliseconds of timed repetitions per measurement (do_bench's `rep`; default 200, or
+        /// 40 for a sweep).
+        #[arg(long)]
+        rep_ms: Option<f64>,
+        /// Instead of the standard run, a sweep (benches/workloads.md, "Sweeps"): `rows` (norms
+        /// with epilogues and masked softmax over hidden sizes and dtypes) or `pointwise`
+        /// (broadcast chains through exp, tanh, gelu, sigmoid).
+        #[arg(long, value_parser = parse_sweep)]
+        sweep: Option<bench::SweepKind>,
+        /// Cap on the bytes one sweep call moves, in MB: rows shrink to fit.
+        #[arg(long)]
+        sweep_max_mb: Option<f64>,
+        /// Print the sweep's cases (shapes, dtypes, bytes) and exit; needs no GPU.
+        #[arg(long)]
+        list: bool,
     },
     /// braze's mlp_step from PyTorch's initial weights (`benches/torch_train.py --write DIR`),
     /// compiled and run on PyTorch's inputs; each step's loss and gradients compared with
@@ -159,18 +172,27 @@ impl SizeArgs {
     }
 }
 
+fn parse_sweep(s: &str) -> std::result::Result<bench::SweepKind, String> {
+    bench::SweepKind::parse(s).ok_or_else(|| format!("expected rows or pointwise, got `{s}`"))
+}
+
 fn main() -> ExitCode {
     let result = match Cli::parse().command {
         Command::Explain { workload, strict, common } => explain(&workload, strict, &common),
         Command::Kernels { workload, common } => kernels(&workload, &common),
         Command::Demo { device } => demo::run(device),
-        Command::Bench { json, only, skip, rep_ms, torch_weights } => bench::run(&bench::Options {
-            json: json.as_deref(),
-            only: &only,
-            skip: &skip,
-            rep_ms,
-            torch_weights: torch_weights.as_deref(),
-        }),
+        Command::Bench { json, only, skip, rep_ms, torch_weights, sweep, sweep_max_mb, list } => {
+            bench::run(&bench::Options {
+                json: json.as_deref(),
+                only: &only,
+                skip: &skip,
+                rep_ms,
+                torch_weights: torch_weights.as_deref(),
+                sweep,
+                sweep_max_mb,
+                list,
+            })
+        }
         Command::TrainCheck { torch_weights, device, mode, json } => {
             train_check(&torch_weights, device, mode, json.as_deref())
         }
