@@ -562,3 +562,23 @@ fn regression_multi_pointwise_of_small_members_does_not_spill() {
     let softmax = b.op(Op::Softmax { axis: 0 }, &[sum]);
     check_fixed(&b.finish(vec![softmax, floor, x2]), None);
 }
+
+/// Fuzz seed 91,000,810 (a fresh range, shrunk): `pow(c, cos(x))` in bf16 spilled 4 B at 32
+/// registers, where ptxas held a pointwise kernel calling `cosf` for occupancy; such kernels now
+/// state one block per SM as enough.
+#[test]
+fn regression_pointwise_trigonometry_does_not_spill() {
+    let mut b = Builder::new();
+    let x = b.input(DType::BF16, [3, 33, 1, 1]);
+    let c = b.input(DType::BF16, []);
+    let cos = b.un(UnaryOp::Cos, x);
+    let pow = b.bin(BinaryOp::Pow, c, cos);
+    // A positive base: a negative one is NaN at every exponent but the integers, where the
+    // reference's bf16 rounding of `cos` lands and the kernel's f32 does not.
+    let xs: Vec<f64> = (0..99).map(|i| (i as f64 - 49.0) * 0.37).collect();
+    let inputs = vec![
+        HostTensor::from_f64(DType::BF16, [3, 33, 1, 1], &xs).unwrap(),
+        HostTensor::from_f64(DType::BF16, [], &[1.75]).unwrap(),
+    ];
+    check_fixed(&b.finish(vec![pow]), Some(inputs));
+}
