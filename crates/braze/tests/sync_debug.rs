@@ -191,7 +191,7 @@ fn every_host_read_is_a_sync() {
         ("to_host", at(&mut line, line!(), x.to_host().map(drop))),
         ("to_device", at(&mut line, line!(), x.to_device(Device::Cpu).map(drop))),
         ("nonzero", at(&mut line, line!(), x.nonzero().map(drop))),
-        ("identity_on_host", at(&mut line, line!(), host_op.call(&[x.clone()]).map(drop))),
+        ("identity_on_host", at(&mut line, line!(), host_op.call(std::slice::from_ref(&x)).map(drop))),
     ];
     let first_line = line + 1 - refused.len() as u32;
     for (i, (name, result)) in refused.into_iter().enumerate() {
@@ -243,10 +243,10 @@ fn lenient_step(a: &[Tensor]) -> Result<Vec<Tensor>> {
 #[test]
 fn a_break_of_a_lenient_compiled_call_is_a_sync() {
     let _mode = with_mode(SyncDebugMode::Warn);
-    let x = Tensor::randn([2, 3], DType::F32, 3).unwrap();
+    let inputs = [Tensor::randn([2, 3], DType::F32, 3).unwrap()];
     let step = compile(lenient_step);
     let before = sync_count();
-    let (explanation, warnings) = capture_warnings(|| step.explain(&[x.clone()]));
+    let (explanation, warnings) = capture_warnings(|| step.explain(&inputs));
     let explanation = explanation.expect("lenient call");
     assert_eq!(explanation.host_syncs, 1);
     assert_eq!(explanation.breaks.len(), 1);
