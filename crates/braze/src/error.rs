@@ -38,6 +38,14 @@ pub enum Error {
     #[error("graph break in fullgraph mode: `{op}` at {loc} {} ({kind}); hint: {hint}", kind.description())]
     GraphBreak { kind: BreakKind, op: String, loc: SourceLoc, hint: &'static str },
 
+    /// A host synchronization in eager code (or at a break of a lenient compiled call) while the
+    /// sync debug mode is [`crate::SyncDebugMode::Error`]. The value was not read.
+    #[error(
+        "host synchronization in sync debug mode `error`: `{op}` at {loc} {} ({kind}); hint: {hint}",
+        kind.description()
+    )]
+    HostSync { kind: BreakKind, op: String, loc: SourceLoc, hint: &'static str },
+
     /// A compiled function called with the wrong number of inputs.
     #[error("`{function}`: {}", arity_detail(*expected, *actual, names))]
     Arity { function: String, expected: usize, actual: usize, names: Vec<String> },

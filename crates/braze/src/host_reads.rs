@@ -1,5 +1,6 @@
 //! Tensor methods that read values on the host (`to_vec`, `item`, `to_bool`, `to_host`,
-//! `to_device`, `nonzero`): inside a compiled function each one is a graph break.
+//! `to_device`, `nonzero`): inside a compiled function each one is a graph break, in eager code a
+//! host synchronization (`sync_debug.rs`).
 
 use crate::tensor::caller;
 use crate::{trace, BreakKind, Device, Element, Error, Result, Tensor};
@@ -71,6 +72,11 @@ impl Tensor {
             }
             let host = trace::host_value(self, BreakKind::CopyToCpu, "to_device", loc)?;
             return Ok(Tensor::from_host((*host).clone()));
+        }
+        if device == Device::Cpu {
+            // A copy to the CPU waits for the device. A CPU tensor counts too: the same code
+            // waits there on a GPU.
+            crate::sync_debug::sync_point(BreakKind::CopyToCpu, "to_device", &loc)?;
         }
         if device == self.device() {
             return Ok(self.clone());

@@ -26,7 +26,9 @@
 //!   `file:line:col`.
 //! - `trace`: the thread-local trace that ops record into inside a compiled function, and eager
 //!   execution outside one.
-//! - `breaks`, `custom_op`: everything that needs values on the host ([`BreakKind`]).
+//! - `breaks`, `custom_op`: everything that needs values on the host ([`BreakKind`]);
+//!   `sync_debug`: the same reads in eager code as host synchronizations ([`SyncDebugMode`],
+//!   [`sync_count`]).
 //! - `compile`: [`compile`] and [`Compiled`], the cache per input signature and its guards.
 //! - [`backend`]: the seam where graphs become runnable ([`backend::Executable`]): traced graphs
 //!   are fused into a plan and run by the CPU plan executor or as NVRTC-compiled CUDA kernels;
@@ -52,6 +54,7 @@ mod mode;
 mod ops;
 pub mod optim;
 mod signature;
+mod sync_debug;
 mod tensor;
 mod trace;
 
@@ -66,4 +69,5 @@ pub use device::Device;
 pub use error::{Error, Result};
 pub use explain::Explanation;
 pub use mode::Mode;
+pub use sync_debug::{set_sync_debug_mode, sync_count, sync_debug_mode, SyncDebugMode};
 pub use tensor::{Element, Tensor};

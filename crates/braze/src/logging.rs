@@ -2,8 +2,9 @@
 //! the `BRAZE_DUMP` directory.
 //!
 //! `BRAZE_LOG=graph,breaks,recompiles` (or `all`) installs a `tracing-subscriber` fmt subscriber
-//! on stderr with those topics at debug level, unless the application installed a subscriber
-//! first; then the application's filters decide, as for any other crate.
+//! on stderr with those topics at debug level (and every braze warning), unless the application
+//! installed a subscriber first; then the application's filters decide, as for any other crate.
+//! `BRAZE_SYNC_DEBUG=warn` without `BRAZE_LOG` installs it with warnings only.
 //!
 //! `BRAZE_DUMP=<dir>` writes every compiled graph as `graph-<n>.txt` (with source locations) and
 //! `graph-<n>.json`, every fused plan as `plan-<n>.txt` (all of them also in `plan.txt`), every
@@ -36,24 +37,30 @@ pub mod targets {
     pub const KERNELS: &str = "braze::kernels";
     /// Autotuning candidates and choices.
     pub const AUTOTUNE: &str = "braze::autotune";
+    /// Host synchronizations in eager code, warned in [`crate::SyncDebugMode::Warn`].
+    pub const SYNCS: &str = "braze::syncs";
 
     /// Topic names as `BRAZE_LOG` spells them, with their targets.
-    pub const TOPICS: [(&str, &str); 6] = [
+    pub const TOPICS: [(&str, &str); 7] = [
         ("graph", GRAPH),
         ("breaks", BREAKS),
         ("recompiles", RECOMPILES),
         ("plan", PLAN),
         ("kernels", KERNELS),
         ("autotune", AUTOTUNE),
+        ("syncs", SYNCS),
     ];
 }
 
-/// Installs the `BRAZE_LOG` subscriber once per process, if asked for.
+/// Installs the `BRAZE_LOG` subscriber once per process, if asked for (`BRAZE_SYNC_DEBUG=warn`
+/// asks for it too, showing warnings only, so its warnings are seen).
 pub(crate) fn init() {
     static INIT: Once = Once::new();
     INIT.call_once(|| {
         if let Ok(spec) = std::env::var("BRAZE_LOG") {
             install(&spec);
+        } else if std::env::var("BRAZE_SYNC_DEBUG").is_ok_and(|v| v.trim().eq_ignore_ascii_case("warn")) {
+            install("");
         }
     });
 }

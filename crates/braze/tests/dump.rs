@@ -62,6 +62,7 @@ fn dump_writes_graphs_and_break_reports() {
 fn log_topics() {
     assert_eq!(parse_topics("graph, breaks"), (vec![targets::BREAKS, targets::GRAPH], vec![]));
     let (all, unknown) = parse_topics("all,nope");
-    assert_eq!(all.len(), 6);
+    assert_eq!(all.len(), 7);
+    assert!(all.contains(&targets::SYNCS));
     assert_eq!(unknown, vec!["nope".to_string()]);
 }

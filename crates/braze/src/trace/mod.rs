@@ -13,6 +13,7 @@ mod recording;
 use crate::backend::{self, Executable, GraphCache, Target};
 use crate::mode::Mode;
 use crate::signature::TensorSig;
+use crate::sync_debug::sync_point;
 use crate::{BreakKind, Device, Error, GraphBreak, Result, Tensor};
 use braze_ir::{DType, Graph, HostTensor, NodeId, Op, Shape, SourceLoc};
 use recording::Trace;
@@ -195,13 +196,21 @@ pub(crate) fn host_value(tensor: &Tensor, kind: BreakKind, op: &str, loc: Source
     let in_trace = ACTIVE.with(|cell| {
         cell.borrow_mut().as_mut().map(|trace| {
             let value = trace.value_of(tensor, op, Some(&loc))?;
+            // A fullgraph trace stops at the break: nothing runs, nothing is read.
             trace.graph_break(kind, op, &loc, &[value])?;
+            sync_point(kind, op, &loc)?;
             trace.host_of(value, op, &loc)
         })
     });
     match in_trace {
         Some(result) => result,
-        None => tensor.read_host(op)?.ok_or_else(|| Error::StaleTrace { op: op.to_string(), loc: Some(loc) }),
+        None => {
+            if tensor.is_traced() {
+                return Err(Error::StaleTrace { op: op.to_string(), loc: Some(loc) });
+            }
+            sync_point(kind, op, &loc)?;
+            tensor.read_host(op)?.ok_or_else(|| Error::StaleTrace { op: op.to_string(), loc: Some(loc) })
+        }
     }
 }
 
@@ -216,6 +225,7 @@ pub(crate) fn host_call(
         cell.borrow_mut().as_mut().map(|trace| {
             let values = inputs.iter().map(|t| trace.value_of(t, op, Some(&loc))).collect::<Result<Vec<usize>>>()?;
             trace.graph_break(BreakKind::OpaqueHostFn, op, &loc, &values)?;
+            sync_point(BreakKind::OpaqueHostFn, op, &loc)?;
             let need_grad = values.iter().any(|&v| trace.needs_grad(v));
             let host =
                 values.iter().map(|&v| trace.host_of(v, op, &loc).map(|h| (*h).clone())).collect::<Result<Vec<_>>>()?;
@@ -225,6 +235,9 @@ pub(crate) fn host_call(
     let (host_inputs, need_grad) = match in_trace {
         Some(result) => result?,
         None => {
+            if !inputs.is_empty() && !inputs.iter().any(Tensor::is_traced) {
+                sync_point(BreakKind::OpaqueHostFn, op, &loc)?;
+            }
             let host = inputs
                 .iter()
                 .map(|t| {
