@@ -582,3 +582,18 @@ fn regression_pointwise_trigonometry_does_not_spill() {
     ];
     check_fixed(&b.finish(vec![pow]), Some(inputs));
 }
+
+/// Fuzz seed 98,000,080 (a fresh range, shrunk): a bf16 layer norm over 18,291 columns held 24
+/// elements a thread in a 1024-thread block and spilled 8 B (two accumulators in the variance
+/// pass); such rows are re-read instead, and 16,384 columns stay held.
+#[test]
+fn regression_long_bf16_layer_norm_rows_do_not_spill() {
+    for cols in [18_291, 16_384] {
+        let mut b = Builder::new();
+        let x = b.input(DType::BF16, [1, cols]);
+        let w = b.input(DType::BF16, [cols]);
+        let bias = b.input(DType::BF16, [cols]);
+        let y = b.op(Op::LayerNorm { eps: 1e-5 }, &[x, w, bias]);
+        check_fixed(&b.finish(vec![y]), None);
+    }
+}

@@ -83,6 +83,20 @@ impl RowAnalysis {
         }
     }
 
+    /// Most reductions any one pass folds (the accumulators a thread keeps at once).
+    pub(crate) fn widest_round(&self, body: &Body) -> usize {
+        (1..=self.rounds)
+            .map(|round| {
+                (0..body.values.len())
+                    .filter(|&id| {
+                        self.live[id] && self.depth[id] == round && matches!(body.values[id].expr, Expr::Reduce { .. })
+                    })
+                    .count()
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Most cached arrays alive at once (between two passes): the register pressure of caching.
     pub(crate) fn peak_cached_arrays(&self) -> usize {
         (1..=self.rounds + 1)
