@@ -93,6 +93,23 @@ pub struct Launch {
     pub params: Vec<Param>,
 }
 
+impl Launch {
+    /// A grid of one block per entry of a work list (`entries` blocks of `block` threads), or no
+    /// launch for an empty list.
+    pub(crate) fn per_work_item(entry: &str, entries: usize, block: u32, params: Vec<Param>) -> Vec<Launch> {
+        if entries == 0 {
+            return Vec::new();
+        }
+        vec![Launch {
+            entry: entry.to_string(),
+            grid: [entries as u32, 1, 1],
+            block: [block, 1, 1],
+            shared_bytes: 0,
+            params,
+        }]
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Param {
     /// The buffer of kernel input slot `i` (as in the plan's [`Kernel::inputs`]).

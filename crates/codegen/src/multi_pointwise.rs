@@ -158,16 +158,7 @@ pub(crate) fn generate(
     w.close();
     w.close();
 
-    let mut launches = Vec::new();
-    if !tiles.is_empty() {
-        launches.push(Launch {
-            entry: name.clone(),
-            grid: [tiles.len() as u32, 1, 1],
-            block: [block, 1, 1],
-            shared_bytes: 0,
-            params,
-        });
-    }
+    let launches = Launch::per_work_item(&name, tiles.len(), block, params);
     notes.insert(0, format!("work list: {} tiles of up to {} elements each", tiles.len(), tile_units * vec));
     Ok(Emitted {
         summary: format!(

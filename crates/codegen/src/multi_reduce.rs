@@ -484,16 +484,7 @@ pub(crate) fn generate(unit: &mut Unit<'_>, multi: &MultiReduce, block: u32, chu
     }
     w.close();
 
-    let mut launches = Vec::new();
-    if !tasks.is_empty() {
-        launches.push(Launch {
-            entry: name.clone(),
-            grid: [tasks.len() as u32, 1, 1],
-            block: [block, 1, 1],
-            shared_bytes: 0,
-            params,
-        });
-    }
+    let launches = Launch::per_work_item(&name, tasks.len(), block, params);
     let tables = vec![
         TableSpec::InputPointers,
         TableSpec::Static(encode_segments(&segments)),
