@@ -598,3 +598,29 @@ fn regression_long_bf16_layer_norm_rows_do_not_spill() {
         check_fixed(&b.finish(vec![y]), None);
     }
 }
+
+/// GPU fuzz seed 214 (shrunk): a multi-reduce min of `x / x` spilled 4 B at 32 registers, the
+/// division's slow-path call live in the unrolled loop; multi-reduce kernels state one block per
+/// SM as enough.
+#[test]
+fn regression_multi_reduce_of_a_division_does_not_spill() {
+    let mut b = Builder::new();
+    let x = b.input(DType::F32, [3, 2, 3, 1]);
+    let wide = b.broadcast_to(x, [3, 2, 3, 7]);
+    let truth = b.cast(wide, DType::Bool);
+    let ratio = b.bin(BinaryOp::Div, wide, wide);
+    let least = b.reduce(ReduceOp::Min, ratio, &[0, 1, 2, 3], false);
+    let stacked = b.op(Op::Stack { axis: 0 }, &[least]);
+    check_fixed(&b.finish(vec![stacked, truth]), None);
+}
+
+/// GPU fuzz seed 8,866 (shrunk): a column max of i64 folded the partials of its 256 row threads
+/// fully unrolled and spilled 320 B at 255 registers; that fold now unrolls by 8.
+#[test]
+fn regression_column_fold_of_wide_partials_does_not_spill() {
+    let mut b = Builder::new();
+    let flags = b.input(DType::Bool, [2, 2, 3, 1]);
+    let x = b.input(DType::I64, [2, 4]);
+    let top = b.reduce(ReduceOp::Max, x, &[0], true);
+    check_fixed(&b.finish(vec![top, flags]), None);
+}

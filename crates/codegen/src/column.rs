@@ -323,6 +323,9 @@ pub(crate) fn generate(
         w.open("if (ty == 0u)");
         w.line("#pragma unroll");
         w.open(format!("for (unsigned u = 0u; u < {vec}u; ++u)"));
+        // Unrolled whole, the fold of every row thread's partials held them all in registers
+        // at once (an i64 max over 256 row threads spilled 320 B at 255 registers).
+        w.line("#pragma unroll 8");
         w.open(format!("for (unsigned y = 1u; y < {ty}u; ++y)"));
         for (k, &(_, op, acc)) in reductions.iter().enumerate() {
             let folded = combine(helpers, op, acc, &format!("acc{k}[u]"), &format!("shared{k}[y][tx * {vec}u + u]"));

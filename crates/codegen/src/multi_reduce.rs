@@ -450,11 +450,10 @@ pub(crate) fn generate(unit: &mut Unit<'_>, multi: &MultiReduce, block: u32, chu
         scratch.push(ScratchSpec { bytes: 4, zero_init: true });
     }
 
-    // Several programs and an epilogue hold more live values than the 32 registers ptxas aims
-    // for at full occupancy; one block per SM as the floor lets it keep them out of local memory.
-    let bounds =
-        if multi.reductions.len() > 1 || finish.has_epilogue() { format!("{block}, 1") } else { block.to_string() };
-    w.open(format!("extern \"C\" __global__ void __launch_bounds__({bounds}) {name}({})", declared.join(", ")));
+    // ptxas aims for 32 registers at full occupancy, fewer than several programs, an epilogue or
+    // even one division's slow-path call in the unrolled loop hold (4 B spilled); one block per
+    // SM as the floor lets it keep them out of local memory.
+    w.open(format!("extern \"C\" __global__ void __launch_bounds__({block}, 1) {name}({})", declared.join(", ")));
     w.line(format!("__shared__ unsigned long long warp_slots[{warps}];"));
     if multi_chunk {
         w.line("__shared__ bool last_arrival;");
