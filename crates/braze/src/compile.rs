@@ -358,6 +358,7 @@ where
 
     fn run_whole(&self, whole: &WholeEntry, args: &[Tensor]) -> Result<Vec<Tensor>> {
         let WholeEntry { run, bindings, writes, .. } = whole;
+        writes.release_replaced_grads();
         let (inputs, mut outputs) = self.run_bound(run, bindings, &whole.written_in_place, args)?;
         // Gradients and assigned values come after the returned values.
         let returned = writes.first_output().unwrap_or(outputs.len());

@@ -259,3 +259,60 @@ fn gpu_in_place_write_backs_under_cuda_graph_replay() {
     let explanation = f.explain(std::slice::from_ref(&x)).unwrap();
     assert_eq!((explanation.write_backs_in_place, explanation.write_backs_copied), (1, 1), "{explanation}");
 }
+
+/// A caller keeping a small result of every call (a loss) and dropping the large one gets the
+/// large buffer back on the next call, not a whole new set of outputs beside it; the results it
+/// keeps stay intact.
+#[test]
+fn gpu_kept_small_results_do_not_pin_the_large_ones() {
+    let Some(gpu) = gpu() else { return };
+    let f: F = |a| Ok(vec![a[0].mul_scalar(2.0)?, a[0].mean_all()?]);
+    let compiled = compile(f).fullgraph(true).mode(Mode::Default);
+    let mut kept = Vec::new();
+    let mut large_ptrs = Vec::new();
+    for call in 0..6u64 {
+        let x = randn(&[512, 512], DType::F32, 10 + call);
+        let want = x.mean_all().unwrap().to_host().unwrap().get_f64(0);
+        let out = compiled.call(&[x.to_device(gpu).unwrap()]).unwrap();
+        large_ptrs.push(out[0].data_ptr());
+        kept.push((out[1].clone(), want));
+    }
+    assert!(large_ptrs[1..].iter().all(|&p| p == large_ptrs[0]), "large outputs moved: {large_ptrs:?}");
+    for (call, (loss, want)) in kept.iter().enumerate() {
+        let got = loss.to_host().unwrap().get_f64(0);
+        assert!((got - want).abs() <= 1e-5 * want.abs().max(1e-3), "call {call}: kept {got}, want {want}");
+    }
+}
+
+/// A compiled step that drops the gradients first (`zero_grad`) frees the old ones before it
+/// runs: each call's gradient lands in the memory of the last one, while the caller keeps every
+/// loss.
+#[test]
+fn gpu_a_step_that_zeroes_grads_reuses_their_memory() {
+    let Some(gpu) = gpu() else { return };
+    let p = randn(&[256, 256], DType::F32, 1).to_device(gpu).unwrap();
+    p.set_requires_grad(true).unwrap();
+    let x = randn(&[256, 256], DType::F32, 2);
+    let captured = p.clone();
+    let step = compile(move |a: &[Tensor]| {
+        captured.zero_grad();
+        let loss = captured.mul(&a[0])?.mean_all()?;
+        loss.backward()?;
+        Ok(vec![loss])
+    })
+    .fullgraph(true)
+    .mode(Mode::Default);
+    let on_gpu = x.to_device(gpu).unwrap();
+    let mut losses = Vec::new();
+    let mut grad_ptrs = Vec::new();
+    for _ in 0..5 {
+        losses.extend(step.call(std::slice::from_ref(&on_gpu)).unwrap());
+        grad_ptrs.push(p.grad().expect("the step leaves a gradient").data_ptr());
+    }
+    assert!(grad_ptrs.iter().all(|&g| g == grad_ptrs[0]), "gradients moved: {grad_ptrs:?}");
+    // d mean(p * x) / dp = x / numel.
+    let want = x.mul_scalar(1.0 / (256.0 * 256.0)).unwrap().to_host().unwrap();
+    braze_cpu::compare::assert_close(&p.grad().unwrap().to_host().unwrap(), &want).unwrap();
+    let first = losses[0].to_host().unwrap().get_f64(0);
+    assert!(losses.iter().all(|l| l.to_host().unwrap().get_f64(0) == first), "a kept loss was overwritten");
+}

@@ -15,6 +15,9 @@ pub struct MemoryPlan {
     pub offsets: Vec<Option<usize>>,
     /// Sum of the intermediates' sizes without reuse, to report what reuse saved.
     pub unshared_bytes: usize,
+    /// The most intermediate bytes alive during one kernel: no placement of this kernel order
+    /// needs less, so `arena_bytes` above it is what placement lost to fragmentation.
+    pub peak_live_bytes: usize,
 }
 
 /// First and last kernel index touching `buffer`, or `None` when no kernel does.
@@ -45,6 +48,10 @@ impl MemoryPlan {
             .filter_map(|(i, b)| lifetime(plan, BufferId(i)).map(|life| (i, aligned(b.bytes()), life)))
             .collect();
         let unshared_bytes = items.iter().map(|it| it.1).sum();
+        let peak_live_bytes = (0..plan.kernels.len())
+            .map(|k| items.iter().filter(|(_, _, life)| life.0 <= k && k <= life.1).map(|it| it.1).sum())
+            .max()
+            .unwrap_or(0);
         // Largest first; ties by buffer index keep the result deterministic.
         items.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
         let mut placed: Vec<(usize, usize, (usize, usize))> = Vec::new(); // (offset, bytes, life)
@@ -67,7 +74,7 @@ impl MemoryPlan {
             offsets[buffer] = Some(offset);
             arena_bytes = arena_bytes.max(offset + bytes);
         }
-        MemoryPlan { arena_bytes, offsets, unshared_bytes }
+        MemoryPlan { arena_bytes, offsets, unshared_bytes, peak_live_bytes }
     }
 }
 
@@ -117,5 +124,6 @@ mod tests {
         assert_ne!(mem.offsets[1], mem.offsets[2]);
         assert_eq!(mem.arena_bytes, 2 * 4096);
         assert_eq!(mem.unshared_bytes, 3 * 4096);
+        assert_eq!(mem.peak_live_bytes, 2 * 4096);
     }
 }

@@ -96,8 +96,19 @@ struct OutputSet {
 impl OutputSet {
     /// Free when nobody but this set (and its graphs) holds its buffers.
     fn is_free(&self) -> bool {
-        let ours = 1 + self.graphs.len();
-        self.buffers.iter().flatten().all(|b| Arc::strong_count(&b.slice) <= ours)
+        self.buffers.iter().flatten().all(|b| !self.is_held(b))
+    }
+
+    /// Whether someone besides this set and its graphs holds `buffer`.
+    fn is_held(&self, buffer: &DeviceBuffer) -> bool {
+        Arc::strong_count(&buffer.slice) > 1 + self.graphs.len()
+    }
+
+    /// Bytes of the buffers someone else holds, and of all the set's buffers.
+    fn held_bytes(&self) -> (usize, usize) {
+        self.buffers.iter().flatten().fold((0, 0), |(held, all), b| {
+            (held + if self.is_held(b) { b.len_bytes() } else { 0 }, all + b.len_bytes())
+        })
     }
 }
 
@@ -314,6 +325,23 @@ impl PlanExecutable {
         if let Some(i) = self.output_sets.iter().position(OutputSet::is_free) {
             return Ok(i);
         }
+        if let Some(i) = self.mostly_free_set() {
+            // The caller holds a few small results of an earlier call (a loss kept for later)
+            // while the large ones (gradients) were dropped: only the held buffers are replaced,
+            // rather than a whole new set allocated beside the free memory. Without CUDA graphs
+            // nothing has these addresses baked in.
+            let set = &mut self.output_sets[i];
+            for slot in 0..set.buffers.len() {
+                let Some(buffer) = &set.buffers[slot] else { continue };
+                if set.is_held(buffer) {
+                    let bytes = buffer.len_bytes();
+                    set.buffers[slot] = Some(self.device.alloc(bytes)?);
+                }
+            }
+            set.last_direct = None;
+            self.tables_for_set = None;
+            return Ok(i);
+        }
         let mut buffers = vec![None; self.plan.buffers.len()];
         for (i, b) in self.plan.buffers.iter().enumerate() {
             if b.role == BufferRole::Output {
@@ -332,6 +360,17 @@ impl PlanExecutable {
             self.output_sets.push(set);
         }
         Ok(self.output_sets.len() - 1)
+    }
+
+    /// Without CUDA graphs, the retained set whose held buffers are the fewest bytes, when they
+    /// are at most half of its bytes.
+    fn mostly_free_set(&self) -> Option<usize> {
+        if self.options.cuda_graphs {
+            return None;
+        }
+        let (i, (held, all)) =
+            self.output_sets.iter().map(OutputSet::held_bytes).enumerate().min_by_key(|&(i, (held, _))| (held, i))?;
+        (2 * held <= all).then_some(i)
     }
 
     /// Where plan buffer `id` lives for this call: a buffer and a byte offset.

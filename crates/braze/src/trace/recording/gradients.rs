@@ -41,6 +41,15 @@ impl WriteBacks {
         self.grads.iter().filter_map(|g| g.output).chain(self.assigns.iter().map(|a| a.1)).min()
     }
 
+    /// Drops the gradients the function replaces without reading them (it called `zero_grad`
+    /// first), before the call runs rather than after: their memory is free for the new
+    /// gradients instead of held beside them, as `zero_grad(set_to_none=True)` frees PyTorch's.
+    pub(crate) fn release_replaced_grads(&self) {
+        for effect in self.grads.iter().filter(|g| matches!(g.entry, GradAtEntry::Unread)) {
+            effect.param.inner.autograd.set_grad(None);
+        }
+    }
+
     /// Writes the write-back outputs to their tensors.
     pub(crate) fn apply(&self, outputs: &[Tensor]) -> Result<()> {
         for effect in &self.grads {
