@@ -300,8 +300,17 @@ impl Executable for CudaPlan {
                 tracing::debug!(target: logging::targets::AUTOTUNE, "{}: {} ({:?})", r.kernel, r.winner, r.timings_ms);
             }
         }
-        let outputs = if same_inputs { exe.run_same_inputs(buffers) } else { exe.run(buffers) }
-            .map_err(|e| Error::cuda("run", e))?;
+        let outputs = if crate::profile::is_collecting() {
+            exe.run_profiled(buffers).map(|(outputs, times)| {
+                crate::profile::record(times);
+                outputs
+            })
+        } else if same_inputs {
+            exe.run_same_inputs(buffers)
+        } else {
+            exe.run(buffers)
+        }
+        .map_err(|e| Error::cuda("run", e))?;
         Ok(outputs
             .into_iter()
             .zip(&self.plan.outputs)

@@ -237,6 +237,13 @@ where
         Ok(Explanation::new(&self.name, self.mode, self.fullgraph, report, state.recompile_reasons.clone()))
     }
 
+    /// Calls the function with every GPU kernel it runs timed: the results and each kernel's
+    /// GPU time, in launch order. The kernels launch one by one between timing events and the
+    /// call waits for them, even in [`Mode::ReduceOverhead`]; on the CPU the list is empty.
+    pub fn profile(&self, args: &[Tensor]) -> Result<(Vec<Tensor>, Vec<braze_cuda::KernelTime>)> {
+        crate::profile::collect(|| self.run(args, None))
+    }
+
     fn lock(&self) -> MutexGuard<'_, CacheState> {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }

@@ -53,6 +53,7 @@ pub mod logging;
 mod mode;
 mod ops;
 pub mod optim;
+mod profile;
 mod signature;
 mod sync_debug;
 mod tensor;
@@ -60,6 +61,7 @@ mod trace;
 
 pub use autograd::{is_grad_enabled, no_grad, value_and_grad};
 pub use backend::{allow_tf32, set_allow_tf32};
+pub use braze_cuda::KernelTime;
 pub use braze_ir::{DType, Graph, HostData, HostTensor, Shape, SourceLoc};
 pub use breaks::{BreakKind, GraphBreak};
 pub use compile::{compile, CompileStats, Compiled};

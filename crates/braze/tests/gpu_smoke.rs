@@ -316,3 +316,28 @@ fn gpu_a_step_that_zeroes_grads_reuses_their_memory() {
     let first = losses[0].to_host().unwrap().get_f64(0);
     assert!(losses.iter().all(|l| l.to_host().unwrap().get_f64(0) == first), "a kept loss was overwritten");
 }
+
+/// A profiled call times every kernel of the plan, in plan order, and computes what a plain call
+/// does, in every mode.
+#[test]
+fn gpu_profiled_calls_time_every_kernel() {
+    let Some(gpu) = gpu() else { return };
+    let f: F = |a| {
+        let h = a[0].matmul(&a[1])?.relu()?;
+        Ok(vec![h.softmax(1)?, h.mean_all()?])
+    };
+    let inputs = [randn(&[64, 128], DType::F32, 1), randn(&[128, 96], DType::F32, 2)];
+    let on_gpu: Vec<Tensor> = inputs.iter().map(|t| t.to_device(gpu).unwrap()).collect();
+    for mode in [Mode::Default, Mode::ReduceOverhead] {
+        let compiled = compile(f).fullgraph(true).mode(mode);
+        let plain = compiled.call(&on_gpu).unwrap();
+        let (profiled, times) = compiled.profile(&on_gpu).unwrap();
+        let kernels = compiled.explain(&on_gpu).unwrap().kernels.unwrap();
+        assert_eq!(times.len(), kernels, "{mode:?}: {times:?}");
+        assert!(times.iter().all(|t| t.ms > 0.0 && !t.kernel.is_empty()), "{mode:?}: {times:?}");
+        assert!(times.iter().any(|t| t.family == "matmul"), "{mode:?}: {times:?}");
+        for (p, q) in profiled.iter().zip(&plain) {
+            assert_eq!(p.to_host().unwrap(), q.to_host().unwrap(), "{mode:?}");
+        }
+    }
+}

@@ -84,10 +84,57 @@ impl Bench {
             row["check"] = json!(verdict);
         }
         self.emit(row);
+        self.kernel_profile(&shape, &dtype, us, &mut || Ok(compiled.profile(inputs)?.1))?;
         self.schedule(&step.optimizer, &shape, &dtype, &mut || ran(compiled.call(inputs)), &|| compiled.stats())?;
         if let Some((_, check_row)) = check {
             self.emit(check_row);
         }
+        Ok(())
+    }
+
+    /// Each kernel's GPU time in one step (launched one by one between timing events, the
+    /// second profiled step), printed longest first with the sums per kernel family; an info row
+    /// with their total beside the step time (the difference is launch gaps and host work).
+    fn kernel_profile(
+        &mut self,
+        shape: &str,
+        dtype: &str,
+        step_us: f64,
+        profile: &mut dyn FnMut() -> Result<Vec<braze::KernelTime>>,
+    ) -> Result<()> {
+        profile()?;
+        let mut times = profile()?;
+        let total_us: f64 = times.iter().map(|t| t.ms as f64 * 1e3).sum();
+        let mut families: Vec<(&str, f64, usize)> = Vec::new();
+        for t in &times {
+            match families.iter_mut().find(|f| f.0 == t.family) {
+                Some(f) => {
+                    f.1 += t.ms as f64 * 1e3;
+                    f.2 += 1;
+                }
+                None => families.push((t.family, t.ms as f64 * 1e3, 1)),
+            }
+        }
+        families.sort_by(|a, b| b.1.total_cmp(&a.1));
+        println!("# mlp_step {shape}: kernel GPU times of one step, {} kernels, {total_us:.1} us", times.len());
+        for (family, us, n) in &families {
+            println!("#   {family:<15} {n:>3} kernels {us:>9.1} us  {:>5.1}%", 100.0 * us / total_us);
+        }
+        times.sort_by(|a, b| b.ms.total_cmp(&a.ms));
+        for t in &times {
+            println!("#   {:>9.1} us  {}", t.ms as f64 * 1e3, t.kernel);
+        }
+        let by_family: Vec<String> = families.iter().map(|(f, us, n)| format!("{f} {n}: {us:.0} us")).collect();
+        self.emit(json!({
+            "workload": "mlp_step", "shape": shape, "dtype": dtype, "variant": "info kernel profile",
+            "us": total_us, "gbps": null,
+            "note": format!(
+                "kernels alone {} of the step's {} ({})",
+                crate::timing::fmt_us(total_us),
+                crate::timing::fmt_us(step_us),
+                by_family.join(", ")
+            ),
+        }));
         Ok(())
     }
 

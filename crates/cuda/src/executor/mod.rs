@@ -34,6 +34,15 @@ const RETAINED_OUTPUT_SETS: usize = 4;
 /// CUDA graphs kept per output set (one per distinct set of input addresses).
 const GRAPHS_PER_OUTPUT_SET: usize = 4;
 
+/// The GPU time of one kernel of a profiled run ([`PlanExecutable::run_profiled`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct KernelTime {
+    pub kernel: String,
+    /// The plan kernel's family (`pointwise`, `row`, `matmul`, ...).
+    pub family: &'static str,
+    pub ms: f32,
+}
+
 /// How an executable runs.
 #[derive(Clone, Debug, Default)]
 pub struct ExecOptions {
@@ -400,7 +409,24 @@ impl PlanExecutable {
         self.run_with(inputs, true)
     }
 
+    /// As [`PlanExecutable::run`], launching every kernel directly (no CUDA graph replay) between
+    /// timing events, and waiting for them: the GPU time of each kernel, in plan order.
+    pub fn run_profiled(&mut self, inputs: &[DeviceBuffer]) -> Result<(Vec<DeviceBuffer>, Vec<KernelTime>)> {
+        let mut times = Vec::with_capacity(self.kernels.len());
+        let outputs = self.run_inner(inputs, false, Some(&mut times))?;
+        Ok((outputs, times))
+    }
+
     fn run_with(&mut self, inputs: &[DeviceBuffer], same_inputs: bool) -> Result<Vec<DeviceBuffer>> {
+        self.run_inner(inputs, same_inputs, None)
+    }
+
+    fn run_inner(
+        &mut self,
+        inputs: &[DeviceBuffer],
+        same_inputs: bool,
+        profile: Option<&mut Vec<KernelTime>>,
+    ) -> Result<Vec<DeviceBuffer>> {
         let known = same_inputs && self.tables_for_set.is_some();
         if !known {
             self.tables_for_set = None;
@@ -420,7 +446,24 @@ impl PlanExecutable {
                 self.device.memset_d8(b, 0xFF)?;
             }
         }
-        if self.options.cuda_graphs && self.report.launches > 0 {
+        if let Some(times) = profile {
+            let set = &self.output_sets[set_index];
+            let mut timers = Vec::with_capacity(self.kernels.len());
+            for k in 0..self.kernels.len() {
+                let timer = self.device.event_timer()?;
+                timer.start()?;
+                self.enqueue_kernel(k, inputs, set)?;
+                timer.stop()?;
+                timers.push(timer);
+            }
+            for (kernel, timer) in self.plan.kernels.iter().zip(&timers) {
+                times.push(KernelTime {
+                    kernel: kernel.name.clone(),
+                    family: kernel.kind.family(),
+                    ms: timer.elapsed_ms()?,
+                });
+            }
+        } else if self.options.cuda_graphs && self.report.launches > 0 {
             let addresses = &self.last_addresses;
             let set = &self.output_sets[set_index];
             if let Some((_, graph)) = set.graphs.iter().find(|(a, _)| a == addresses) {
