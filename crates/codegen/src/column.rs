@@ -27,6 +27,15 @@ const MAX_CHUNKS: usize = 65_535;
 /// Static shared memory a block may use for its row threads' partials.
 const SHARED_LIMIT: usize = 48 * 1024;
 
+/// A load of another block's partial at `ptr`, through L2 (`__ldcg`: the partials were written
+/// after this SM may have cached the lines); a volatile read where `__ldcg` has no overload.
+fn partial_load(acc: DType, ptr: &str) -> String {
+    match acc {
+        DType::F32 | DType::I32 | DType::I64 => format!("__ldcg({ptr})"),
+        _ => format!("*(const volatile {}*)({ptr})", value_type(acc)),
+    }
+}
+
 /// The widest vector of columns per thread (at most 16 bytes of the narrowest element the rows
 /// stream, at most 8) that divides the columns.
 pub(crate) fn vector_width(unit: &Unit<'_>, col: &ColumnKernel) -> usize {
@@ -47,7 +56,8 @@ pub(crate) fn vector_width(unit: &Unit<'_>, col: &ColumnKernel) -> usize {
 }
 
 /// Whether a block of `col_threads x row_threads` threads with `vec` columns each has room in
-/// shared memory for its row threads' partials (one row of threads needs none).
+/// shared memory for its row threads' partials (one row of threads needs none) and for its
+/// tile's totals (folded from the chunks' partials by the last block of a tile).
 pub(crate) fn partials_fit(col: &ColumnKernel, col_threads: usize, row_threads: usize, vec: usize) -> bool {
     let per_thread: usize = col
         .body
@@ -60,7 +70,8 @@ pub(crate) fn partials_fit(col: &ColumnKernel, col_threads: usize, row_threads: 
             _ => None,
         })
         .sum();
-    row_threads == 1 || per_thread * col_threads * row_threads * vec <= SHARED_LIMIT
+    let rows_of_partials = if row_threads == 1 { 0 } else { row_threads };
+    per_thread * col_threads * vec * (rows_of_partials + 1) <= SHARED_LIMIT
 }
 
 /// The rows one block folds, given the config's wish: at least one, and few enough chunks for
@@ -257,6 +268,15 @@ pub(crate) fn generate(
         w.line(format!("const bool full = c0 + {} <= COLS;", lit(vec)));
     }
     w.line("const idx_t row_end = ((idx_t)blockIdx.y + 1) * CHUNK_ROWS < ROWS ? ((idx_t)blockIdx.y + 1) * CHUNK_ROWS : ROWS;");
+    // Unrolled, so that each thread has several rows' loads in flight (a column kernel moved 64 MB at
+    // a third of the bandwidth with one).
+    let loaded = prologue_ids.iter().filter(|id| loads[**id].is_some()).count().max(1);
+    let accumulators: usize = reductions.iter().map(|&(_, _, acc)| vec * acc.size_bytes().div_ceil(4)).sum();
+    // Half the registers a thread of this block may have, for the values: the rest holds indices,
+    // addresses and the prologue's temporaries.
+    let budget = (65_536 / block).min(255) / 2;
+    let unroll = [4, 2, 1].into_iter().find(|u| u * loaded * vec + accumulators <= budget).unwrap_or(1);
+    w.line(format!("#pragma unroll {unroll}"));
     w.open(format!("for (idx_t r = (idx_t)blockIdx.y * CHUNK_ROWS + ty; r < row_end; r += {})", lit(ty)));
     for &id in prologue_ids.iter().filter(is_vector) {
         let info = loads[id].as_ref().unwrap();
@@ -384,22 +404,40 @@ pub(crate) fn generate(
             chunks - 1
         ));
         w.line("__syncthreads();");
-        w.line("// The block that finishes a column tile's last chunk combines its partials in chunk order.");
+        w.line("// The block that finishes a column tile's last chunk combines its partials in chunk order,");
+        w.line("// every thread folding its own columns (one thread folding them all waited on each load).");
         w.open("if (last_arrival)");
         w.line("__threadfence();");
+        let tile_cols = tx * vec;
+        for (k, &(_, _, acc)) in reductions.iter().enumerate() {
+            w.line(format!("__shared__ {} tile_total{k}[{tile_cols}];", value_type(acc)));
+        }
+        w.open(format!("for (unsigned j = threadIdx.x; j < {tile_cols}u; j += {block}u)"));
+        w.line(format!(
+            "const idx_t c = (idx_t)blockIdx.x * {} + j < COLS ? (idx_t)blockIdx.x * {} + j : COLS - 1;",
+            lit(tile_cols),
+            lit(tile_cols)
+        ));
+        for (k, &(id, op, acc)) in reductions.iter().enumerate() {
+            let Expr::Reduce { x, .. } = body.values[id].expr else { unreachable!("reductions are reduce values") };
+            w.line(declare_accumulator(op, body.values[x.0].dtype, acc, &format!("total{k}")));
+            // Through L2 (the other blocks' partials are not in this SM's L1), and unrolled so
+            // that several loads are in flight at once.
+            w.line("#pragma unroll 8");
+            let partial = partial_load(acc, &format!("partials{k} + (idx_t)chunk * COLS + c"));
+            w.line(format!(
+                "for (unsigned chunk = 0u; chunk < {chunks}u; ++chunk) total{k} = {};",
+                combine(helpers, op, acc, &format!("total{k}"), &partial)
+            ));
+            w.line(format!("tile_total{k}[j] = total{k};"));
+        }
+        w.close();
+        w.line("__syncthreads();");
         w.open("if (ty == 0u && c0 < COLS)");
         w.line("#pragma unroll");
         w.open(format!("for (unsigned u = 0u; u < {vec}u; ++u)"));
-        w.line("const idx_t c = c0 + u < COLS ? c0 + u : COLS - 1;");
-        for (k, &(id, op, acc)) in reductions.iter().enumerate() {
-            let Expr::Reduce { x, .. } = body.values[id].expr else { unreachable!("reductions are reduce values") };
-            w.line(format!("const volatile {}* column{k} = partials{k} + c;", value_type(acc)));
-            w.line(declare_accumulator(op, body.values[x.0].dtype, acc, &format!("total{k}")));
-            w.line(format!(
-                "for (unsigned chunk = 0u; chunk < {chunks}u; ++chunk) total{k} = {};",
-                combine(helpers, op, acc, &format!("total{k}"), &format!("column{k}[(idx_t)chunk * COLS]"))
-            ));
-            w.line(format!("acc{k}[u] = total{k};"));
+        for k in 0..reductions.len() {
+            w.line(format!("acc{k}[u] = tile_total{k}[tx * {vec}u + u];"));
         }
         w.close();
         emit_epilogue(&mut w, helpers)?;
