@@ -120,19 +120,15 @@ const CASES: &[Case] = &[
         kernels: &["pointwise"],
     },
     Case { name: "where_masks", build: || where_masks(777), inputs: Inputs::WithSpecials, kernels: &["pointwise"] },
-    // Independent casts, integer ops, comparisons and constants: one multi-pointwise launch each.
+    // Independent casts and constants: one multi-pointwise launch. Independent integer ops and
+    // comparisons over the same inputs: one pointwise kernel, reading each input once.
     Case { name: "casts", build: || casts(515), inputs: Inputs::WithSpecials, kernels: &["multi_pointwise"] },
-    Case {
-        name: "int_arithmetic",
-        build: || int_arithmetic(1001),
-        inputs: Inputs::Random,
-        kernels: &["multi_pointwise"],
-    },
+    Case { name: "int_arithmetic", build: || int_arithmetic(1001), inputs: Inputs::Random, kernels: &["pointwise"] },
     Case {
         name: "comparisons_and_logic",
         build: || comparisons_and_logic(640),
         inputs: Inputs::WithSpecials,
-        kernels: &["multi_pointwise"],
+        kernels: &["pointwise"],
     },
     Case {
         name: "reduce_axis_0",

@@ -24,24 +24,27 @@ pub(crate) fn operand_grads(e: &mut Emit<'_>, id: NodeId, grad: NodeId) -> Resul
             }
         }
         Op::Unary { op } => match op.def().derivative {
-            Derivative::Formula(formula) => {
-                let d = e.formula(&[x, id], |b, v| vec![formula(b, v[0], v[1])])?[0];
-                vec![(x, e.mul(grad, d)?)]
-            }
+            // In f32 for f16/bf16 (as PyTorch computes them): the formula's constants and steps
+            // were rounded to bf16 (gelu's 1 / sqrt(2 pi) became 0.3984375).
+            Derivative::Formula(formula) => in_f32(e, &[x], grad, |e, wide, g| {
+                let y = widened(e, id)?;
+                let d = e.formula(&[wide[0], y], |b, v| vec![formula(b, v[0], v[1])])?[0];
+                Ok(vec![(wide[0], e.mul(g, d)?)])
+            })?,
             Derivative::Zero => vec![(x, e.zeros(&shapes[0])?)],
             Derivative::NotDifferentiable => vec![],
         },
         Op::Binary { op } => match op.def().partials {
-            Partials::Formula(formula) => {
-                let (a, b) = (node.operands[0], node.operands[1]);
-                let d = e.formula(&[a, b, id], |builder, v| {
+            Partials::Formula(formula) => in_f32(e, &node.operands, grad, |e, wide, g| {
+                let y = widened(e, id)?;
+                let d = e.formula(&[wide[0], wide[1], y], |builder, v| {
                     let (da, db) = formula(builder, v[0], v[1], v[2]);
                     vec![da, db]
                 })?;
-                let ga = e.mul(grad, d[0])?;
-                let gb = e.mul(grad, d[1])?;
-                vec![(a, e.sum_to(ga, &shapes[0])?), (b, e.sum_to(gb, &shapes[1])?)]
-            }
+                let ga = e.mul(g, d[0])?;
+                let gb = e.mul(g, d[1])?;
+                Ok(vec![(wide[0], e.sum_to(ga, &shapes[0])?), (wide[1], e.sum_to(gb, &shapes[1])?)])
+            })?,
             Partials::NotDifferentiable => vec![],
         },
         Op::Where => {
@@ -175,8 +178,8 @@ fn slice_grad(e: &mut Emit<'_>, grad: NodeId, shape: &Shape, axis: usize, start:
     e.op(Op::Concat { axis }, &parts)
 }
 
-/// The gradients `rule` gives for a norm's `operands`, computed in f32 for an f16/bf16 norm and
-/// rounded once, as its forward is decomposed (and as PyTorch accumulates them). In the norm's
+/// The gradients `rule` gives for an op's `operands`, computed in f32 for an f16/bf16 op and
+/// rounded once, as a norm's forward is decomposed (and as PyTorch computes them). In the norm's
 /// dtype, a fused kernel subtracted the rounded `mean(x)` from `x` kept in f32: over rows of
 /// one element `(x - mean(x)) * rsqrt(eps)` gave `(x - bf16(x)) * 316` where eager gives 0.
 fn in_f32(
@@ -199,6 +202,15 @@ fn in_f32(
             Ok((operands[i], e.cast(d, dtype)?))
         })
         .collect()
+}
+
+/// `x` in f32 where it is f16/bf16 (the forward value a derivative formula reads beside its
+/// widened operands).
+fn widened(e: &mut Emit<'_>, x: NodeId) -> Result<NodeId> {
+    match e.graph().node(x).dtype {
+        DType::F16 | DType::BF16 => e.cast(x, DType::F32),
+        _ => Ok(x),
+    }
 }
 
 /// `x`'s mean and `1 / sqrt(var + eps)` over the last dim, kept as size-1 dims.

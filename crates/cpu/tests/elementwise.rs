@@ -67,12 +67,15 @@ fn float_unary_ops_on_special_values() {
 /// erf at 1.5 and -2 (from tables).
 const ERF_1_5: f64 = 0.966_105_146_475_310_7;
 const ERF_MINUS_2: f64 = -0.995_322_265_018_952_7;
+/// erfc(2.5) (from tables).
+const ERFC_2_5: f64 = 4.069_520_174_449_589_6e-4;
 
 #[test]
 fn model_unary_ops_on_special_values() {
     let softplus = |x: f64| x.exp().ln_1p();
     let cases: Vec<(UnaryOp, [f64; 7])> = vec![
         (UnaryOp::Erf, [ERF_1_5, ERF_MINUS_2, -0.0, 0.0, NAN, 1.0, -1.0]),
+        (UnaryOp::Erfc, [1.0 - ERF_1_5, 1.0 - ERF_MINUS_2, 1.0, 1.0, NAN, 0.0, 2.0]),
         (UnaryOp::Log1p, [2.5f64.ln(), NAN, -0.0, 0.0, NAN, INF, NAN]),
         (UnaryOp::Expm1, [1.5f64.exp() - 1.0, (-2.0f64).exp() - 1.0, -0.0, 0.0, NAN, INF, -1.0]),
         (UnaryOp::Sin, [1.5f64.sin(), (-2.0f64).sin(), -0.0, 0.0, NAN, NAN, NAN]),
@@ -110,6 +113,8 @@ fn model_unary_ops_on_subnormal_huge_and_halfway_values() {
                 0.520_499_877_813_046_5,
             ],
         ),
+        // erfc keeps its relative accuracy far out, where 1 - erf is 0.
+        (UnaryOp::Erfc, [1.0, 1.0, 0.0, 2.0, ERFC_2_5, 2.0 - ERFC_2_5, 0.479_500_122_186_953_5]),
         // log1p and expm1 keep tiny inputs instead of losing them to 1 + x.
         (UnaryOp::Log1p, [small, -small, big.ln(), NAN, 3.5f64.ln(), NAN, 1.5f64.ln()]),
         (UnaryOp::Expm1, [small, -small, INF, -1.0, 2.5f64.exp() - 1.0, (-2.5f64).exp() - 1.0, 0.5f64.exp() - 1.0]),

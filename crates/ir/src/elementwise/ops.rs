@@ -57,6 +57,9 @@ macro_rules! for_each_unary_op {
             Softplus softplus;
             /// `x * x` (integers wrap).
             Square square;
+            /// The complementary error function `1 - erf(x)`, without its cancellation for
+            /// large `x`.
+            Erfc erfc;
         }
     };
 }

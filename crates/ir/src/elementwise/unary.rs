@@ -82,7 +82,8 @@ static GELU_ERF: CudaHelper = CudaHelper {
     name: "gelu_erf_f32",
     source: &[
         "// 0.5 x (1 + erf(x / sqrt 2)) without the cancellation of 1 + erf for negative x.",
-        "__device__ __forceinline__ float gelu_erf_f32(float x) { return 0.5f * x * erfcf(x * -0.707106781186547524f); }",
+        "// The product rounded as the derivative's `-1/sqrt 2 * x` is, so a kernel with both shares the erfcf.",
+        "__device__ __forceinline__ float gelu_erf_f32(float x) { return 0.5f * x * erfcf(__fmul_rn(-0.707106781186547524f, x)); }",
     ],
 };
 static GELU_TANH: CudaHelper = CudaHelper {
@@ -157,11 +158,10 @@ fn gaussian(d: &mut dyn DerivativeBuilder, x: DVal, scale: f64) -> DVal {
 
 fn d_gelu_erf(d: &mut dyn DerivativeBuilder, x: DVal, _y: DVal) -> DVal {
     // Phi(x) + x phi(x), Phi(x) = erfc(-x / sqrt 2) / 2.
+    // erfc(-x / sqrt 2) as the forward's `gelu_erf_f32` computes it, so that a kernel computing
+    // both shares one erfcf (and negative x keeps its relative accuracy).
     let t = scaled(d, -std::f64::consts::FRAC_1_SQRT_2, x);
-    let erfc = {
-        let erf = d.unary(UnaryOp::Erf, t);
-        one_minus(d, erf)
-    };
+    let erfc = d.unary(UnaryOp::Erfc, t);
     let cdf = scaled(d, 0.5, erfc);
     let pdf = gaussian(d, x, 0.5 * std::f64::consts::FRAC_2_SQRT_PI * std::f64::consts::FRAC_1_SQRT_2);
     let x_pdf = mul(d, x, pdf);
@@ -436,6 +436,20 @@ impl UnaryOp {
                 derivative: Derivative::Formula(|d, x, _| {
                     let x2 = scaled(d, std::f64::consts::SQRT_2, x);
                     gaussian(d, x2, std::f64::consts::FRAC_2_SQRT_PI)
+                }),
+            },
+            UnaryOp::Erfc => UnaryDef {
+                name: "erfc",
+                accepts: Float,
+                yields: Same,
+                exactness: Approximate,
+                continuous: true,
+                semantics: semantics!(F(x) => F(x.erfc())),
+                cuda: libm_call!("erfcf"),
+                // -2 / sqrt(pi) exp(-x^2).
+                derivative: Derivative::Formula(|d, x, _| {
+                    let x2 = scaled(d, std::f64::consts::SQRT_2, x);
+                    gaussian(d, x2, -std::f64::consts::FRAC_2_SQRT_PI)
                 }),
             },
             UnaryOp::Log1p => UnaryDef {

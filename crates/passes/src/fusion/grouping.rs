@@ -155,6 +155,19 @@ impl Fuser<'_> {
                 }
             }
         }
+        if home.is_none() && self.options.fuse && !self.column_prologue.contains(&n) {
+            for gid in self.sibling_groups(n) {
+                match self.can_join(n, gid, Space::Element) {
+                    Ok(()) => {
+                        tracing::trace!(target: "braze::plan", node = %n, op = self.node(n).op.name(), group = gid, "joins a kernel reading the same operand");
+                        self.add_member(gid, n, Space::Element);
+                        home = Some(gid);
+                        break;
+                    }
+                    Err(reason) => self.refused(n, gid, reason),
+                }
+            }
+        }
         let home = match home {
             Some(gid) => gid,
             None => self.new_group(GroupKind::Pointwise { domain: self.shape(n).clone() }, n, Space::Element),
@@ -169,6 +182,39 @@ impl Fuser<'_> {
                 }
             }
         }
+    }
+
+    /// Pointwise kernels of `n`'s shape that read one of its operands of that shape computed
+    /// elsewhere: `n` joining one reads that operand once for both (the backward's copy of an
+    /// activation beside the activation's gradient, both from the matmul result).
+    /// Only kernels of the same side of a joint graph: a backward value computed in a forward
+    /// kernel would be held until the backward (a gradient formula's f32 terms, twice the bytes
+    /// of their bf16 operand).
+    fn sibling_groups(&self, n: NodeId) -> Vec<usize> {
+        let shape = self.shape(n).clone();
+        let backward = |id: NodeId| self.node(id).loc.as_ref().is_some_and(|loc| loc.backward);
+        let mut found = Vec::new();
+        for &o in &self.node(n).operands {
+            let operand = self.node(o);
+            if operand.shape != shape || matches!(operand.op, Op::Constant { .. }) || is_view(&operand.op) {
+                continue;
+            }
+            for &u in self.users(o) {
+                let Some(&gid) = self.group_of.get(&u) else { continue };
+                if u == n
+                    || backward(u) != backward(n)
+                    || found.contains(&gid)
+                    || self.groups[gid].is_none()
+                    || self.is_column_prologue_group(gid)
+                {
+                    continue;
+                }
+                if matches!(&self.group(gid).kind, GroupKind::Pointwise { domain } if *domain == shape) {
+                    found.push(gid);
+                }
+            }
+        }
+        found
     }
 
     /// How `n` would be indexed as a member of `gid`, if its shape fits the group.
