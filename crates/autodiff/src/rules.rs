@@ -42,6 +42,14 @@ pub(crate) fn operand_grads(e: &mut Emit<'_>, id: NodeId, grad: NodeId) -> Resul
                 let gb = e.mul(grad, d[1])?;
                 vec![(a, e.sum_to(ga, &shapes[0])?), (b, e.sum_to(gb, &shapes[1])?)]
             }
+            Partials::Gradients(formula) => {
+                let (a, b) = (node.operands[0], node.operands[1]);
+                let g = e.formula(&[a, b, id, grad], |builder, v| {
+                    let (ga, gb) = formula(builder, v[0], v[1], v[2], v[3]);
+                    vec![ga, gb]
+                })?;
+                vec![(a, e.sum_to(g[0], &shapes[0])?), (b, e.sum_to(g[1], &shapes[1])?)]
+            }
             Partials::NotDifferentiable => vec![],
         },
         Op::Where => {
