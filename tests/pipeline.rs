@@ -788,3 +788,41 @@ fn i64_constants_above_2_pow_53_are_exact() {
     let sources = kernel_sources(&plan, nvrtc_enabled());
     assert!(sources.contains(&format!("{BIG}LL")), "{sources}");
 }
+
+// ---- pow's gradients at a zero base -----------------------------------------------------------
+
+/// Pow's gradients at a zero base are PyTorch's (`pow_backward_self`, `pow_backward_exponent`)
+/// in the reference, in the fused plan and in CUDA C that NVRTC compiles, all from the one
+/// formula of the op table: the base's `where(b == 0, 0, g b 0^(b-1))`, the exponent's
+/// `g where(b >= 0, 0, y ln 0)`, for negative, zero, positive and non-integer exponents.
+#[test]
+fn pow_gradients_at_a_zero_base_are_pytorchs() {
+    let inf = f64::INFINITY;
+    let exponents = [-2.0, -0.5, 0.0, 0.5, 1.0, 2.0, 2.5, 0.0, 0.0, 3.0];
+    let upstream = [1.0, 1.0, 1.0, 1.0, -3.0, 1.0, 1.0, inf, f64::NAN, 2.0];
+    let base = [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -0.0];
+    // Worked by hand: 0^b is inf for b < 0, 1 for b == 0, 0 for b > 0; ln 0 = -inf.
+    let d_base = [-inf, -inf, 0.0, inf, -3.0, 0.0, 0.0, 0.0, 0.0, 0.0];
+    let d_exponent = [-inf, -inf, 0.0, 0.0, 0.0, 0.0, 0.0, f64::NAN, f64::NAN, 0.0];
+
+    let n = exponents.len();
+    let mut b = Builder::new();
+    let a = b.input(DType::F32, [n]);
+    let e = b.input(DType::F32, [n]);
+    let y = b.bin(BinaryOp::Pow, a, e);
+    let g = b.input(DType::F32, [n]);
+    let graph = gradients(b, &[(y, g)], &[a, e]);
+    let plan = fuse("pow backward at a zero base", &graph);
+    let tensor = |values: &[f64]| HostTensor::from_f64(DType::F32, [n], values).unwrap();
+    let inputs = [tensor(&base), tensor(&exponents), tensor(&upstream)];
+    let same = |got: &[f64], want: &[f64]| got.iter().zip(want).all(|(g, w)| g == w || (g.is_nan() && w.is_nan()));
+    for (what, outputs) in
+        [("reference", eval_graph(&graph, &inputs).unwrap()), ("plan", eval_plan(&plan, &inputs).unwrap())]
+    {
+        let (got_base, got_exponent) = (outputs[0].to_f64_vec(), outputs[1].to_f64_vec());
+        assert!(same(&got_base, &d_base), "{what}: d/d base {got_base:?}, want {d_base:?}");
+        assert!(same(&got_exponent, &d_exponent), "{what}: d/d exponent {got_exponent:?}, want {d_exponent:?}");
+    }
+    let sources = kernel_sources(&plan, nvrtc_enabled());
+    assert!(sources.contains("powf("), "{sources}");
+}

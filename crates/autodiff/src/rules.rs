@@ -45,6 +45,14 @@ pub(crate) fn operand_grads(e: &mut Emit<'_>, id: NodeId, grad: NodeId) -> Resul
                 let gb = e.mul(g, d[1])?;
                 Ok(vec![(wide[0], e.sum_to(ga, &shapes[0])?), (wide[1], e.sum_to(gb, &shapes[1])?)])
             })?,
+            Partials::Gradients(formula) => in_f32(e, &node.operands, grad, |e, wide, g| {
+                let y = widened(e, id)?;
+                let d = e.formula(&[wide[0], wide[1], y, g], |builder, v| {
+                    let (ga, gb) = formula(builder, v[0], v[1], v[2], v[3]);
+                    vec![ga, gb]
+                })?;
+                Ok(vec![(wide[0], e.sum_to(d[0], &shapes[0])?), (wide[1], e.sum_to(d[1], &shapes[1])?)])
+            })?,
             Partials::NotDifferentiable => vec![],
         },
         Op::Where => {

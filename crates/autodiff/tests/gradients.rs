@@ -280,3 +280,38 @@ fn a_wrong_gradient_is_caught() {
     });
     assert!(result.is_err());
 }
+
+/// `x^0` has gradient 0 for every base, as PyTorch's (`0 * x^-1` would be NaN at 0, at NaN and,
+/// with an infinite incoming gradient, everywhere), also with the exponent broadcast; the
+/// exponent's gradient is `g * where(x == 0, 0, ln x)`, summed over `x`.
+#[test]
+fn pow_with_a_zero_exponent_has_zero_base_gradient() {
+    let mut g = Graph::new();
+    let x = g.input(DType::F32, [5]);
+    let e = g.input(DType::F32, []);
+    let upstream = g.input(DType::F32, [5]);
+    let y = g.add(Op::Binary { op: BinaryOp::Pow }, &[x, e], None).unwrap();
+    let weighted = g.add(Op::Binary { op: BinaryOp::Mul }, &[y, upstream], None).unwrap();
+    let loss = g.add(Op::Reduce { op: ReduceOp::Sum, axes: vec![0], keepdim: false }, &[weighted], None).unwrap();
+    let one = g.constant(1.0, DType::F32);
+    let grads = backward(&mut g, &[(loss, one)], &[x, e]).unwrap();
+    g.set_outputs(grads.into_iter().map(Option::unwrap).collect());
+    let inputs = [
+        tensor(&Shape::new(vec![5]), &[0.0, -0.0, 2.0, f64::NAN, 4.0]),
+        tensor(&Shape::new(vec![]), &[0.0]),
+        tensor(&Shape::new(vec![5]), &[3.0, 1.0, -1.5, 0.0, f64::INFINITY]),
+    ];
+    let out = eval_graph(&g, &inputs).unwrap();
+    assert_eq!(out[0].to_f64_vec(), [0.0; 5]);
+    // 3 * 0 + 1 * 0 - 1.5 ln 2 + 0 * ln(NaN) + inf ln 4: NaN from the NaN base.
+    assert!(out[1].get_f64(0).is_nan(), "{:?}", out[1].to_f64_vec());
+    let finite = [
+        tensor(&Shape::new(vec![5]), &[0.0, -0.0, 2.0, 0.5, 4.0]),
+        inputs[1].clone(),
+        tensor(&Shape::new(vec![5]), &[3.0, 1.0, -1.5, 0.0, 2.0]),
+    ];
+    let out = eval_graph(&g, &finite).unwrap();
+    assert_eq!(out[0].to_f64_vec(), [0.0; 5]);
+    let want = (-1.5 * 2f32.ln() + 2.0 * 4f32.ln()) as f64;
+    assert!((out[1].get_f64(0) - want).abs() < 1e-6, "{} vs {want}", out[1].get_f64(0));
+}

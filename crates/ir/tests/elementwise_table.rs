@@ -201,28 +201,88 @@ fn unary_derivatives_match_finite_differences() {
     }
 }
 
+/// A binary op's operand gradients for the incoming gradient `g`, as autodiff builds them from
+/// the table; `None` for an op without a gradient.
+fn operand_gradients(op: BinaryOp, a: f64, b: f64, g: f64) -> Option<(f64, f64)> {
+    if let Partials::NotDifferentiable = op.def().partials {
+        return None;
+    }
+    let y = binary_f64(op, a, b);
+    let mut d = Numbers::default();
+    let (av, bv, yv, gv) = (d.constant(a), d.constant(b), d.constant(y), d.constant(g));
+    let (ga, gb) = match op.def().partials {
+        Partials::Formula(formula) => {
+            let (da, db) = formula(&mut d, av, bv, yv);
+            (d.binary(BinaryOp::Mul, gv, da), d.binary(BinaryOp::Mul, gv, db))
+        }
+        Partials::Gradients(gradients) => gradients(&mut d, av, bv, yv, gv),
+        Partials::NotDifferentiable => unreachable!("returned above"),
+    };
+    Some((d.float(ga), d.float(gb)))
+}
+
 #[test]
 fn binary_derivatives_match_finite_differences() {
     let pairs = [(0.7, 1.3), (2.9, -1.2), (1.3, 0.4), (3.0, 2.5), (0.2, 0.2)];
     for &op in BinaryOp::ALL {
-        let def = op.def();
-        let Partials::Formula(formula) = def.partials else {
-            assert_eq!(def.yields, Yields::Bool, "{} has no partials but a float result", op.name());
-            continue;
-        };
         for (a, b) in pairs {
-            let y = binary_f64(op, a, b);
-            let mut d = Numbers::default();
-            let (av, bv, yv) = (d.constant(a), d.constant(b), d.constant(y));
-            let (da, db) = formula(&mut d, av, bv, yv);
+            let Some((da, db)) = operand_gradients(op, a, b, 1.0) else {
+                assert_eq!(op.def().yields, Yields::Bool, "{} has no partials but a float result", op.name());
+                break;
+            };
             if a == b && matches!(op, BinaryOp::Max | BinaryOp::Min) {
                 // A tie splits the gradient evenly, as PyTorch does.
-                assert_eq!((d.float(da), d.float(db)), (0.5, 0.5), "{} at a tie", op.name());
+                assert_eq!((da, db), (0.5, 0.5), "{} at a tie", op.name());
                 continue;
             }
-            assert_near(d.float(da), central(|a| binary_f64(op, a, b), a), &format!("d/da {}({a}, {b})", op.name()));
-            assert_near(d.float(db), central(|b| binary_f64(op, a, b), b), &format!("d/db {}({a}, {b})", op.name()));
+            assert_near(da, central(|a| binary_f64(op, a, b), a), &format!("d/da {}({a}, {b})", op.name()));
+            assert_near(db, central(|b| binary_f64(op, a, b), b), &format!("d/db {}({a}, {b})", op.name()));
         }
+    }
+}
+
+/// Pow's gradients at a zero base are PyTorch's (`pow_backward_self`, `pow_backward_exponent`):
+/// the base's is `where(b == 0, 0, g b 0^(b-1))`, the exponent's `g where(b >= 0, 0, y ln 0)`.
+#[test]
+fn pow_gradients_at_a_zero_base_follow_pytorch() {
+    let inf = f64::INFINITY;
+    // (a, b, g, d/da, d/db), worked by hand. 0^b is inf for b < 0, 1 for b == 0, 0 for b > 0.
+    let cases = [
+        (0.0, -2.0, 1.0, -inf, -inf), // -2 * 0^-3 = -inf; inf * ln 0 = -inf
+        (0.0, -0.5, 1.0, -inf, -inf), // -0.5 * 0^-1.5
+        (0.0, 0.0, 1.0, 0.0, 0.0),    // both masked: b * 0^(b-1) would be 0 * inf = NaN
+        (0.0, 0.5, 1.0, inf, 0.0),    // 0.5 * 0^-0.5 = inf; masked 0 * ln 0
+        (0.0, 1.0, 1.0, 1.0, 0.0),    // 1 * 0^0
+        (0.0, 2.0, 1.0, 0.0, 0.0),    // 2 * 0^1
+        (0.0, 2.5, 1.0, 0.0, 0.0),    // 2.5 * 0^1.5
+        (-0.0, 0.5, 1.0, inf, 0.0),   // -0 == 0: masked as +0
+        (0.0, 2.0, 3.0, 0.0, 0.0),
+        (0.0, 1.0, -3.0, -3.0, 0.0),
+        // The base's mask is outside the incoming gradient (y is 1 for every base where b == 0),
+        // the exponent's inside it, as in PyTorch.
+        (0.0, 0.0, inf, 0.0, f64::NAN),
+        (2.0, 0.0, f64::NAN, 0.0, f64::NAN),
+        (2.0, 0.0, 1.0, 0.0, 2f64.ln()),
+    ];
+    for (a, b, g, want_da, want_db) in cases {
+        let (da, db) = operand_gradients(BinaryOp::Pow, a, b, g).unwrap();
+        let same = |got: f64, want: f64| got == want || (got.is_nan() && want.is_nan());
+        assert!(same(da, want_da), "d/da pow({a}, {b}) * {g}: {da}, want {want_da}");
+        assert!(same(db, want_db), "d/db pow({a}, {b}) * {g}: {db}, want {want_db}");
+    }
+    // Where the derivative exists, finite differences agree: the base's at integer exponents
+    // (a negative base has a value there), from the right at 2.5, and the exponent's wherever
+    // 0^b is 0 on both sides.
+    for b in [0.0, 1.0, 2.0, 3.0] {
+        let (da, _) = operand_gradients(BinaryOp::Pow, 0.0, b, 1.0).unwrap();
+        assert_near(da, central(|a| binary_f64(BinaryOp::Pow, a, b), 0.0), &format!("d/da pow(0, {b})"));
+    }
+    let h = 1e-6;
+    let right = (binary_f64(BinaryOp::Pow, h, 2.5) - binary_f64(BinaryOp::Pow, 0.0, 2.5)) / h;
+    assert_near(operand_gradients(BinaryOp::Pow, 0.0, 2.5, 1.0).unwrap().0, right, "d/da pow(0, 2.5) from the right");
+    for b in [0.5, 1.0, 2.0, 2.5] {
+        let (_, db) = operand_gradients(BinaryOp::Pow, 0.0, b, 1.0).unwrap();
+        assert_near(db, central(|b| binary_f64(BinaryOp::Pow, 0.0, b), b), &format!("d/db pow(0, {b})"));
     }
 }
 

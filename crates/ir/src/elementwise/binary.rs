@@ -146,20 +146,26 @@ fn selected_share(d: &mut dyn DerivativeBuilder, x: DVal, other: DVal, loses: Bi
     d.select(lost, zero, tie_or_win)
 }
 
-fn pow_partials(d: &mut dyn DerivativeBuilder, a: DVal, b: DVal, y: DVal) -> (DVal, DVal) {
-    // d/da = b a^(b-1); d/db = y ln(a), taken as 0 where a == 0 and b >= 0 (as PyTorch does).
-    let one = d.constant(1.0);
+/// Pow's operand gradients for the incoming gradient `g`, as PyTorch's `pow_backward_self` and
+/// `pow_backward_exponent`: `where(b == 0, 0, g b a^(b-1))` for the base (0 at `0^0`, whose
+/// partial `0 * 0^-1` is NaN, and whatever `g` is, since `y` is 1 for every base there) and
+/// `g where(a == 0 && b >= 0, 0, y ln(a))` for the exponent (0 where `0^b` is 0 or 1 rather than
+/// `0 * -inf`).
+fn pow_gradients(d: &mut dyn DerivativeBuilder, a: DVal, b: DVal, y: DVal, g: DVal) -> (DVal, DVal) {
+    let (zero, one) = (d.constant(0.0), d.constant(1.0));
     let b_minus_one = d.binary(BinaryOp::Sub, b, one);
     let power = d.binary(BinaryOp::Pow, a, b_minus_one);
     let da = d.binary(BinaryOp::Mul, b, power);
+    let ga = d.binary(BinaryOp::Mul, g, da);
+    let b_zero = d.binary(BinaryOp::Eq, b, zero);
+    let ga = d.select(b_zero, zero, ga);
     let ln_a = d.unary(UnaryOp::Log, a);
     let db = d.binary(BinaryOp::Mul, y, ln_a);
-    let zero = d.constant(0.0);
     let a_zero = d.binary(BinaryOp::Eq, a, zero);
     let b_nonnegative = d.binary(BinaryOp::Ge, b, zero);
-    let masked = d.binary(BinaryOp::And, a_zero, b_nonnegative);
-    let db = d.select(masked, zero, db);
-    (da, db)
+    let zero_base = d.binary(BinaryOp::And, a_zero, b_nonnegative);
+    let db = d.select(zero_base, zero, db);
+    (ga, d.binary(BinaryOp::Mul, g, db))
 }
 
 impl BinaryOp {
@@ -287,7 +293,7 @@ impl BinaryOp {
                 commutative: false,
                 semantics: semantics!((F(a), F(b)) => F(a.powf(b))),
                 cuda: |a, b, ty| (ty == CType::Float).then(|| CudaExpr::plain(format!("powf({a}, {b})"))),
-                partials: Partials::Formula(pow_partials),
+                partials: Partials::Gradients(pow_gradients),
             },
             BinaryOp::Eq => comparison("eq", comparison!(==), comparison_cuda!("=="), true),
             BinaryOp::Ne => comparison("ne", comparison!(!=), comparison_cuda!("!="), true),

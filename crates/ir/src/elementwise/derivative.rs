@@ -27,11 +27,21 @@ pub enum Derivative {
     NotDifferentiable,
 }
 
-/// `(dy/da, dy/db)` of a binary op `y = f(a, b)`.
+/// A binary op's operand gradients from its operands `a`, `b`, result `y` and incoming gradient
+/// `g`, in that order.
+pub type GradientsFormula = fn(&mut dyn DerivativeBuilder, DVal, DVal, DVal, DVal) -> (DVal, DVal);
+
+/// How a binary op `y = f(a, b)` passes a gradient to its operands: through its partials
+/// `(dy/da, dy/db)`, or, where that is not enough, by a formula for the gradients themselves.
 #[derive(Clone, Copy)]
 pub enum Partials {
-    /// A formula in the operands `a`, `b` and the result `y`.
+    /// A formula in the operands `a`, `b` and the result `y`; an operand's gradient is the
+    /// incoming gradient times its partial.
     Formula(fn(&mut dyn DerivativeBuilder, DVal, DVal, DVal) -> (DVal, DVal)),
+    /// The operands' gradients themselves, from `a`, `b`, `y` and the incoming gradient `g`, for
+    /// an op whose gradient is not `g` times a partial everywhere: PyTorch's pow gradient of the
+    /// base is 0 where the exponent is 0, even where `g` is infinite or NaN.
+    Gradients(GradientsFormula),
     /// No gradient: the result is not a float (comparisons, logic).
     NotDifferentiable,
 }
@@ -50,6 +60,7 @@ impl std::fmt::Debug for Partials {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             Partials::Formula(_) => "Formula",
+            Partials::Gradients(_) => "Gradients",
             Partials::NotDifferentiable => "NotDifferentiable",
         })
     }

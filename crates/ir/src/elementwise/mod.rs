@@ -17,7 +17,7 @@ mod ops;
 mod real;
 mod unary;
 
-pub use derivative::{DVal, Derivative, DerivativeBuilder, Partials};
+pub use derivative::{DVal, Derivative, DerivativeBuilder, GradientsFormula, Partials};
 pub use ops::{BinaryOp, UnaryOp};
 pub use real::{nan_max, nan_min, Real};
 
