@@ -64,6 +64,8 @@ impl Bench {
             "host_syncs": explanation.host_syncs, "graphs": explanation.graphs.len(),
             "peak_bytes": peak, "peak_mb": peak as f64 / 1e6,
             "first_call_s": first_call.as_secs_f64(), "first_call_nvrtc_compiles": compiles,
+            "arena_mb": explanation.arena_bytes.map(|b| b as f64 / 1e6),
+            "saved_for_backward_mb": explanation.saved_for_backward.as_ref().map(|s| s.bytes as f64 / 1e6),
             "losses": losses,
         });
         if explanation.host_syncs != 0 || explanation.graphs.len() != 1 {
@@ -85,6 +87,18 @@ impl Bench {
         }
         self.emit(row);
         self.kernel_profile(&shape, &dtype, us, &mut || Ok(compiled.profile(inputs)?.1))?;
+        // The same step replayed as one CUDA graph: what launch gaps and host work cost.
+        let replayed = step.workload.compile().fullgraph(true).mode(Mode::ReduceOverhead).name("mlp_step");
+        for _ in 0..WARM_STEPS {
+            ran(replayed.call(inputs))?;
+        }
+        let graph_timing = self.bench(&mut || ran(replayed.call(inputs)), self.rep_ms)?;
+        self.emit(json!({
+            "workload": "mlp_step", "shape": shape, "dtype": dtype, "variant": "braze reduce-overhead",
+            "us": graph_timing.median_us, "gbps": null, "reps": graph_timing.reps,
+            "tflops": flops / (graph_timing.median_us * 1e-6) / 1e12,
+        }));
+        drop(replayed);
         self.schedule(&step.optimizer, &shape, &dtype, &mut || ran(compiled.call(inputs)), &|| compiled.stats())?;
         if let Some((_, check_row)) = check {
             self.emit(check_row);
