@@ -624,3 +624,46 @@ fn regression_column_fold_of_wide_partials_does_not_spill() {
     let top = b.reduce(ReduceOp::Max, x, &[0], true);
     check_fixed(&b.finish(vec![top, flags]), None);
 }
+
+/// GPU fuzz seed 1,460 (shrunk): a pointwise kernel of a reciprocal, a product and a comparison
+/// spilled 4 B, held to 32 registers by ptxas's occupancy heuristic around the division's
+/// slow-path call.
+#[test]
+fn regression_pointwise_reciprocal_beside_a_comparison_does_not_spill() {
+    let mut b = Builder::new();
+    let x0 = b.input(DType::BF16, [5, 7, 0]);
+    let x1 = b.input(DType::F32, [1, 3]);
+    let x2 = b.input(DType::F32, [5, 3, 2, 16]);
+    let x3 = b.input(DType::F32, []);
+    let x4 = b.input(DType::F32, [5, 8, 16]);
+    let x5 = b.input(DType::F32, [5, 1, 1, 16]);
+    let x6 = b.input(DType::F32, [5, 3, 1, 16]);
+    let expm1 = b.un(UnaryOp::Expm1, x0);
+    let sin = b.un(UnaryOp::Sin, x1);
+    let three = b.constant(3.0, DType::F32);
+    let sin3 = b.bin(BinaryOp::Mul, sin, three);
+    let recip = b.un(UnaryOp::Reciprocal, x2);
+    let scaled = b.bin(BinaryOp::Mul, recip, x3);
+    let log1p = b.un(UnaryOp::Log1p, x4);
+    let product = b.bin(BinaryOp::Mul, log1p, x5);
+    let le = b.bin(BinaryOp::Le, x2, x6);
+    let empty = b.op(Op::Slice { axis: 2, start: 2, end: 2, step: 3 }, &[le]);
+    check_fixed(&b.finish(vec![empty, expm1, sin3, scaled, product, sin3]), None);
+}
+
+/// GPU fuzz seed 5,003 (shrunk): a pointwise kernel holding a softmax over a 2-element axis and
+/// a `where` spilled 8 B at 40 registers.
+#[test]
+fn regression_pointwise_small_softmax_and_where_does_not_spill() {
+    let mut b = Builder::new();
+    let x0 = b.input(DType::F32, [8, 2]);
+    let x1 = b.input(DType::Bool, [2]);
+    let x2 = b.input(DType::F32, [2, 1, 1, 2]);
+    let wide = b.broadcast_to(x0, [8, 2]);
+    let cube = b.reshape(wide, [2, 2, 2, 2]);
+    let softmax = b.op(Op::Softmax { axis: 0 }, &[cube]);
+    let chosen = b.op(Op::Where, &[x1, x2, softmax]);
+    let empty = b.op(Op::Slice { axis: 2, start: 2, end: 2, step: 2 }, &[chosen]);
+    let mean = b.reduce(ReduceOp::Mean, empty, &[0, 3], false);
+    check_fixed(&b.finish(vec![mean]), None);
+}

@@ -9,7 +9,7 @@ use crate::vector::{emit_vector_load, emit_vector_store, load_rhs};
 use crate::writer::CodeWriter;
 use crate::{grid_for, Emitted, Launch, Unit};
 
-use braze_ir::{DType, UnaryOp};
+use braze_ir::DType;
 use braze_plan::{Body, Expr, Pointwise};
 
 /// How a load is read inside the vector loop.
@@ -62,12 +62,10 @@ pub(crate) fn generate(unit: &mut Unit<'_>, pw: &Pointwise, block: u32, vec: u32
 
     let (declared, params) = unit.buffer_params();
     let mut w = CodeWriter::new();
-    // `sinf`/`cosf` keep a slow path for huge arguments; ptxas held such kernels to 32 registers
-    // for occupancy and spilled (fuzz seed 91,000,810: `pow(c, cos(x))` in bf16). `, 1` lets it
-    // use the registers they need.
-    let trigonometry =
-        body.values.iter().any(|v| matches!(v.expr, Expr::Unary { op: UnaryOp::Sin | UnaryOp::Cos, .. }));
-    let bounds = if trigonometry { format!("{block}, 1") } else { block.to_string() };
+    // `, 1`: without it ptxas aims at full occupancy (32 registers at 256 threads) and spills
+    // around the slow-path calls of divisions, reciprocals, `sinf`/`cosf` and the like (fuzz
+    // seeds 91,000,810, 1,460 and 5,003); a pointwise kernel needs few blocks per SM to stream.
+    let bounds = format!("{block}, 1");
     w.open(format!(
         "extern \"C\" __global__ void __launch_bounds__({bounds}) {}({})",
         kernel.name,
