@@ -21,10 +21,11 @@ keys (workload, shape, dtype, variant), so benches/compare.py joins them.
 `--write DIR` saves what `braze bench --torch-weights DIR` (or `braze train-check`) reads, as
 safetensors: `weights.safetensors`, the initial parameters under braze's names
 (`layers.{l}.{w1,b1,w2,b2,g,beta}`) with the sizes in its metadata, and for each of the first
-`--write-steps` steps `step-{k}.safetensors`: that step's inputs `x` and `target`, the eager bf16
-`loss` and gradients `grad.{name}`, and `f32.loss` and `f32.grad.{name}`, the same step in f32
-from the same parameters (the bf16 ones, widened), which both bf16 results are measured against.
-The bf16 model then takes its AdamW step, as braze's does, before the next step's inputs.
+`--write-steps` steps `step-{k}.safetensors`: that step's inputs `x` and `target`, the parameters
+it starts from `param.{name}`, the eager bf16 `loss` and gradients `grad.{name}`, `f32.loss` and
+`f32.grad.{name}` (the same step in f32 from the same parameters, the bf16 ones widened, which
+both bf16 results are measured against), and `updated.{name}`, the parameters after the step's
+AdamW update, which the next step starts from.
 """
 import argparse
 import gc
@@ -115,11 +116,14 @@ def write(a, device, dtype):
         loss.backward()
         out = {"x": x, "target": target, "loss": loss.detach(), "f32.loss": wide_loss.detach()}
         for n, p in params.items():
+            out[f"param.{n}"] = p.detach().clone()
             out[f"grad.{n}"] = p.grad
             out[f"f32.grad.{n}"] = wide[n].grad
+        opt.step()
+        for n, p in params.items():
+            out[f"updated.{n}"] = p.detach()
         save_file({n: t.contiguous() for n, t in out.items()}, os.path.join(a.write, f"step-{k}.safetensors"))
         print(f"step {k}: loss {loss.item():.6f} (f32 {wide_loss.item():.6f})", flush=True)
-        opt.step()
         opt.zero_grad(set_to_none=True)
     print(f"wrote {a.write_steps} steps of {shape_key(a.rows, a.hidden)} to {a.write}", flush=True)
 

@@ -21,8 +21,25 @@ use serde_json::{json, Value};
 /// How many times PyTorch's own error (against the f32 reference) braze's may be.
 const ERROR_MULTIPLIER: f64 = 3.0;
 
+/// How far braze's optimizer update of an element may be from PyTorch's beyond one unit in the
+/// last place of the parameter, as a fraction of the learning rate: braze keeps AdamW's moments
+/// in f32 where PyTorch keeps them in the parameters' bf16, and a moment that is a small
+/// difference of two steps' gradients (a gradient that changed sign) moves by more than its
+/// rounding.
+const UPDATE_ATOL_LR: f64 = 0.1;
+
+/// The elements allowed beyond that (1% of them, and at least one), each by at most this many
+/// learning rates (an update of the opposite sign): Adam normalises each element's update to
+/// about the learning rate, so a gradient element within its rounding of zero, whose sign the two
+/// bf16 computations may disagree on, flips its whole update.
+const UPDATE_OUTLIERS_PER: usize = 100;
+const UPDATE_OUTLIER_LR: f64 = 3.0;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
+    /// An updated parameter within one ulp plus [`UPDATE_ATOL_LR`] learning rates of PyTorch's
+    /// (a few elements up to an update of the opposite sign).
+    PassUpdate,
     /// Elementwise within the tolerance of the dtype at the tensor's scale.
     Pass,
     /// Error RMS and largest error against the f32 reference at most 3x PyTorch's own.
@@ -34,6 +51,7 @@ impl Verdict {
     pub fn as_str(self) -> &'static str {
         match self {
             Verdict::Pass => "pass",
+            Verdict::PassUpdate => "pass (update within 1 ulp)",
             Verdict::PassAsAccurate => "pass (as accurate as torch vs f32)",
             Verdict::Fail => "FAIL",
         }
@@ -177,5 +195,78 @@ pub fn compare_tensor(
         f32,
         verdict,
         detail: elementwise.err().map(|e| format!("at the tensor's scale (RMS {scale:.3e}): {e}")),
+    })
+}
+
+/// braze's parameter after the step's optimizer update (`got`) against PyTorch's (`torch`), both
+/// updated from `before` with learning rate `lr`: every element within one unit in the last place
+/// of the dtype plus [`UPDATE_ATOL_LR`] learning rates, but for 1 in [`UPDATE_OUTLIERS_PER`]
+/// within [`UPDATE_OUTLIER_LR`] learning rates. A wrong learning rate, bias correction or sign
+/// moves most elements by a sizeable fraction of the learning rate and fails. `rel_l2` measures
+/// the updates (`got - before` against `torch - before`).
+pub fn compare_update(
+    step: usize,
+    name: &str,
+    got: &HostTensor,
+    torch: &HostTensor,
+    before: &HostTensor,
+    lr: f64,
+) -> Result<TensorCheck> {
+    for (what, t) in [("braze's updated parameter", got), ("the parameter before the update", before)] {
+        if t.dtype() != torch.dtype() || t.shape() != torch.shape() {
+            bail!(
+                "step {step} {name}: {what} is {}{}, PyTorch's {}{}",
+                t.dtype(),
+                t.shape(),
+                torch.dtype(),
+                torch.shape()
+            );
+        }
+    }
+    let (g, t, b) = (got.to_f64_vec(), torch.to_f64_vec(), before.to_f64_vec());
+    let dtype = torch.dtype();
+    let (mut beyond, mut far) = (Vec::new(), Vec::new());
+    let (mut diff_sq, mut update_sq, mut max_abs_error) = (0.0f64, 0.0f64, 0.0f64);
+    for i in 0..t.len() {
+        let d = (g[i] - t[i]).abs();
+        let ulp = braze_cpu::compare::ulp(dtype, g[i].abs().max(t[i].abs()));
+        if !(d <= ulp + UPDATE_ATOL_LR * lr) {
+            beyond.push(i);
+        }
+        if !(d <= ulp + UPDATE_OUTLIER_LR * lr) {
+            far.push(i);
+        }
+        let update = t[i] - b[i];
+        diff_sq += ((g[i] - b[i]) - update).powi(2);
+        update_sq += update * update;
+        max_abs_error = if d.is_nan() { f64::NAN } else { max_abs_error.max(d) };
+    }
+    let allowed = (t.len() / UPDATE_OUTLIERS_PER).max(1);
+    let pass = beyond.len() <= allowed && far.is_empty();
+    let scale = rms(&t).max(f64::MIN_POSITIVE);
+    let detail = (!pass).then(|| {
+        let i = far.first().or(beyond.first()).copied().unwrap_or(0);
+        format!(
+            "{} of {} elements beyond 1 ulp + {UPDATE_ATOL_LR} lr (at most {allowed} may be), {} beyond \
+             {UPDATE_OUTLIER_LR} lr; {} at index {i}: braze {}, PyTorch {}, before {}",
+            beyond.len(),
+            t.len(),
+            far.len(),
+            if far.is_empty() { "first" } else { "first far" },
+            g[i],
+            t[i],
+            b[i]
+        )
+    });
+    Ok(TensorCheck {
+        step,
+        name: name.to_string(),
+        numel: t.len(),
+        max_abs_error,
+        max_error_over_rms: max_abs_error / scale,
+        rel_l2: if update_sq > 0.0 { (diff_sq / update_sq).sqrt() } else { diff_sq.sqrt() },
+        f32: None,
+        verdict: if pass { Verdict::PassUpdate } else { Verdict::Fail },
+        detail,
     })
 }

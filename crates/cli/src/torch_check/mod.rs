@@ -7,13 +7,17 @@
 //! - `weights.safetensors`: the initial parameters, named as [`braze_workloads::TrainingStep`]
 //!   names them (`layers.{l}.{w1,b1,w2,b2,g,beta}`, `w1` as `[hidden, 4 hidden]`: `x @ w1`), and
 //!   in its metadata `workload`, `rows`, `hidden`, `layers`, `dtype`, `lr` and `steps`;
-//! - `step-{k}.safetensors` for each step `k` from 0: the inputs `x` and `target`, PyTorch's
-//!   `loss` and `grad.{param}` (eager, bf16), and `f32.loss` and `f32.grad.{param}`: the same
-//!   step in f32 from the same parameters (PyTorch's bf16 ones, widened), the reference both
-//!   bf16 results are measured against.
+//! - `step-{k}.safetensors` for each step `k` from 0: the inputs `x` and `target`, the parameters
+//!   the step starts from `param.{name}`, PyTorch's `loss` and `grad.{param}` (eager, bf16),
+//!   `f32.loss` and `f32.grad.{param}` (the same step in f32 from the same parameters, widened:
+//!   the reference both bf16 results are measured against), and `updated.{param}`, the
+//!   parameters after PyTorch's AdamW step.
 //!
-//! Each side then runs on from its own updated parameters (AdamW), so later steps also compare
-//! the optimizer.
+//! Every step starts braze from PyTorch's parameters of that step, so its loss and gradients are
+//! compared at the very same point (a trajectory of its own would drift by the rounding of each
+//! update and judge the gradients at other parameters); the parameters braze's optimizer then
+//! writes are compared with PyTorch's updated ones. The optimizer's moments are braze's own,
+//! accumulated from its gradients of the earlier steps.
 
 mod compare;
 mod files;
@@ -159,19 +163,26 @@ impl CheckReport {
         failures
     }
 
-    /// `loss 3/3 pass, grads 72/72 pass (5 as accurate as torch vs f32); worst ...`.
+    /// `loss 3/3 pass, grads 72/72 pass (5 as accurate as torch vs f32), updates 72/72 pass; worst ...`.
     pub fn summary(&self) -> String {
-        let count = |loss: bool| {
-            let of: Vec<&TensorCheck> = self.checks.iter().filter(|c| (c.name == "loss") == loss).collect();
+        let count = |prefix: &str| {
+            let of: Vec<&TensorCheck> = self.checks.iter().filter(|c| c.name.starts_with(prefix)).collect();
             let passed = of.iter().filter(|c| c.verdict != Verdict::Fail).count();
             let accurate = of.iter().filter(|c| c.verdict == Verdict::PassAsAccurate).count();
             let note = if accurate > 0 { format!(" ({accurate} as accurate as torch vs f32)") } else { String::new() };
             format!("{passed}/{} pass{note}", of.len())
         };
-        let worst = self.checks.iter().max_by(|a, b| a.rel_l2.total_cmp(&b.rel_l2));
+        let worst =
+            self.checks.iter().filter(|c| !c.name.starts_with("updated.")).max_by(|a, b| a.rel_l2.total_cmp(&b.rel_l2));
         let worst = worst
             .map_or(String::new(), |c| format!("; largest rel L2 error {:.2e} (step {} {})", c.rel_l2, c.step, c.name));
-        format!("{} steps: loss {}, grads {}{worst}", self.steps, count(true), count(false))
+        format!(
+            "{} steps: loss {}, grads {}, updates {}{worst}",
+            self.steps,
+            count("loss"),
+            count("grad."),
+            count("updated.")
+        )
     }
 
     pub fn print(&self) {
@@ -205,8 +216,9 @@ impl CheckReport {
     }
 }
 
-/// braze's `mlp_step` from PyTorch's initial weights, compiled (fullgraph, `mode`) on `device`,
-/// run on PyTorch's inputs for each saved step; the loss and every gradient compared.
+/// braze's `mlp_step` compiled (fullgraph, `mode`) on `device`, run on PyTorch's inputs of each
+/// saved step from PyTorch's parameters of that step; the loss, every gradient and every
+/// parameter after the optimizer's update compared.
 pub fn check_steps(run: &TorchRun, device: Device, mode: Mode) -> Result<CheckReport> {
     let step = mlp_training_step(&run.sizes, device)?;
     load_params(&step, &run.weights)?;
@@ -218,14 +230,30 @@ pub fn check_steps(run: &TorchRun, device: Device, mode: Mode) -> Result<CheckRe
             .iter()
             .map(|t| t.to_device(device))
             .collect::<braze::Result<Vec<_>>>()?;
+        let mut before = HashMap::new();
+        for (name, _) in &step.params {
+            before.insert(name.clone(), torch.file.take(&format!("param.{name}"), &torch.path)?);
+        }
+        load_params(&step, &before)?;
         let loss = compiled.call(&inputs)?[0].to_host()?;
         checks.push(compare::compare_tensor(k, "loss", &loss, &torch.loss, Some(&torch.f32_loss))?);
         for (name, param) in &step.params {
             let grad = param.grad().with_context(|| format!("step {k}: braze left no gradient in {name}"))?;
             let want = torch.file.take(&format!("grad.{name}"), &torch.path)?;
             let wide = torch.file.take(&format!("f32.grad.{name}"), &torch.path)?;
-            let name = format!("grad.{name}");
-            checks.push(compare::compare_tensor(k, &name, &grad.to_host()?, &want, Some(&wide))?);
+            checks.push(compare::compare_tensor(k, &format!("grad.{name}"), &grad.to_host()?, &want, Some(&wide))?);
+        }
+        for (name, param) in &step.params {
+            let updated = torch.file.take(&format!("updated.{name}"), &torch.path)?;
+            let check = compare::compare_update(
+                k,
+                &format!("updated.{name}"),
+                &param.to_host()?,
+                &updated,
+                &before[name],
+                MLP_STEP_LR,
+            )?;
+            checks.push(check);
         }
     }
     Ok(CheckReport { shape: run.shape(), steps: run.steps, checks, recompiles: compiled.stats().recompiles })

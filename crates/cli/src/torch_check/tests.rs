@@ -42,6 +42,7 @@ fn write_fixture(dir: &Path) {
         for ((_, w), (_, p)) in wide.params.iter().zip(&bf16.params) {
             w.assign(&p.cast(DType::F32).unwrap()).unwrap();
         }
+        let before: Vec<HostTensor> = bf16.params.iter().map(|(_, p)| host(p)).collect();
         let x = Tensor::randn([s.rows, s.hidden], DType::BF16, 100 + k as u64).unwrap();
         let target = Tensor::randn([s.rows, s.hidden], DType::BF16, 200 + k as u64).unwrap();
         let f32_inputs = [x.cast(DType::F32).unwrap(), target.cast(DType::F32).unwrap()];
@@ -51,9 +52,11 @@ fn write_fixture(dir: &Path) {
         assert_eq!((loss.dtype(), loss.shape().rank()), (DType::BF16, 0));
         let mut tensors = vec![("x".into(), host(&x)), ("target".into(), host(&target)), ("loss".into(), host(&loss))];
         tensors.push(("f32.loss".into(), host(&f32_loss)));
-        for ((name, p), (_, w)) in bf16.params.iter().zip(&wide.params) {
+        for (((name, p), (_, w)), before) in bf16.params.iter().zip(&wide.params).zip(&before) {
+            tensors.push((format!("param.{name}"), before.clone()));
             tensors.push((format!("grad.{name}"), host(&p.grad().unwrap())));
             tensors.push((format!("f32.grad.{name}"), host(&w.grad().unwrap())));
+            tensors.push((format!("updated.{name}"), host(p)));
         }
         write(&dir.join(step_file(k)), &tensors, HashMap::new()).unwrap();
     }
@@ -128,14 +131,14 @@ fn the_compiled_step_matches_the_saved_run() {
     let dir = fixture();
     let run = TorchRun::open(dir.path()).unwrap();
     let report = check_steps(&run, Device::Cpu, Mode::Default).unwrap();
-    assert_eq!(report.checks.len(), STEPS * (1 + 6 * MLP_STEP_LAYERS));
+    assert_eq!(report.checks.len(), STEPS * (1 + 2 * 6 * MLP_STEP_LAYERS));
     assert!(report.failures().is_empty(), "{:?}\n{}", report.failures(), report.summary());
     assert_eq!(report.recompiles, 0);
     report.print();
     // Not vacuous: compiled and eager bf16 round differently, and every tensor was compared
     // against the f32 reference too.
     assert!(report.checks.iter().any(|c| c.max_abs_error > 0.0));
-    assert!(report.checks.iter().all(|c| c.f32.is_some() && c.numel > 0));
+    assert!(report.checks.iter().all(|c| (c.f32.is_some() || c.name.starts_with("updated.")) && c.numel > 0));
     let json = report.to_json();
     assert_eq!(json["tensors"].as_array().unwrap().len(), report.checks.len());
     assert!(report.summary().starts_with("3 steps: loss 3/3 pass"), "{}", report.summary());
@@ -251,11 +254,42 @@ fn braze_train_check_fails_on_a_mismatch_and_writes_every_tensor() {
     let json = dir.path().join("check.json");
     crate::train_check(dir.path(), Some(Device::Cpu), Mode::Default, Some(&json)).unwrap();
     let written: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    assert_eq!(written["tensors"].as_array().unwrap().len(), STEPS * (1 + 6 * MLP_STEP_LAYERS));
+    assert_eq!(written["tensors"].as_array().unwrap().len(), STEPS * (1 + 2 * 6 * MLP_STEP_LAYERS));
     assert_eq!(written["tensors"][1]["tensor"], "grad.layers.0.w1");
     for name in ["grad.layers.3.g", "f32.grad.layers.3.g"] {
         edit(dir.path(), &step_file(0), name, |_, v| -v);
     }
     let error = format!("{:#}", crate::train_check(dir.path(), Some(Device::Cpu), Mode::Default, None).unwrap_err());
     assert!(error.starts_with("1 mismatch(es) with PyTorch:\n  step 0 grad.layers.3.g: "), "{error}");
+}
+
+#[test]
+fn each_step_starts_from_pytorchs_parameters_of_that_step() {
+    let dir = fixture();
+    // Step 1's starting weight moved: braze's step-1 gradients, computed from it, now disagree
+    // with PyTorch's saved ones (computed from the weight before the edit). Step 2 starts from
+    // PyTorch's parameters again: its loss and gradients agree (its updates do not, the moments
+    // holding step 1's gradients).
+    edit(dir.path(), &step_file(1), "param.layers.0.w1", |_, v| v * 1.5);
+    let report = check_steps(&TorchRun::open(dir.path()).unwrap(), Device::Cpu, Mode::Default).unwrap();
+    let failed = failed(&report);
+    assert!(failed.contains(&"1 grad.layers.0.w1".to_string()), "{failed:?}");
+    assert!(failed.iter().all(|f| f.starts_with("1 ") || f.starts_with("2 updated.")), "{failed:?}");
+}
+
+#[test]
+fn a_wrong_update_fails_by_name() {
+    let dir = fixture();
+    // PyTorch's update of one parameter ten times as large in every element, and of another one
+    // element moved by ten updates: braze's are then far off.
+    edit(dir.path(), &step_file(1), "updated.layers.2.w1", |_, v| v);
+    let report = check_steps(&TorchRun::open(dir.path()).unwrap(), Device::Cpu, Mode::Default).unwrap();
+    assert!(failed(&report).is_empty(), "an unchanged file passes: {:?}", failed(&report));
+    let before = TensorFile::read(&dir.path().join(step_file(1))).unwrap().tensors["param.layers.2.w1"].to_f64_vec();
+    edit(dir.path(), &step_file(1), "updated.layers.2.w1", |i, v| v + 9.0 * (v - before[i]));
+    let before = TensorFile::read(&dir.path().join(step_file(2))).unwrap().tensors["param.layers.0.b2"].to_f64_vec();
+    edit(dir.path(), &step_file(2), "updated.layers.0.b2", |i, v| if i == 5 { v + 9.0 * (v - before[5]) } else { v });
+    let report = check_steps(&TorchRun::open(dir.path()).unwrap(), Device::Cpu, Mode::Default).unwrap();
+    assert_eq!(failed(&report), ["1 updated.layers.2.w1", "2 updated.layers.0.b2"]);
+    assert!(report.failures()[1].contains("first far at index 5"), "{:?}", report.failures());
 }
