@@ -150,8 +150,8 @@ fn in_place_slots(plan: &Plan) -> Vec<Vec<usize>> {
     }
     // Intermediates no kernel writes (never read either, or the plan is invalid) get a slot
     // of their own so every one has an offset.
-    for b in 0..n {
-        if intermediate(BufferId(b)) && slot_of[b].is_none() {
+    for (b, slot) in slot_of.iter().enumerate() {
+        if intermediate(BufferId(b)) && slot.is_none() {
             slots.push(vec![b]);
         }
     }

@@ -230,10 +230,11 @@ pub fn compare_update(
     for i in 0..t.len() {
         let d = (g[i] - t[i]).abs();
         let ulp = braze_cpu::compare::ulp(dtype, g[i].abs().max(t[i].abs()));
-        if !(d <= ulp + UPDATE_ATOL_LR * lr) {
+        // A NaN difference is beyond every bound.
+        if d.is_nan() || d > ulp + UPDATE_ATOL_LR * lr {
             beyond.push(i);
         }
-        if !(d <= ulp + UPDATE_OUTLIER_LR * lr) {
+        if d.is_nan() || d > ulp + UPDATE_OUTLIER_LR * lr {
             far.push(i);
         }
         let update = t[i] - b[i];
