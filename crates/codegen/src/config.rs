@@ -117,7 +117,7 @@ pub fn default_config(plan: &Plan, kernel: usize, target: &Target) -> KernelConf
 /// If `kernel` is not an index into `plan.kernels`.
 pub fn candidate_configs(plan: &Plan, kernel: usize, target: &Target) -> Vec<KernelConfig> {
     let k = &plan.kernels[kernel];
-    let unit = Unit { plan, kernel: k, target, helpers: Helpers::default() };
+    let unit = Unit { plan, kernel: k, target, helpers: Helpers::for_target(target) };
     let candidates = match &k.kind {
         KernelKind::Pointwise(_) => pointwise_candidates(&unit),
         KernelKind::Row(row) => row_candidates(&unit, row),

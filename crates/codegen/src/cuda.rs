@@ -3,6 +3,7 @@
 //! the math functions and intrinsics), so the few conversions they need are written here.
 
 use crate::writer::CodeWriter;
+use crate::Target;
 use braze_ir::elementwise::CudaHelper;
 use braze_ir::rounding::{f64_to_bf16, f64_to_f16};
 use braze_ir::{DType, Literal};
@@ -108,12 +109,18 @@ pub(crate) enum Helper {
 }
 
 /// The helpers one translation unit needs.
-#[derive(Default)]
 pub(crate) struct Helpers {
     needed: BTreeSet<Helper>,
+    /// The target converts f32 to bf16 in hardware (`cvt.rn.bf16.f32` and `cvt.rn.bf16x2.f32`,
+    /// sm_80 and later): one instruction where the portable rounding takes seven.
+    native_bf16: bool,
 }
 
 impl Helpers {
+    pub(crate) fn for_target(target: &Target) -> Helpers {
+        Helpers { needed: BTreeSet::new(), native_bf16: target.compute_capability >= (8, 0) }
+    }
+
     pub(crate) fn need(&mut self, helper: Helper) {
         match helper {
             Helper::LoadVec(dtype, _) | Helper::StoreVec(dtype, _) => self.need_storage(dtype),
@@ -140,18 +147,18 @@ impl Helpers {
     pub(crate) fn render(&self, w: &mut CodeWriter, code: &str) {
         let mut rest = CodeWriter::new();
         for helper in self.needed.iter().filter(|h| !matches!(h, Helper::Bf16 | Helper::F16)) {
-            render_helper(*helper, &mut rest);
+            render_helper(*helper, self.native_bf16, &mut rest);
             rest.line("");
         }
         let rest = rest.finish();
         let uses = |names: &[&str]| names.iter().any(|n| code.contains(n) || rest.contains(n));
         if self.needed.contains(&Helper::Bf16) {
-            let converts = uses(&["bf16_to_f32(", "f32_to_bf16_bits(", "round_to_bf16("]);
-            render_half(w, "bf16", converts);
+            let converts = uses(&["bf16_to_f32(", "f32_to_bf16_bits(", "round_to_bf16(", "bf16x2_bits("]);
+            render_half(w, "bf16", converts, self.native_bf16);
         }
         if self.needed.contains(&Helper::F16) {
             let converts = uses(&["f16_to_f32(", "f32_to_f16_bits(", "round_to_f16("]);
-            render_half(w, "f16", converts);
+            render_half(w, "f16", converts, false);
         }
         for line in rest.lines() {
             w.line(line);
@@ -159,7 +166,7 @@ impl Helpers {
     }
 }
 
-fn render_helper(helper: Helper, w: &mut CodeWriter) {
+fn render_helper(helper: Helper, native_bf16: bool, w: &mut CodeWriter) {
     let lines: &[&str] = match helper {
         Helper::Bf16 | Helper::F16 => unreachable!("rendered by Helpers::render"),
         Helper::Op(helper) => helper.source,
@@ -176,7 +183,7 @@ fn render_helper(helper: Helper, w: &mut CodeWriter) {
             return;
         }
         Helper::StoreVec(dtype, n) => {
-            render_store_vec(dtype, n, w);
+            render_store_vec(dtype, n, native_bf16, w);
             return;
         }
     };
@@ -186,8 +193,8 @@ fn render_helper(helper: Helper, w: &mut CodeWriter) {
 }
 
 /// The 16-bit float type `name` (bf16 or f16): its storage typedef and, when `converts`, its
-/// conversions to and from float.
-fn render_half(w: &mut CodeWriter, name: &str, converts: bool) {
+/// conversions to and from float; bf16 rounds in hardware where `native_bf16`.
+fn render_half(w: &mut CodeWriter, name: &str, converts: bool, native_bf16: bool) {
     let bf16 = name == "bf16";
     w.line(format!("// {name} lives in memory as its 16-bit pattern and in registers as float."));
     w.line(format!("typedef unsigned short {name}_t;"));
@@ -195,8 +202,24 @@ fn render_half(w: &mut CodeWriter, name: &str, converts: bool) {
         w.line("");
         return;
     }
-    let lines: &[&str] = if bf16 {
-        &[
+    let lines: &[&str] = match (bf16, native_bf16) {
+        (true, true) => &[
+            "__device__ __forceinline__ float bf16_to_f32(unsigned short bits) { return __uint_as_float((unsigned)bits << 16); }",
+            "// Round to nearest even in hardware; a NaN becomes the canonical quiet NaN.",
+            "__device__ __forceinline__ unsigned short f32_to_bf16_bits(float x) {",
+            "  unsigned short bits;",
+            "  asm(\"cvt.rn.bf16.f32 %0, %1;\" : \"=h\"(bits) : \"f\"(x));",
+            "  return bits;",
+            "}",
+            "// `hi` and `lo` rounded to bf16 in one instruction, `hi` in the upper half.",
+            "__device__ __forceinline__ unsigned bf16x2_bits(float hi, float lo) {",
+            "  unsigned bits;",
+            "  asm(\"cvt.rn.bf16x2.f32 %0, %1, %2;\" : \"=r\"(bits) : \"f\"(hi), \"f\"(lo));",
+            "  return bits;",
+            "}",
+            "__device__ __forceinline__ float round_to_bf16(float x) { return bf16_to_f32(f32_to_bf16_bits(x)); }",
+        ],
+        (true, false) => &[
             "__device__ __forceinline__ float bf16_to_f32(unsigned short bits) { return __uint_as_float((unsigned)bits << 16); }",
             "// Round to nearest even; a NaN stays a quiet NaN instead of carrying into infinity.",
             "__device__ __forceinline__ unsigned short f32_to_bf16_bits(float x) {",
@@ -205,9 +228,8 @@ fn render_half(w: &mut CodeWriter, name: &str, converts: bool) {
             "  return (unsigned short)((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);",
             "}",
             "__device__ __forceinline__ float round_to_bf16(float x) { return bf16_to_f32(f32_to_bf16_bits(x)); }",
-        ]
-    } else {
-        &[
+        ],
+        (false, _) => &[
             "__device__ __forceinline__ float f16_to_f32(unsigned short bits) {",
             "  float x;",
             "  asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(x) : \"h\"(bits));",
@@ -219,7 +241,7 @@ fn render_half(w: &mut CodeWriter, name: &str, converts: bool) {
             "  return bits;",
             "}",
             "__device__ __forceinline__ float round_to_f16(float x) { return f16_to_f32(f32_to_f16_bits(x)); }",
-        ]
+        ],
     };
     for line in lines {
         w.line(*line);
@@ -284,7 +306,7 @@ fn render_load_vec(dtype: DType, n: u32, w: &mut CodeWriter) {
     w.close();
 }
 
-fn render_store_vec(dtype: DType, n: u32, w: &mut CodeWriter) {
+fn render_store_vec(dtype: DType, n: u32, native_bf16: bool, w: &mut CodeWriter) {
     let size = dtype.size_bytes() as u32;
     let bytes = n * size;
     let (raw, words) = raw_access(bytes);
@@ -313,6 +335,11 @@ fn render_store_vec(dtype: DType, n: u32, w: &mut CodeWriter) {
             }
             if byte / 4 != word {
                 continue;
+            }
+            if dtype == DType::BF16 && native_bf16 && shift == 0 && j + 1 < n {
+                // The word's two elements in one conversion.
+                parts.push(format!("bf16x2_bits(v[{}], v[{j}])", j + 1));
+                break;
             }
             let bits = match dtype {
                 DType::F32 => format!("__float_as_uint(v[{j}])"),

@@ -11,7 +11,9 @@
 //! - every kernel parameter is a device pointer; sizes are baked into the source (a plan is
 //!   specialised to one input signature);
 //! - every buffer starts at a 16-byte aligned address (vector loads rely on it), and no output
-//!   buffer of a kernel overlaps one of its inputs (parameters are `__restrict__`);
+//!   buffer of a kernel overlaps one of its inputs, except an input the kernel reads only at the
+//!   element it stores (in-place write-backs and the memory plan's shared slots: each thread
+//!   reads the element before it writes it, so `__restrict__` parameters stay sound);
 //! - [`Launch`]es run in order on one stream; a kernel with no elements has no launches;
 //! - [`ScratchSpec`] workspaces are allocated once per plan and signature; a `zero_init` one is
 //!   zeroed at allocation and the kernels leave it zeroed after every run, so CUDA-graph replays
@@ -146,7 +148,7 @@ pub fn generate(plan: &Plan, kernel: usize, config: &KernelConfig, target: &Targ
     check_kernel(plan, k)?;
     let mismatch =
         || CodegenError::ConfigMismatch { kernel: k.name.clone(), family: k.kind.family(), config: config.family() };
-    let mut unit = Unit { plan, kernel: k, target, helpers: Helpers::default() };
+    let mut unit = Unit { plan, kernel: k, target, helpers: Helpers::for_target(target) };
     let emitted = match (&k.kind, *config) {
         (KernelKind::MatMul(matmul), KernelConfig::Library) => return Ok(KernelCode::CuBlasLt(matmul.clone())),
         (KernelKind::Pointwise(pointwise), KernelConfig::Pointwise { block, vec, grid_limit }) => {

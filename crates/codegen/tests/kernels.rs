@@ -408,3 +408,18 @@ fn column_configs_are_checked() {
     let err = bad(KernelConfig::Row { threads_per_row: 32, rows_per_block: 1, cached: false });
     assert!(matches!(err, CodegenError::ConfigMismatch { family: "column", .. }), "{err}");
 }
+
+#[test]
+fn bf16_rounds_in_hardware_from_sm_80_and_portably_before() {
+    let plan = plans::ew_chain(DType::BF16, 1 << 20);
+    let hopper = cuda(&plan, &default_config(&plan, 0, &Target::h200()));
+    assert!(hopper.source.contains("cvt.rn.bf16x2.f32"), "{}", hopper.source);
+    assert!(hopper.source.contains("w.x = bf16x2_bits(v[1], v[0]);"));
+    let turing = Target { name: "turing".into(), compute_capability: (7, 5), ..Target::h200() };
+    let old = match generate(&plan, 0, &default_config(&plan, 0, &turing), &turing).unwrap() {
+        KernelCode::Cuda(kernel) => kernel,
+        other => panic!("expected CUDA C, got {other:?}"),
+    };
+    assert!(!old.source.contains("cvt.rn.bf16"), "sm_75 has no bf16 conversion instruction");
+    assert!(old.source.contains("(bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16"));
+}
