@@ -124,6 +124,11 @@ impl Helpers {
     pub(crate) fn need(&mut self, helper: Helper) {
         match helper {
             Helper::LoadVec(dtype, _) | Helper::StoreVec(dtype, _) => self.need_storage(dtype),
+            Helper::Op(op) => {
+                for &required in op.requires {
+                    self.need(Helper::Op(required));
+                }
+            }
             _ => {}
         }
         self.needed.insert(helper);
@@ -146,9 +151,9 @@ impl Helpers {
     /// neither the code nor another helper converts (a copy only names the type).
     pub(crate) fn render(&self, w: &mut CodeWriter, code: &str) {
         let mut rest = CodeWriter::new();
+        let mut rendered = BTreeSet::new();
         for helper in self.needed.iter().filter(|h| !matches!(h, Helper::Bf16 | Helper::F16)) {
-            render_helper(*helper, self.native_bf16, &mut rest);
-            rest.line("");
+            self.render_after_requirements(*helper, &mut rendered, &mut rest);
         }
         let rest = rest.finish();
         let uses = |names: &[&str]| names.iter().any(|n| code.contains(n) || rest.contains(n));
@@ -163,6 +168,22 @@ impl Helpers {
         for line in rest.lines() {
             w.line(line);
         }
+    }
+}
+
+impl Helpers {
+    /// `helper`, after the op helpers it calls, each once.
+    fn render_after_requirements(&self, helper: Helper, rendered: &mut BTreeSet<Helper>, w: &mut CodeWriter) {
+        if !rendered.insert(helper) {
+            return;
+        }
+        if let Helper::Op(op) = helper {
+            for &required in op.requires {
+                self.render_after_requirements(Helper::Op(required), rendered, w);
+            }
+        }
+        render_helper(helper, self.native_bf16, w);
+        w.line("");
     }
 }
 

@@ -84,6 +84,7 @@ static MAX_F32: CudaHelper = CudaHelper {
         "// NaN-propagating maximum (fmaxf would drop the NaN).",
         "__device__ __forceinline__ float max_f32(float a, float b) { return (a != a || b != b) ? a + b : fmaxf(a, b); }",
     ],
+    requires: &[],
 };
 // ptxas of CUDA 13.0 folds a negated operand into a three-input VIMNMX3 on sm_90 and loses the
 // negation: `max(max(x, -y), -z)` ran as `max(x, y, -z)`. An identity byte permute of each operand
@@ -98,6 +99,7 @@ static MAX_I32: CudaHelper = CudaHelper {
         "  return a > b ? a : b;",
         "}",
     ],
+    requires: &[],
 };
 static MIN_I32: CudaHelper = CudaHelper {
     name: "min_i32",
@@ -109,6 +111,7 @@ static MIN_I32: CudaHelper = CudaHelper {
         "  return a < b ? a : b;",
         "}",
     ],
+    requires: &[],
 };
 static MIN_F32: CudaHelper = CudaHelper {
     name: "min_f32",
@@ -116,6 +119,7 @@ static MIN_F32: CudaHelper = CudaHelper {
         "// NaN-propagating minimum (fminf would drop the NaN).",
         "__device__ __forceinline__ float min_f32(float a, float b) { return (a != a || b != b) ? a + b : fminf(a, b); }",
     ],
+    requires: &[],
 };
 static DIV_I32: CudaHelper = CudaHelper {
     name: "div_i32",
@@ -123,6 +127,7 @@ static DIV_I32: CudaHelper = CudaHelper {
         "// Truncating division with x / 0 == 0 and INT_MIN / -1 wrapping, as on the host.",
         "__device__ __forceinline__ int div_i32(int a, int b) { return b == 0 ? 0 : (b == -1 ? (int)(0u - (unsigned)a) : a / b); }",
     ],
+    requires: &[],
 };
 static DIV_I64: CudaHelper = CudaHelper {
     name: "div_i64",
@@ -132,6 +137,7 @@ static DIV_I64: CudaHelper = CudaHelper {
         "  return b == 0 ? 0 : (b == -1 ? (long long)(0ull - (unsigned long long)a) : a / b);",
         "}",
     ],
+    requires: &[],
 };
 
 // ---- derivative formulas --------------------------------------------------------------------

@@ -149,11 +149,13 @@ impl CType {
     }
 }
 
-/// A device function that an op's CUDA expression calls, emitted once per translation unit.
+/// A device function that an op's CUDA expression calls, emitted once per translation unit,
+/// after the helpers it calls (`requires`).
 #[derive(Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct CudaHelper {
     pub name: &'static str,
     pub source: &'static [&'static str],
+    pub requires: &'static [&'static CudaHelper],
 }
 
 /// An op's CUDA C expression and the helper it needs, if any.

@@ -60,6 +60,9 @@ macro_rules! for_each_unary_op {
             /// The complementary error function `1 - erf(x)`, without its cancellation for
             /// large `x`.
             Erfc erfc;
+            /// The derivative of exact GELU, `Phi(x) + x phi(x)` (standard normal CDF and
+            /// density): GELU's backward, one op so a kernel evaluates the Gaussian once.
+            GeluErfGrad gelu_grad;
         }
     };
 }
