@@ -15,7 +15,7 @@ use crate::body::{check_body, emit_values, live_values, value_name, BodyRules};
 use crate::cuda::{cast, narrow, value_type, Helpers};
 use crate::error::{invalid_config, malformed, Result};
 use crate::index::{classify, merge_view, offset_expr, IndexWidth, VectorAccess, ViewDim};
-use crate::reduce::{accumulate, accumulator_dtype, combine, declare_accumulator, finalize, identity};
+use crate::reduce::{accumulate, accumulator_dtype, combine, finalize, identity};
 use crate::vector::{emit_vector_load, load_rhs};
 use crate::writer::CodeWriter;
 use crate::{Emitted, Launch, Param, ScratchSpec, Unit};
@@ -24,8 +24,11 @@ use braze_plan::{ColumnKernel, Expr};
 
 /// Most row chunks (the grid's y extent).
 const MAX_CHUNKS: usize = 65_535;
-/// Static shared memory a block may use for its row threads' partials.
-const SHARED_LIMIT: usize = 48 * 1024;
+/// Static shared memory a block may use for its row threads' partials and tile totals (48 KiB,
+/// less room for the few flags beside them).
+const SHARED_LIMIT: usize = 48 * 1024 - 64;
+/// Blocks each SM keeps resident (the launch bounds' minimum): the grid is sized in waves of them.
+pub(crate) const BLOCKS_PER_SM: usize = 2;
 
 /// A load of another block's partial at `ptr`, through L2 (`__ldcg`: the partials were written
 /// after this SM may have cached the lines); a volatile read where `__ldcg` has no overload.
@@ -55,12 +58,31 @@ pub(crate) fn vector_width(unit: &Unit<'_>, col: &ColumnKernel) -> usize {
     vec
 }
 
-/// Whether a block of `col_threads x row_threads` threads with `vec` columns each has room in
-/// shared memory for its row threads' partials (one row of threads needs none) and for its
-/// tile's totals (folded from the chunks' partials by the last block of a tile).
-pub(crate) fn partials_fit(col: &ColumnKernel, col_threads: usize, row_threads: usize, vec: usize) -> bool {
-    let per_thread: usize = col
-        .body
+/// Columns of a tile one thread folds in the combining step: four (one 16-byte load of f32
+/// partials) where the tile's columns allow.
+fn fold_columns(tile_cols: usize) -> usize {
+    if tile_cols.is_multiple_of(4) {
+        4
+    } else {
+        1
+    }
+}
+
+/// Groups of chunks the combining block folds side by side: as many as its threads allow with
+/// [`fold_columns`] each, at most the chunks and as many as `room` rows of tile totals in shared
+/// memory (a power of two, at least one).
+fn fold_groups(block: usize, tile_cols: usize, chunks: usize, room: usize) -> usize {
+    let slots = tile_cols / fold_columns(tile_cols);
+    let mut groups = (block / slots).max(1);
+    while groups > 1 && (groups > chunks || groups > room) {
+        groups /= 2;
+    }
+    groups
+}
+
+/// Bytes of accumulator per column over the kernel's reductions.
+fn accumulator_bytes(col: &ColumnKernel) -> usize {
+    col.body
         .values
         .iter()
         .filter_map(|v| match v.expr {
@@ -69,9 +91,22 @@ pub(crate) fn partials_fit(col: &ColumnKernel, col_threads: usize, row_threads: 
             }
             _ => None,
         })
-        .sum();
+        .sum()
+}
+
+/// Rows of tile totals (one per chunk group) that fit in shared memory beside the row threads'
+/// partials.
+fn fold_room(col: &ColumnKernel, tile_cols: usize, row_threads: usize) -> usize {
+    let row = accumulator_bytes(col).max(1) * tile_cols;
     let rows_of_partials = if row_threads == 1 { 0 } else { row_threads };
-    per_thread * col_threads * vec * (rows_of_partials + 1) <= SHARED_LIMIT
+    (SHARED_LIMIT / row).saturating_sub(rows_of_partials)
+}
+
+/// Whether a block of `col_threads x row_threads` threads with `vec` columns each has room in
+/// shared memory for its row threads' partials (one row of threads needs none) and for at least
+/// one row of tile totals for its combining step.
+pub(crate) fn partials_fit(col: &ColumnKernel, col_threads: usize, row_threads: usize, vec: usize) -> bool {
+    fold_room(col, col_threads * vec, row_threads) >= 1
 }
 
 /// The rows one block folds, given the config's wish: at least one, and few enough chunks for
@@ -126,8 +161,10 @@ fn check_config(unit: &Unit<'_>, config: &Config, reductions: &[(usize, ReduceOp
     if rows_per_block == 0 {
         return Err(invalid_config(name, "rows_per_block is 0"));
     }
-    let shared: usize = reductions.iter().map(|r| r.2.size_bytes()).sum::<usize>() * block * vec;
-    if ty > 1 && shared > SHARED_LIMIT {
+    // The row threads' partials (with several rows of threads) and one row of tile totals.
+    let rows_of_partials = if ty > 1 { ty } else { 0 };
+    let shared = reductions.iter().map(|r| r.2.size_bytes()).sum::<usize>() * tx * vec * (rows_of_partials + 1);
+    if shared > SHARED_LIMIT {
         return Err(invalid_config(name, format!("{shared} bytes of shared partials exceed {SHARED_LIMIT}")));
     }
     Ok(())
@@ -242,7 +279,12 @@ pub(crate) fn generate(
     let helpers = &mut unit.helpers;
     let mut w = CodeWriter::new();
     let block = tx * ty;
-    w.open(format!("extern \"C\" __global__ void __launch_bounds__({block}) {name}({})", declared.join(", ")));
+    // `, 2`: the grid is sized for two resident blocks per SM (`config.rs`), which the row loop's
+    // registers must leave room for.
+    w.open(format!(
+        "extern \"C\" __global__ void __launch_bounds__({block}, {BLOCKS_PER_SM}) {name}({})",
+        declared.join(", ")
+    ));
     w.line(format!("constexpr idx_t ROWS = {};", lit(rows)));
     w.line(format!("constexpr idx_t COLS = {};", lit(cols)));
     w.line(format!("constexpr idx_t CHUNK_ROWS = {};", lit(chunk)));
@@ -272,9 +314,9 @@ pub(crate) fn generate(
     // a third of the bandwidth with one).
     let loaded = prologue_ids.iter().filter(|id| loads[**id].is_some()).count().max(1);
     let accumulators: usize = reductions.iter().map(|&(_, _, acc)| vec * acc.size_bytes().div_ceil(4)).sum();
-    // Half the registers a thread of this block may have, for the values: the rest holds indices,
-    // addresses and the prologue's temporaries.
-    let budget = (65_536 / block).min(255) / 2;
+    // Half the registers a thread of this block may have at two blocks per SM, for the values:
+    // the rest holds indices, addresses and the prologue's temporaries.
+    let budget = (65_536 / (BLOCKS_PER_SM * block)).min(255) / 2;
     let unroll = [4, 2, 1].into_iter().find(|u| u * loaded * vec + accumulators <= budget).unwrap_or(1);
     w.line(format!("#pragma unroll {unroll}"));
     w.open(format!("for (idx_t r = (idx_t)blockIdx.y * CHUNK_ROWS + ty; r < row_end; r += {})", lit(ty)));
@@ -404,40 +446,88 @@ pub(crate) fn generate(
             chunks - 1
         ));
         w.line("__syncthreads();");
-        w.line("// The block that finishes a column tile's last chunk combines its partials in chunk order,");
-        w.line("// every thread folding its own columns (one thread folding them all waited on each load).");
+        let tile_cols = tx * vec;
+        let per_thread = fold_columns(tile_cols);
+        let slots = tile_cols / per_thread;
+        let groups = fold_groups(block, tile_cols, chunks, fold_room(col, tile_cols, ty));
+        let per_group = chunks.div_ceil(groups);
+        let vector_partials = per_thread == 4 && cols.is_multiple_of(4) && reductions.iter().all(|r| r.2 == DType::F32);
+        w.line("// The block that finishes a column tile's last chunk combines its partials: thread slot s");
+        w.line(format!(
+            "// folds columns {per_thread}s..{per_thread}s+{} of chunk group g ({per_group} chunks) in chunk order, then",
+            per_thread - 1
+        ));
+        w.line("// the groups' totals fold in group order: a fixed order, many loads in flight.");
         w.open("if (last_arrival)");
         w.line("__threadfence();");
-        let tile_cols = tx * vec;
         for (k, &(_, _, acc)) in reductions.iter().enumerate() {
-            w.line(format!("__shared__ {} tile_total{k}[{tile_cols}];", value_type(acc)));
+            w.line(format!("__shared__ {} group_total{k}[{groups}][{tile_cols}];", value_type(acc)));
         }
-        w.open(format!("for (unsigned j = threadIdx.x; j < {tile_cols}u; j += {block}u)"));
-        w.line(format!(
-            "const idx_t c = (idx_t)blockIdx.x * {} + j < COLS ? (idx_t)blockIdx.x * {} + j : COLS - 1;",
-            lit(tile_cols),
-            lit(tile_cols)
+        w.line(format!("const unsigned group = threadIdx.x / {slots}u;"));
+        w.open(format!(
+            "for (unsigned slot = threadIdx.x % {slots}u; group < {groups}u && slot < {slots}u; slot += {block}u)"
         ));
+        w.line(format!("const idx_t first = (idx_t)blockIdx.x * {} + slot * {per_thread}u;", lit(tile_cols)));
+        w.line(format!("const unsigned chunk_end = group * {per_group}u + {per_group}u < {chunks}u ? group * {per_group}u + {per_group}u : {chunks}u;"));
         for (k, &(id, op, acc)) in reductions.iter().enumerate() {
             let Expr::Reduce { x, .. } = body.values[id].expr else { unreachable!("reductions are reduce values") };
-            w.line(declare_accumulator(op, body.values[x.0].dtype, acc, &format!("total{k}")));
-            // Through L2 (the other blocks' partials are not in this SM's L1), and unrolled so
-            // that several loads are in flight at once.
-            w.line("#pragma unroll 8");
-            let partial = partial_load(acc, &format!("partials{k} + (idx_t)chunk * COLS + c"));
+            let operand = body.values[x.0].dtype;
+            w.line(format!("{} total{k}[{per_thread}];", value_type(acc)));
+            w.line("#pragma unroll");
             w.line(format!(
-                "for (unsigned chunk = 0u; chunk < {chunks}u; ++chunk) total{k} = {};",
-                combine(helpers, op, acc, &format!("total{k}"), &partial)
+                "for (unsigned f = 0u; f < {per_thread}u; ++f) total{k}[f] = {};",
+                identity(op, operand, acc)
             ));
-            w.line(format!("tile_total{k}[j] = total{k};"));
         }
+        if !vector_partials {
+            // Columns past the end fold the last one; their totals are never stored.
+            w.line(format!("idx_t c[{per_thread}];"));
+            w.line("#pragma unroll");
+            w.line(format!(
+                "for (unsigned f = 0u; f < {per_thread}u; ++f) c[f] = first + f < COLS ? first + f : COLS - 1;"
+            ));
+        }
+        // Through L2 (the other blocks' partials are not in this SM's L1), several chunks' loads
+        // in flight at once.
+        w.line("#pragma unroll 4");
+        w.open(format!("for (unsigned chunk = group * {per_group}u; chunk < chunk_end; ++chunk)"));
+        for (k, &(_, op, acc)) in reductions.iter().enumerate() {
+            if vector_partials {
+                w.line(format!(
+                    "const float4 p{k} = first < COLS ? __ldcg(reinterpret_cast<const float4*>(partials{k} + (idx_t)chunk * COLS + first)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);"
+                ));
+                for (f, lane) in ["x", "y", "z", "w"].iter().enumerate() {
+                    let folded = combine(helpers, op, acc, &format!("total{k}[{f}]"), &format!("p{k}.{lane}"));
+                    w.line(format!("total{k}[{f}] = {folded};"));
+                }
+            } else {
+                w.line("#pragma unroll");
+                w.open(format!("for (unsigned f = 0u; f < {per_thread}u; ++f)"));
+                let partial = partial_load(acc, &format!("partials{k} + (idx_t)chunk * COLS + c[f]"));
+                let folded = combine(helpers, op, acc, &format!("total{k}[f]"), &partial);
+                w.line(format!("total{k}[f] = {folded};"));
+                w.close();
+            }
+        }
+        w.close();
+        w.line("#pragma unroll");
+        w.open(format!("for (unsigned f = 0u; f < {per_thread}u; ++f)"));
+        for k in 0..reductions.len() {
+            w.line(format!("group_total{k}[group][slot * {per_thread}u + f] = total{k}[f];"));
+        }
+        w.close();
         w.close();
         w.line("__syncthreads();");
         w.open("if (ty == 0u && c0 < COLS)");
         w.line("#pragma unroll");
         w.open(format!("for (unsigned u = 0u; u < {vec}u; ++u)"));
-        for k in 0..reductions.len() {
-            w.line(format!("acc{k}[u] = tile_total{k}[tx * {vec}u + u];"));
+        for (k, &(_, op, acc)) in reductions.iter().enumerate() {
+            w.line(format!("acc{k}[u] = group_total{k}[0][tx * {vec}u + u];"));
+            if groups > 1 {
+                let folded =
+                    combine(helpers, op, acc, &format!("acc{k}[u]"), &format!("group_total{k}[g][tx * {vec}u + u]"));
+                w.line(format!("for (unsigned g = 1u; g < {groups}u; ++g) acc{k}[u] = {folded};"));
+            }
         }
         w.close();
         emit_epilogue(&mut w, helpers)?;

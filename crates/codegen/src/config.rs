@@ -316,9 +316,11 @@ fn column_threads(cols: usize, vec: usize) -> u32 {
     cols.div_ceil(vec).next_power_of_two().clamp(1, 32) as u32
 }
 
-/// Rows per block: enough chunks to give every SM two blocks, each thread at least four rows.
+/// Rows per block: enough chunks for two full waves of resident blocks (each SM the same number
+/// of equal blocks, so none finishes last alone), each thread at least four rows.
 fn column_rows_per_block(rows: usize, tiles: usize, row_threads: u32, sm_count: u32) -> u32 {
-    let wanted_chunks = (2 * sm_count as usize).div_ceil(tiles.max(1)).max(1);
+    let wanted_blocks = 2 * crate::column::BLOCKS_PER_SM * sm_count as usize;
+    let wanted_chunks = wanted_blocks.div_ceil(tiles.max(1)).max(1);
     let least = row_threads as usize * 4;
     let rows_per_block = rows.div_ceil(wanted_chunks).max(least).next_multiple_of(row_threads as usize);
     rows_per_block.min(u32::MAX as usize) as u32
