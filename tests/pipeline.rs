@@ -155,6 +155,12 @@ const CASES: &[Case] = &[
         kernels: &["row", "column"],
     },
     Case {
+        name: "residual_layer_norm_backward_bf16",
+        build: || residual_layer_norm_backward_bf16(48, 96),
+        inputs: Inputs::Random,
+        kernels: &["row", "column", "multi_pointwise"],
+    },
+    Case {
         name: "rms_norm_backward",
         build: || norm_backward(Op::RmsNorm { eps: 1e-6 }, 48, 96),
         inputs: Inputs::Random,
@@ -475,6 +481,20 @@ fn norm_backward(norm: Op, rows: usize, hidden: usize) -> Graph {
     let y = b.op(norm, &operands);
     let dy = b.input(DType::F32, [rows, hidden]);
     gradients(b, &[(y, dy)], &operands)
+}
+
+/// The gradients of `layer_norm(a + r, w, b)` in bf16, as a transformer block's residual add
+/// and norm: the row kernel's bf16 incoming gradient is stored narrow for the column sums.
+fn residual_layer_norm_backward_bf16(rows: usize, hidden: usize) -> Graph {
+    let mut b = Builder::new();
+    let a = b.input(DType::BF16, [rows, hidden]);
+    let r = b.input(DType::BF16, [rows, hidden]);
+    let w = b.input(DType::BF16, [hidden]);
+    let bias = b.input(DType::BF16, [hidden]);
+    let x = b.add(a, r);
+    let y = b.op(Op::LayerNorm { eps: 1e-5 }, &[x, w, bias]);
+    let dy = b.input(DType::BF16, [rows, hidden]);
+    gradients(b, &[(y, dy)], &[a, w, bias])
 }
 
 /// The gradient of `softmax(x, axis=1)` for an incoming gradient `dy`.

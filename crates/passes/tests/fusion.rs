@@ -565,3 +565,25 @@ fn a_reduction_of_another_reductions_result_gets_a_kernel_after_it() {
     assert_eq!(items, vec![2, 1], "sum(y^2) and sum(z^2) together, then sum(x * s)\n{plan}");
     check("multi_reduce_dependent_levels", g, defaults(), 4);
 }
+
+#[test]
+fn a_widened_bf16_intermediate_is_stored_narrow() {
+    // `c = f32(x + y)` feeds a row kernel and a column sum: the row kernel stores the bf16 sum,
+    // not its f32 widening, and the column kernel widens it as it loads it.
+    let mut g = Graph::new();
+    let x = g.input(DType::BF16, [256, 64]);
+    let y = g.input(DType::BF16, [256, 64]);
+    let s = add(&mut g, x, y);
+    let c = g.cast(s, DType::F32).unwrap();
+    let rows = sum(&mut g, c, &[1], true);
+    let centred = bin(&mut g, BinaryOp::Sub, c, rows);
+    let squares = mul(&mut g, centred, centred);
+    let spread = sum(&mut g, squares, &[1], false);
+    let columns = sum(&mut g, c, &[0], false);
+    g.set_outputs(vec![spread, columns]);
+    let plan = compile_to_plan(&g, &defaults()).unwrap();
+    let column = plan.kernels.iter().find(|k| matches!(k.kind, KernelKind::Column(_))).expect("a column kernel");
+    let read = plan.buffer(column.inputs[0]);
+    assert_eq!(read.dtype, DType::BF16, "{plan}");
+    check("widened_intermediate_stored_narrow", g, defaults(), 2);
+}

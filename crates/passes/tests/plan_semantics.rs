@@ -435,3 +435,28 @@ fn independent_full_reductions_whatever_reads_them() {
         check_on(&format!("{name} with NaN and inf"), g, &special);
     }
 }
+
+#[test]
+fn widened_intermediates_stored_narrow() {
+    // The row kernel stores the bf16 sum its readers widen as they load it. Small integers, so
+    // that the kernel's unrounded bf16 sum and the reference's rounded one agree.
+    let ints = |seed: i64| {
+        let values: Vec<f64> = (0..37 * 19).map(|i| ((i * 7 + seed * 3) % 17 - 8) as f64).collect();
+        HostTensor::from_f64(DType::BF16, [37, 19], &values).unwrap()
+    };
+    check_on(
+        "widened intermediate",
+        graph(|g| {
+            let x = g.input(DType::BF16, [37, 19]);
+            let y = g.input(DType::BF16, [37, 19]);
+            let s = add(g, x, y);
+            let c = g.cast(s, DType::F32).unwrap();
+            let rows = sum(g, c, &[1], true);
+            let centred = bin(g, BinaryOp::Sub, c, rows);
+            let squares = mul(g, centred, centred);
+            let exp = un(g, UnaryOp::Exp, c);
+            vec![sum(g, squares, &[1], false), sum(g, c, &[0], false), exp]
+        }),
+        &[ints(1), ints(2)],
+    );
+}

@@ -61,7 +61,8 @@ pub enum Rule {
     /// (`braze_ir::infer`) give their operands, and a constant's value is of its dtype's kind
     /// (`Literal::fits`).
     ValueTypes,
-    /// A load names an input slot of its kernel, has that buffer's dtype, gives one stride per
+    /// A load names an input slot of its kernel, has that buffer's dtype (or is the f32 value of
+    /// an f16/bf16 buffer: a load may widen, exactly), gives one stride per
     /// domain dim, and stays inside the buffer whenever it runs (a load of an empty domain, or
     /// of the columns of rows with no columns, never runs).
     Loads,

@@ -220,7 +220,8 @@ impl Plan {
                         return Err(here(Rule::Loads, format!("loads input slot {input} of {}", inputs.len())));
                     };
                     let buffer = self.buffer(b);
-                    if buffer.dtype != value.dtype {
+                    let widens = value.dtype == DType::F32 && matches!(buffer.dtype, DType::BF16 | DType::F16);
+                    if buffer.dtype != value.dtype && !widens {
                         return Err(here(
                             Rule::Loads,
                             format!("loads {} data of {b} as {}", buffer.dtype, value.dtype),

@@ -18,9 +18,11 @@
 //! | a smaller elementwise group that only this kernel reads | broadcast side values |
 //! | concat | concat |
 //!
-//! Then, across the kernels formed: pointwise kernels that are mutually independent (no path
-//! between any two, through any kernels) and of at most `multi_pointwise_limit` elements become
-//! one multi-pointwise kernel, one launch, each keeping its own program (`multi_pointwise.rs`).
+//! Then, across the kernels formed: an intermediate stored as the f32 cast of a bf16/f16 value is
+//! stored narrow and widened by its readers as they load it (`narrow_stores.rs`); pointwise
+//! kernels that are mutually independent (no path between any two, through any kernels) and of
+//! at most `multi_pointwise_limit` elements become one multi-pointwise kernel, one launch, each
+//! keeping its own program (`multi_pointwise.rs`).
 //!
 //! Views (reshape, permute, slice, broadcast_to) get no kernels: they fold into strided loads. A
 //! merge is refused when it would close a cycle through a kernel outside the merged groups, when a
@@ -38,6 +40,7 @@ mod matmul_epilogue;
 mod multi_pointwise;
 mod multi_reduce;
 mod multi_reduce_lower;
+mod narrow_stores;
 mod row;
 mod views;
 
@@ -103,6 +106,7 @@ fn fuse_with_origins(graph: &Graph, options: &FusionOptions, origins: &Origins) 
     fuser.plan_materializations()?;
     fuser.group_nodes()?;
     let mut plan = fuser.lower()?;
+    narrow_stores::narrow_widened_stores(&mut plan);
     if options.fuse {
         plan = multi_pointwise::group_independent_pointwise(plan, options)?;
     }
