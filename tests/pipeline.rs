@@ -15,7 +15,7 @@ use braze_ir::{BinaryOp, DType, Graph, HostData, HostTensor, Literal, NodeId, Op
 use braze_passes::{compile_to_plan, optimize, FusionOptions, PassManager};
 use braze_plan::Plan;
 use braze_workloads::graph;
-use common::{compare_outputs, compile_for_sm90, narrowest_float, nvrtc_enabled, random_inputs, Builder};
+use common::{compare_outputs, compile_for_sm90, narrowest_float, nvrtc_enabled, random_inputs, wide_graph, Builder};
 use std::collections::BTreeSet;
 use std::fmt::Write;
 
@@ -680,8 +680,11 @@ fn fuse(what: &str, graph: &Graph) -> Plan {
 fn matches_reference(what: &str, graph: &Graph, plan: &Plan, seed: u64, specials: impl Fn(usize) -> bool) {
     let inputs = random_inputs(graph, seed, specials);
     let expected = eval_graph(graph, &inputs).unwrap_or_else(|e| panic!("{what}: eval_graph: {e}"));
+    // Fused kernels keep bf16/f16 intermediates in f32, which the wide reference models.
+    let wide = eval_graph(&wide_graph(graph), &inputs).unwrap_or_else(|e| panic!("{what}: eval_graph (wide): {e}"));
     let actual = eval_plan(plan, &inputs).unwrap_or_else(|e| panic!("{what}: eval_plan: {e}\n{plan}"));
-    compare_outputs(&actual, &expected, narrowest_float(graph)).unwrap_or_else(|e| panic!("{what}: {e}\n{plan}"));
+    compare_outputs(&actual, &expected, Some(&wide), narrowest_float(graph))
+        .unwrap_or_else(|e| panic!("{what}: {e}\n{plan}"));
 }
 
 /// Runs one case through the whole pipeline.

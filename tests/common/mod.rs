@@ -1,5 +1,6 @@
 //! Helpers shared by the pipeline and fuzz tests: building graphs without source locations,
-//! reproducible inputs, whether NVRTC is there, compiling generated kernels with it, and
+//! reproducible inputs, whether NVRTC is there, compiling generated kernels with it, the wide
+//! reference (bf16/f16 intermediates kept in f32, as kernels keep them), and
 //! comparing a plan's outputs with the reference within the tolerance of the narrowest float
 //! dtype the graph computes in.
 
@@ -8,6 +9,7 @@
 use braze_codegen::GeneratedKernel;
 use braze_cpu::{assert_close_with, inject_specials, random_tensor, tolerance};
 use braze_ir::{BinaryOp, DType, Graph, HostTensor, NodeId, Op, ReduceOp, Shape, UnaryOp};
+use std::collections::HashMap;
 
 /// Builds a graph op by op; every call panics with the op's typing error, so a case that is not
 /// well typed fails where it is written.
@@ -108,15 +110,31 @@ pub fn narrowest_float(graph: &Graph) -> DType {
     FLOATS_BY_PRECISION.into_iter().find(|d| computed.contains(d)).unwrap_or(DType::F32)
 }
 
-/// Compares every output pair within the tolerance of `dtype` (integers and bools exactly);
+/// Compares every output pair within the tolerance of `dtype` (integers and bools exactly),
+/// against the reference or, where given, the wide reference ([`wide_graph`]'s outputs), a few
+/// elements in a thousand a few ulps further ([`braze_cpu::compare::assert_close_bounded`]);
 /// `Err` names the first output that differs.
-pub fn compare_outputs(actual: &[HostTensor], expected: &[HostTensor], dtype: DType) -> Result<(), String> {
+pub fn compare_outputs(
+    actual: &[HostTensor],
+    expected: &[HostTensor],
+    wide: Option<&[HostTensor]>,
+    dtype: DType,
+) -> Result<(), String> {
     if actual.len() != expected.len() {
         return Err(format!("{} outputs, expected {}", actual.len(), expected.len()));
     }
-    let (rtol, atol) = tolerance(dtype);
     for (j, (a, e)) in actual.iter().zip(expected).enumerate() {
-        assert_close_with(a, e, rtol, atol).map_err(|msg| format!("output {j} ({}{}): {msg}", e.dtype(), e.shape()))?;
+        let checked = match wide {
+            Some(wide) => {
+                let bounds = braze_cpu::compare::Bounds::for_rounding(e.dtype(), [dtype], e.numel());
+                braze_cpu::compare::assert_close_bounded(a, e, Some(&wide[j]), &bounds).map_err(|e| e.to_string())
+            }
+            None => {
+                let (rtol, atol) = tolerance(dtype);
+                assert_close_with(a, e, rtol, atol)
+            }
+        };
+        checked.map_err(|msg| format!("output {j} ({}{}): {msg}", e.dtype(), e.shape()))?;
     }
     Ok(())
 }
@@ -195,4 +213,54 @@ pub fn check_module(kernel: &GeneratedKernel, module: &braze_cuda::CompiledModul
         }
     }
     Ok(())
+}
+
+fn is_narrow(dtype: DType) -> bool {
+    matches!(dtype, DType::BF16 | DType::F16)
+}
+
+/// `graph` with every computed bf16/f16 value computed as f32 instead: inputs and constants keep
+/// their (exact) narrow values and are widened where used, explicit casts to bf16/f16 still
+/// round, and each narrow output is rounded to its dtype at the end.
+pub fn wide_graph(graph: &Graph) -> Graph {
+    let mut g = Graph::new();
+    let mut map: HashMap<NodeId, NodeId> = HashMap::new();
+    let mut widened: HashMap<NodeId, NodeId> = HashMap::new();
+    let mut widen = |g: &mut Graph, x: NodeId| -> NodeId {
+        if !is_narrow(g.node(x).dtype) {
+            return x;
+        }
+        *widened.entry(x).or_insert_with(|| g.cast(x, DType::F32).expect("a float widens to f32"))
+    };
+    // Inputs come first in topological order, so they keep their indices.
+    for id in graph.topo_order() {
+        let node = graph.node(id);
+        let new = match node.op {
+            Op::Input { .. } => g.input(node.dtype, node.shape.clone()),
+            Op::Constant { value } => g.literal(value, node.dtype),
+            Op::Cast if g.node(map[&node.operands[0]]).dtype == node.dtype => map[&node.operands[0]],
+            Op::Cast => g.cast(map[&node.operands[0]], node.dtype).expect("the same cast"),
+            _ => {
+                let operands: Vec<NodeId> = node.operands.iter().map(|o| widen(&mut g, map[o])).collect();
+                let dtype = if is_narrow(node.dtype) { DType::F32 } else { node.dtype };
+                g.add_declared(node.op.clone(), &operands, dtype, node.shape.clone(), None)
+                    .unwrap_or_else(|e| panic!("{} on widened operands: {e}", node.op.name()))
+            }
+        };
+        map.insert(id, new);
+    }
+    let outputs: Vec<NodeId> = graph
+        .outputs()
+        .iter()
+        .map(|&o| {
+            let (new, dtype) = (map[&o], graph.node(o).dtype);
+            if g.node(new).dtype == dtype {
+                new
+            } else {
+                g.cast(new, dtype).expect("f32 narrows to the output's dtype")
+            }
+        })
+        .collect();
+    g.set_outputs(outputs);
+    g
 }
