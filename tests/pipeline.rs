@@ -158,7 +158,7 @@ const CASES: &[Case] = &[
         name: "residual_layer_norm_backward_bf16",
         build: || residual_layer_norm_backward_bf16(48, 96),
         inputs: Inputs::Random,
-        kernels: &["row", "column", "multi_pointwise"],
+        kernels: &["row", "column"],
     },
     Case {
         name: "rms_norm_backward",

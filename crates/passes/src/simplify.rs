@@ -25,6 +25,7 @@ const RULES: &[(&str, Rule)] = &[
     ("cast_round_trip", cast_round_trip),         // cast(cast(x: T, W), T) == x when W holds every value of T
     ("reshape_same", reshape_same),               // reshape(x, shape(x)) == x
     ("reshape_reshape", reshape_reshape),         // reshape(reshape(x, s), t) == reshape(x, t)
+    ("reshape_keepdim", reshape_keepdim),         // reshape(reduce(x, axes, keepdim), shape of reduce(x, axes)) == reduce(x, axes)
     ("broadcast_same", broadcast_same),           // broadcast_to(x, shape(x)) == x
     ("broadcast_broadcast", broadcast_broadcast), // broadcast_to(broadcast_to(x, s), t) == broadcast_to(x, t)
     ("permute_identity", permute_identity),       // permute(x, [0, 1, ..]) == x
@@ -169,6 +170,29 @@ fn same_shape_view(g: &Graph, id: NodeId, op: Op) -> Option<NodeId> {
 
 fn reshape_same(g: &mut Graph, id: NodeId) -> Result<Option<NodeId>> {
     Ok(same_shape_view(g, id, Op::Reshape))
+}
+
+/// A reduction's kept unit dims dropped by a reshape: the reduction without keepdim (its only
+/// user, so no second reduction is left; a kernel's epilogue then sees the per-column or per-row
+/// value itself rather than a view of it).
+fn reshape_keepdim(g: &mut Graph, id: NodeId) -> Result<Option<NodeId>> {
+    let node = g.node(id);
+    if node.op != Op::Reshape {
+        return Ok(None);
+    }
+    let source = node.operands[0];
+    let Op::Reduce { op, axes, keepdim: true } = g.node(source).op.clone() else { return Ok(None) };
+    if g.use_count(source) != 1 || g.is_output(source) {
+        return Ok(None);
+    }
+    let x = g.node(source).operands[0];
+    let dropped: Vec<usize> =
+        g.node(x).shape.dims().iter().enumerate().filter(|(a, _)| !axes.contains(a)).map(|(_, &d)| d).collect();
+    if dropped.as_slice() != node.shape.dims() {
+        return Ok(None);
+    }
+    let loc = g.node(source).loc.clone();
+    Ok(Some(g.add(Op::Reduce { op, axes, keepdim: false }, &[x], loc)?))
 }
 
 fn broadcast_same(g: &mut Graph, id: NodeId) -> Result<Option<NodeId>> {

@@ -513,3 +513,41 @@ fn recompute_gives_the_backward_its_own_copy_of_a_cheap_activation() {
     assert_eq!(tanhs(&optimize(&build(false, true)).unwrap()), [false], "nothing marked backward");
     assert_eq!(tanhs(&optimize(&build(true, false)).unwrap()), [false], "x is not held for the backward");
 }
+
+#[test]
+fn simplify_drops_kept_dims_a_reshape_drops() {
+    check(
+        &Simplify,
+        |g| {
+            let x = g.input(DType::F32, [4, 3, 5]);
+            let kept = op(g, Op::Reduce { op: ReduceOp::Sum, axes: vec![0, 2], keepdim: true }, &[x]);
+            let dropped = g.reshape(kept, [3]).unwrap(); // == sum(x, [0, 2])
+                                                         // Left alone: a reshape to another shape, and a kept reduction read twice.
+            let other = op(g, Op::Reduce { op: ReduceOp::Max, axes: vec![1], keepdim: true }, &[x]);
+            let flat = g.reshape(other, [20]).unwrap();
+            let twice = op(g, Op::Reduce { op: ReduceOp::Min, axes: vec![0], keepdim: true }, &[x]);
+            let r = g.reshape(twice, [3, 5]).unwrap();
+            vec![dropped, flat, r, twice]
+        },
+        "
+graph(%0: f32[4,3,5]) {
+  %1 = sum %0, axes=[0,2], keepdim : f32[1,3,1]
+  %2 = reshape %1 : f32[3]
+  %3 = max %0, axes=[1], keepdim : f32[4,1,5]
+  %4 = reshape %3 : f32[20]
+  %5 = min %0, axes=[0], keepdim : f32[1,3,5]
+  %6 = reshape %5 : f32[3,5]
+  return %2, %4, %6, %5
+}
+=> simplify (changed)
+graph(%0: f32[4,3,5]) {
+  %1 = sum %0, axes=[0,2], keepdim : f32[1,3,1]
+  %2 = max %0, axes=[1], keepdim : f32[4,1,5]
+  %3 = reshape %2 : f32[20]
+  %4 = min %0, axes=[0], keepdim : f32[1,3,5]
+  %5 = reshape %4 : f32[3,5]
+  %6 = sum %0, axes=[0,2] : f32[3]
+  return %6, %3, %5, %4
+}",
+    );
+}
