@@ -667,3 +667,20 @@ fn regression_pointwise_small_softmax_and_where_does_not_spill() {
     let mean = b.reduce(ReduceOp::Mean, empty, &[0, 3], false);
     check_fixed(&b.finish(vec![mean]), None);
 }
+
+/// GPU fuzz seed 6,644 (shrunk): `abs(x) > -1` came out true on the GPU for the second of two
+/// NaNs (same bits as the first, which came out false); run repeatedly, as it did not reproduce
+/// on the CPU.
+#[test]
+fn regression_abs_of_nan_compared_with_a_negative_constant_is_false() {
+    let mut b = Builder::new();
+    let x = b.input(DType::F32, [16, 2, 1]);
+    let abs = b.un(UnaryOp::Abs, x);
+    let minus_one = b.constant(-1.0, DType::F32);
+    let gt = b.bin(BinaryOp::Gt, abs, minus_one);
+    let graph = b.finish(vec![gt]);
+    let inputs = random_inputs(&graph, 6644, |_| true);
+    for _ in 0..16 {
+        check_fixed(&graph, Some(inputs.clone()));
+    }
+}
