@@ -175,6 +175,11 @@ def measure(a, device, dtype, variant):
         sync(device)
         peak = torch.cuda.max_memory_allocated() - base
     us = time_us(step, device, a.rep_ms)
+    if a.profile and device == "cuda":
+        try:
+            print_kernel_profile(variant, step)
+        except Exception as e:  # the profile is a diagnostic: never lose the timing to it
+            print(f"# {variant}: no kernel profile ({type(e).__name__}: {e})")
     rows, hidden = a.rows, a.hidden
     flops = 3 * 2 * 2 * rows * hidden * 4 * hidden * LAYERS  # forward 2 matmuls a layer, backward twice that
     return {"workload": WORKLOAD, "shape": shape_key(rows, hidden), "dtype": "bf16",
@@ -182,6 +187,22 @@ def measure(a, device, dtype, variant):
             "us": us, "gbps": None, "tflops": flops / (us * 1e-6) / 1e12, "cold_s": cold,
             "peak_bytes": peak, "peak_mb": peak / 1e6 if peak is not None else None,
             "optimizer": f"AdamW(lr={LR}, fused={device == 'cuda'})"}
+
+
+def print_kernel_profile(variant, step, steps=3):
+    """The GPU kernels of `steps` steps under torch.profiler, by name, per step: what the step
+    spends its GPU time on, to set beside `braze bench`'s kernel profile."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    events = [e for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA]
+    events.sort(key=lambda e: e.device_time_total, reverse=True)
+    total = sum(e.device_time_total for e in events) / steps
+    print(f"# {variant}: kernels {total:.1f} us a step ({steps} steps profiled)")
+    for e in events[:40]:
+        print(f"#   {e.device_time_total / steps:9.1f} us  x{e.count // steps:<3d} {e.key[:110]}")
 
 
 def main():
@@ -196,6 +217,7 @@ def main():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--rep-ms", type=float, default=200.0, help="milliseconds of timed repetitions (do_bench's rep)")
     p.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    p.add_argument("--profile", action="store_true", help="print each variant's GPU kernel times per step (torch.profiler)")
     a = p.parse_args()
     variants = [v for v in a.variants.split(",") if v]
     unknown = [v for v in variants if v not in VARIANTS]

@@ -311,9 +311,25 @@ fn row_candidates(unit: &Unit<'_>, row: &RowKernel) -> Vec<KernelConfig> {
     candidates
 }
 
-/// Threads across columns for `cols` columns of `vec` each: a warp at most (rows fill the block).
+/// Column tiles a column kernel's grid should have at least, where the columns allow.
+const MIN_COLUMN_TILES: usize = 16;
+/// Threads across columns never fewer than this when narrowing tiles (of vectors of 4 or more
+/// columns; scalar columns are left a warp wide): a row's segment stays 64 bytes of 16-byte
+/// vectors.
+const MIN_COLUMN_THREADS: usize = 4;
+
+/// Threads across columns for `cols` columns of `vec` each: a warp at most (rows fill the
+/// block), fewer where a warp's tiles would be few. One block folds all of a tile's row-chunk
+/// partials at the end, so few wide tiles mean many chunks a tile and a long serial fold: 1,024
+/// bf16 columns in 4 tiles of 256 folded 128 chunks each, and the bias gradient of a
+/// `[8192, 1024]` matrix ran at 38% of the DRAM bandwidth.
 fn column_threads(cols: usize, vec: usize) -> u32 {
-    cols.div_ceil(vec).next_power_of_two().clamp(1, 32) as u32
+    let vectors = cols.div_ceil(vec);
+    let mut threads = vectors.next_power_of_two().clamp(1, 32);
+    while vec >= 4 && threads > MIN_COLUMN_THREADS && vectors.div_ceil(threads) < MIN_COLUMN_TILES {
+        threads /= 2;
+    }
+    threads as u32
 }
 
 /// Rows per block: enough chunks for two full waves of resident blocks (each SM the same number

@@ -354,33 +354,34 @@ fn grids_follow_the_target() {
 
 #[test]
 fn column_kernels_tile_columns_split_rows_and_clean_their_scratch() {
-    // 4096 x 1024 f32: 4 columns per thread, a warp across 128 columns, 8 tiles, rows split into
-    // enough chunks to fill the GPU; partials per chunk and column, counters per tile.
+    // 4096 x 1024 f32: 4 columns per thread, 16 threads across 64 columns (16 tiles: a warp
+    // across 128 would leave 8, each folding twice the chunks), rows split into enough chunks to
+    // fill the GPU; partials per chunk and column, counters per tile.
     let plan = plans::bias_grad(4096, 1024);
     let config = default_config(&plan, 0, &Target::h200());
     let KernelConfig::Column { col_threads, row_threads, vec, rows_per_block } = config else { panic!("{config}") };
-    assert_eq!((col_threads, row_threads, vec), (32, 8, 4));
+    assert_eq!((col_threads, row_threads, vec), (16, 16, 4));
     let kernel = cuda(&plan, &config);
     let launch = &kernel.launches[0];
     let chunks = 4096usize.div_ceil(rows_per_block as usize) as u32;
     assert!(chunks > 1, "{config}");
-    assert_eq!((launch.grid, launch.block), ([8, chunks, 1], [256, 1, 1]));
+    assert_eq!((launch.grid, launch.block), ([16, chunks, 1], [256, 1, 1]));
     assert_eq!(launch.params, vec![Param::Input(0), Param::Output(0), Param::Scratch(0), Param::Scratch(1)]);
     assert_eq!(
         kernel.scratch,
         vec![
             ScratchSpec { bytes: chunks as usize * 1024 * 4, zero_init: false },
-            ScratchSpec { bytes: 8 * 4, zero_init: true }
+            ScratchSpec { bytes: 16 * 4, zero_init: true }
         ]
     );
     assert!(kernel.source.contains("load_f32x4(in0 + (r * 1024u + c0), ld0);"), "{}", kernel.source);
     assert!(kernel.source.contains("arrivals[blockIdx.x] = 0u;"));
     assert!(!kernel.source.contains("atomicAdd(&out"), "no float atomics");
 
-    // Few rows: one chunk, no scratch, the block stores directly.
+    // Few rows: one chunk, no scratch, each block (two tiles of 16 columns) stores directly.
     let small = plans::bias_grad(64, 32);
     let kernel = cuda(&small, &default_config(&small, 0, &Target::h200()));
-    assert_eq!(kernel.launches[0].grid, [1, 1, 1]);
+    assert_eq!(kernel.launches[0].grid, [2, 1, 1]);
     assert!(kernel.scratch.is_empty() && !kernel.source.contains("atomicAdd"));
 
     // Two reductions of bf16 rows: 8 columns per 16-byte load, f32 partials for each.
