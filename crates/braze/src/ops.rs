@@ -2,13 +2,15 @@
 //! eagerly outside a compiled function and records into the trace inside one.
 //!
 //! Axes are `i64` and may be negative (counted from the end). A scalar argument becomes a
-//! constant of the tensor's dtype (converted as a cast would).
+//! constant; operands of different dtypes are promoted as PyTorch's (`promotion`).
 
+use crate::promotion;
 use crate::tensor::caller;
 use crate::trace::apply;
+use crate::trace::OpBuilder;
 use crate::{Error, Result, Tensor};
 use braze_ir::infer::normalize_axis;
-use braze_ir::{BinaryOp, DType, IrError, Op, ReduceOp, Shape, SourceLoc, UnaryOp};
+use braze_ir::{BinaryOp, DType, IrError, NodeId, Op, ReduceOp, Shape, SourceLoc, UnaryOp};
 
 /// A `Tensor` method per unary op of the op table (`braze_ir::elementwise`).
 macro_rules! unary_methods {
@@ -33,13 +35,14 @@ macro_rules! binary_methods {
         impl Tensor {
             $(
                 $(#[doc = $doc])*
-                /// Operands broadcast together and must share a dtype.
+                /// Operands broadcast together; different dtypes promote as PyTorch's do.
                 #[track_caller]
                 pub fn $name(&self, other: &Tensor) -> Result<Tensor> {
                     self.binary(stringify!($name), BinaryOp::$op, other, caller())
                 }
 
-                #[doc = concat!("`", stringify!($name), "` with a scalar of this tensor's dtype.")]
+                #[doc = concat!("`", stringify!($name), "` with a host scalar (a whole number is an integer scalar, ",
+                    "anything else a float scalar that makes an integer or bool tensor f32).")]
                 #[track_caller]
                 pub fn $scalar(&self, value: f64) -> Result<Tensor> {
                     self.binary_scalar(stringify!($scalar), BinaryOp::$op, value, caller())
@@ -88,14 +91,22 @@ impl Tensor {
         apply(name, &[self], loc, |b, x| b.op(Op::Unary { op }, &[x[0]]))
     }
 
+    /// Operands of different dtypes are cast to their promoted dtype first (`promotion`); logical
+    /// ops take bools as they are.
     fn binary(&self, name: &'static str, op: BinaryOp, other: &Tensor, loc: SourceLoc) -> Result<Tensor> {
-        apply(name, &[self, other], loc, |b, x| b.op(Op::Binary { op }, &[x[0], x[1]]))
+        apply(name, &[self, other], loc, |b, x| {
+            let x = if promotes(op) { promote(b, x)? } else { x.to_vec() };
+            b.op(Op::Binary { op }, &[x[0], x[1]])
+        })
     }
 
+    /// The scalar is a constant of the dtype the tensor and it promote to.
     fn binary_scalar(&self, name: &'static str, op: BinaryOp, value: f64, loc: SourceLoc) -> Result<Tensor> {
         apply(name, &[self], loc, |b, x| {
-            let scalar = b.constant(value, b.dtype(x[0]));
-            b.op(Op::Binary { op }, &[x[0], scalar])
+            let dtype = if promotes(op) { promotion::with_scalar(b.dtype(x[0]), value) } else { b.dtype(x[0]) };
+            let operand = b.cast_if_needed(x[0], dtype)?;
+            let scalar = b.constant(value, dtype);
+            b.op(Op::Binary { op }, &[operand, scalar])
         })
     }
 
@@ -118,10 +129,14 @@ impl Tensor {
         })
     }
 
-    /// `cond ? a : b` elementwise, all three broadcast together; `cond` is bool.
+    /// `cond ? a : b` elementwise, all three broadcast together; `cond` is bool, `a` and `b` are
+    /// promoted to a common dtype.
     #[track_caller]
     pub fn where_(cond: &Tensor, a: &Tensor, b: &Tensor) -> Result<Tensor> {
-        apply("where_", &[cond, a, b], caller(), |g, x| g.op(Op::Where, &[x[0], x[1], x[2]]))
+        apply("where_", &[cond, a, b], caller(), |g, x| {
+            let values = promote(g, &x[1..])?;
+            g.op(Op::Where, &[x[0], values[0], values[1]])
+        })
     }
 
     /// Converts to `dtype` (floats to ints truncate toward zero; anything to bool is `!= 0`).
@@ -245,6 +260,18 @@ impl Tensor {
             b.op(Op::Reduce { op: ReduceOp::Max, axes: (0..rank).collect(), keepdim: false }, &[nan])
         })
     }
+}
+
+/// Whether `op` promotes mixed dtypes: logical and/or are defined on bools only.
+fn promotes(op: BinaryOp) -> bool {
+    !matches!(op, BinaryOp::And | BinaryOp::Or)
+}
+
+/// The operands cast to their common dtype (unchanged where they share one already).
+fn promote(b: &mut OpBuilder<'_>, x: &[NodeId]) -> braze_ir::Result<Vec<NodeId>> {
+    let typed: Vec<(DType, usize)> = x.iter().map(|&id| (b.dtype(id), b.shape(id).rank())).collect();
+    let dtype = promotion::result_type(&typed);
+    x.iter().map(|&id| b.cast_if_needed(id, dtype)).collect()
 }
 
 /// Resolves negative axes, rejects repeats, and sorts.
