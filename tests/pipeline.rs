@@ -168,6 +168,19 @@ const CASES: &[Case] = &[
     },
     Case { name: "softmax_backward", build: || softmax_backward(40, 72), inputs: Inputs::Random, kernels: &["row"] },
     Case {
+        name: "log_softmax_last_axis",
+        build: || log_softmax(DType::F32, 64, 1000),
+        inputs: Inputs::WithSpecials,
+        kernels: &["row"],
+    },
+    // GPT-2's vocabulary: rows longer than a block's cache, read in chunks.
+    Case {
+        name: "log_softmax_vocab_backward_bf16",
+        build: || log_softmax_backward(DType::BF16, 4, 50_257),
+        inputs: Inputs::Random,
+        kernels: &["row"],
+    },
+    Case {
         name: "linear_backward",
         build: || linear_backward(24, 40, 56),
         inputs: Inputs::Random,
@@ -334,6 +347,26 @@ fn softmax(rows: usize, cols: usize, axis: usize) -> Graph {
     let x = b.input(DType::F32, [rows, cols]);
     let y = b.op(Op::Softmax { axis }, &[x]);
     b.finish(vec![y])
+}
+
+fn log_softmax(dtype: DType, rows: usize, cols: usize) -> Graph {
+    let mut b = Builder::new();
+    let x = b.input(dtype, [rows, cols]);
+    let y = b.op(Op::LogSoftmax { axis: 1 }, &[x]);
+    b.finish(vec![y])
+}
+
+/// `log_softmax(x, axis=1)` and its gradient for an incoming gradient `dy`.
+fn log_softmax_backward(dtype: DType, rows: usize, cols: usize) -> Graph {
+    let mut b = Builder::new();
+    let x = b.input(dtype, [rows, cols]);
+    let y = b.op(Op::LogSoftmax { axis: 1 }, &[x]);
+    let dy = b.input(dtype, [rows, cols]);
+    let mut g = gradients(b, &[(y, dy)], &[x]);
+    let mut outputs = vec![y];
+    outputs.extend(g.outputs().iter().copied());
+    g.set_outputs(outputs);
+    g
 }
 
 /// `relu(x * s + col * row) * 0.5`, with a scalar `s`, `col: [rows, 1]` and `row: [1, cols]`.

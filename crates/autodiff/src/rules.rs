@@ -109,6 +109,15 @@ pub(crate) fn operand_grads(e: &mut Emit<'_>, id: NodeId, grad: NodeId) -> Resul
             let centered = e.sub(grad, total)?;
             vec![(x, e.mul(id, centered)?)]
         }
+        Op::LogSoftmax { axis } => in_f32(e, &node.operands, grad, |e, x, g| {
+            // g - softmax(x) sum(g) along the axis, the softmax recomputed as exp(y) from the
+            // widened output (the backward of a row kernel, no saved probabilities).
+            let y = widened(e, id)?;
+            let p = e.unary(UnaryOp::Exp, y)?;
+            let total = e.reduce(ReduceOp::Sum, g, &[*axis], true)?;
+            let spread = e.mul(p, total)?;
+            Ok(vec![(x[0], e.sub(g, spread)?)])
+        })?,
     };
     Ok(grads)
 }

@@ -202,6 +202,8 @@ fn norms_and_softmax() {
     check(&case("rms_norm", &[(&[2, 3, 5], A), (&[5], A)], op(Op::RmsNorm { eps: 1e-6 })));
     check(&case("softmax last", &[(&[3, 5], A)], op(Op::Softmax { axis: 1 })));
     check(&case("softmax first", &[(&[3, 5], A)], op(Op::Softmax { axis: 0 })));
+    check(&case("log_softmax last", &[(&[3, 5], A)], op(Op::LogSoftmax { axis: 1 })));
+    check(&case("log_softmax first", &[(&[4, 3], A)], op(Op::LogSoftmax { axis: 0 })));
 }
 
 #[test]

@@ -238,6 +238,16 @@ impl Tensor {
         })
     }
 
+    /// `log(softmax(x))` along `axis`, computed as `x - max - log(sum(exp(x - max)))` (no
+    /// underflow to `-inf` where a probability rounds to 0).
+    #[track_caller]
+    pub fn log_softmax(&self, axis: i64) -> Result<Tensor> {
+        apply("log_softmax", &[self], caller(), |b, x| {
+            let axis = normalize_axis("log_softmax", axis, b.shape(x[0]).rank())?;
+            b.op(Op::LogSoftmax { axis }, &[x[0]])
+        })
+    }
+
     /// `min(max(x, min), max)` with scalar bounds of this tensor's dtype, as `torch.clamp`:
     /// NaN stays NaN, and `min > max` gives `max` everywhere.
     #[track_caller]

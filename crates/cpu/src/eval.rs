@@ -126,7 +126,8 @@ fn eval_node(node: &Node, operands: &[&HostTensor]) -> Result<HostTensor> {
         Op::MatMul => matmul(dtype, shape, operands[0], operands[1]),
         Op::LayerNorm { eps } => layer_norm(dtype, operands[0], operands[1], Some(operands[2]), *eps, true),
         Op::RmsNorm { eps } => layer_norm(dtype, operands[0], operands[1], None, *eps, false),
-        Op::Softmax { axis } => softmax(dtype, operands[0], *axis),
+        Op::Softmax { axis } => softmax(dtype, operands[0], *axis, false),
+        Op::LogSoftmax { axis } => softmax(dtype, operands[0], *axis, true),
     };
     Ok(HostTensor::new(shape.clone(), data)?)
 }
@@ -298,8 +299,9 @@ fn layer_norm(
     out
 }
 
-/// `exp(x - max) / sum(exp(x - max))` along `axis` in f64, max NaN-propagating, sum in order.
-fn softmax(dtype: DType, x: &HostTensor, axis: usize) -> HostData {
+/// `exp(x - max) / sum(exp(x - max))` along `axis` in f64, max NaN-propagating, sum in order;
+/// with `log`, `x - max - ln(sum(exp(x - max)))`.
+fn softmax(dtype: DType, x: &HostTensor, axis: usize, log: bool) -> HostData {
     let dims = x.shape().dims();
     let len = dims[axis];
     let inner: usize = dims[axis + 1..].iter().product();
@@ -319,7 +321,8 @@ fn softmax(dtype: DType, x: &HostTensor, axis: usize) -> HostData {
     let mut out = empty_data(dtype, x.numel());
     for flat in 0..x.numel() {
         let lane = (flat / (len * inner)) * inner + flat % inner;
-        let y = (read(flat) - lane_max[lane]).exp() / lane_sum[lane];
+        let shifted = read(flat) - lane_max[lane];
+        let y = if log { shifted - lane_sum[lane].ln() } else { shifted.exp() / lane_sum[lane] };
         push(&mut out, Scalar::Float(y));
     }
     out

@@ -290,7 +290,7 @@ pub fn infer(op: &Op, operands: &[(DType, &Shape)], declared: Option<Declared<'_
             }
             Ok((dt, shape.clone()))
         }
-        Op::Softmax { axis } => {
+        Op::Softmax { axis } | Op::LogSoftmax { axis } => {
             let (dt, shape) = operands[0];
             if !dt.is_float() {
                 return Err(IrError::UnsupportedDType { op: name.into(), dtype: dt });

@@ -114,6 +114,11 @@ pub enum Op {
     Softmax {
         axis: usize,
     },
+    /// `x - max - log(sum(exp(x - max)))` along `axis`: the log of a softmax without its
+    /// rounding or underflow.
+    LogSoftmax {
+        axis: usize,
+    },
 }
 
 impl Op {
@@ -137,6 +142,7 @@ impl Op {
             Op::LayerNorm { .. } => "layer_norm",
             Op::RmsNorm { .. } => "rms_norm",
             Op::Softmax { .. } => "softmax",
+            Op::LogSoftmax { .. } => "log_softmax",
         }
     }
 
@@ -145,7 +151,7 @@ impl Op {
         match self {
             Op::Input { .. } | Op::Constant { .. } => Some(0),
             Op::Cast | Op::Unary { .. } | Op::Reduce { .. } | Op::Reshape | Op::BroadcastTo => Some(1),
-            Op::Permute { .. } | Op::Slice { .. } | Op::Softmax { .. } => Some(1),
+            Op::Permute { .. } | Op::Slice { .. } | Op::Softmax { .. } | Op::LogSoftmax { .. } => Some(1),
             Op::Binary { .. } | Op::MatMul | Op::RmsNorm { .. } => Some(2),
             Op::Where | Op::LayerNorm { .. } => Some(3),
             Op::Concat { .. } | Op::Stack { .. } => None,
@@ -158,7 +164,7 @@ impl Op {
     }
 
     pub fn is_composite(&self) -> bool {
-        matches!(self, Op::LayerNorm { .. } | Op::RmsNorm { .. } | Op::Softmax { .. })
+        matches!(self, Op::LayerNorm { .. } | Op::RmsNorm { .. } | Op::Softmax { .. } | Op::LogSoftmax { .. })
     }
 
     /// Attributes printed after the operands in the text form, e.g. `axes=[1], keepdim`.
@@ -172,7 +178,7 @@ impl Op {
             }
             Op::Permute { perm } => format!("perm=[{}]", list(perm)),
             Op::Slice { axis, start, end, step } => format!("axis={axis}, {start}:{end}:{step}"),
-            Op::Concat { axis } | Op::Stack { axis } | Op::Softmax { axis } => {
+            Op::Concat { axis } | Op::Stack { axis } | Op::Softmax { axis } | Op::LogSoftmax { axis } => {
                 format!("axis={axis}")
             }
             Op::LayerNorm { eps } | Op::RmsNorm { eps } => format!("eps={}", format_f64(*eps)),

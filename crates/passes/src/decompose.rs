@@ -1,4 +1,4 @@
-//! Composites to primitives, so fusion sees through them: layer_norm, rms_norm, softmax and mean
+//! Composites to primitives, so fusion sees through them: layer_norm, rms_norm, (log_)softmax and mean
 //! become sums, maxima and elementwise ops, and an integer or bool sum (an i64) becomes a sum of
 //! its operand cast to i64, so every reduction after this pass reduces values of its own dtype.
 //! Every node a decomposition creates carries the composite's source location. f16/bf16
@@ -37,6 +37,7 @@ fn decomposed_name(g: &Graph, id: NodeId) -> Option<&'static str> {
         Op::LayerNorm { .. } => Some("layer_norm"),
         Op::RmsNorm { .. } => Some("rms_norm"),
         Op::Softmax { .. } => Some("softmax"),
+        Op::LogSoftmax { .. } => Some("log_softmax"),
         Op::Reduce { op: ReduceOp::Mean, .. } => Some("mean"),
         Op::Reduce { op: ReduceOp::Sum, .. } if g.node(node.operands[0]).dtype != node.dtype => Some("sum"),
         _ => None,
@@ -137,6 +138,15 @@ impl Builder<'_> {
                 let exp = self.unary(UnaryOp::Exp, shifted)?;
                 let sum = self.reduce(ReduceOp::Sum, exp, axes, true)?;
                 self.binary(BinaryOp::Div, exp, sum)?
+            }
+            Op::LogSoftmax { axis } => {
+                let axes = vec![*axis];
+                let max = self.reduce(ReduceOp::Max, x, axes.clone(), true)?;
+                let shifted = self.binary(BinaryOp::Sub, x, max)?;
+                let exp = self.unary(UnaryOp::Exp, shifted)?;
+                let sum = self.reduce(ReduceOp::Sum, exp, axes, true)?;
+                let log_sum = self.unary(UnaryOp::Log, sum)?;
+                self.binary(BinaryOp::Sub, shifted, log_sum)?
             }
             // `x` was cast to the i64 of the result.
             Op::Reduce { op: ReduceOp::Sum, axes, keepdim } => self.reduce(ReduceOp::Sum, x, axes.clone(), *keepdim)?,

@@ -110,6 +110,20 @@ fn softmax_is_one_kernel() {
 }
 
 #[test]
+fn log_softmax_is_one_row_kernel_with_or_without_its_backward() {
+    let mut g = Graph::new();
+    let x = g.input(DType::BF16, [512, 50_257]);
+    let y = op(&mut g, Op::LogSoftmax { axis: 1 }, &[x]);
+    g.set_outputs(vec![y]);
+    check("log_softmax_bf16", g.clone(), defaults(), 1);
+    let seed = g.input(DType::BF16, [512, 50_257]);
+    let grads = braze_autodiff::backward(&mut g, &[(y, seed)], &[x]).unwrap();
+    g.set_outputs(vec![y, grads[0].unwrap()]);
+    // The backward's sum of the incoming gradient and exp(y) join the forward's row kernel.
+    check("log_softmax_bf16_backward", g, defaults(), 1);
+}
+
+#[test]
 fn broadcast_chain_is_one_pointwise_kernel() {
     let mut g = Graph::new();
     let x = g.input(DType::F32, [64, 32, 256]);
