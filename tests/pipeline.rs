@@ -173,6 +173,20 @@ const CASES: &[Case] = &[
         inputs: Inputs::WithSpecials,
         kernels: &["row"],
     },
+    // Random i64 targets and classes in -8..=8: rows with one class, several or none (NaN),
+    // and rows ignored (target -8).
+    Case {
+        name: "cross_entropy_backward",
+        build: || cross_entropy_backward(DType::F32, 16, 40),
+        inputs: Inputs::Random,
+        kernels: &["row", "row", "row"],
+    },
+    Case {
+        name: "cross_entropy_vocab_backward_bf16",
+        build: || cross_entropy_backward(DType::BF16, 4, 50_304),
+        inputs: Inputs::Random,
+        kernels: &["row", "row", "row"],
+    },
     // GPT-2's vocabulary: rows longer than a block's cache, read in chunks.
     Case {
         name: "log_softmax_vocab_backward_bf16",
@@ -364,6 +378,21 @@ fn log_softmax_backward(dtype: DType, rows: usize, cols: usize) -> Graph {
     let dy = b.input(dtype, [rows, cols]);
     let mut g = gradients(b, &[(y, dy)], &[x]);
     let mut outputs = vec![y];
+    outputs.extend(g.outputs().iter().copied());
+    g.set_outputs(outputs);
+    g
+}
+
+/// The mean cross entropy of `logits [rows, classes]` and its gradient for an incoming `dloss`.
+fn cross_entropy_backward(dtype: DType, rows: usize, classes: usize) -> Graph {
+    let mut b = Builder::new();
+    let logits = b.input(dtype, [rows, classes]);
+    let targets = b.input(DType::I64, [rows]);
+    let class_ids = b.input(DType::I64, [classes]);
+    let loss = b.op(Op::CrossEntropy { ignore_index: -8 }, &[logits, targets, class_ids]);
+    let dloss = b.input(dtype, []);
+    let mut g = gradients(b, &[(loss, dloss)], &[logits]);
+    let mut outputs = vec![loss];
     outputs.extend(g.outputs().iter().copied());
     g.set_outputs(outputs);
     g

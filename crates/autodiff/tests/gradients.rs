@@ -206,6 +206,22 @@ fn norms_and_softmax() {
     check(&case("log_softmax first", &[(&[4, 3], A)], op(Op::LogSoftmax { axis: 0 })));
 }
 
+/// A rank-1 i64 tensor of `values` built from constants (the case's inputs are f32).
+fn indices(g: &mut Graph, values: &[i64]) -> NodeId {
+    let scalars: Vec<NodeId> = values.iter().map(|&v| g.constant(v as f64, DType::I64)).collect();
+    g.add(Op::Stack { axis: 0 }, &scalars, None).unwrap()
+}
+
+#[test]
+fn cross_entropy_with_ignored_rows() {
+    // Row 1 is ignored: its logits get no gradient, and it is not counted in the mean.
+    check(&case("cross_entropy", &[(&[4, 5], A)], |g, x| {
+        let targets = indices(g, &[1, -100, 4, 0]);
+        let classes = indices(g, &[0, 1, 2, 3, 4]);
+        op(Op::CrossEntropy { ignore_index: -100 })(g, &[x[0], targets, classes])
+    }));
+}
+
 #[test]
 fn size_one_dims_and_reuse() {
     // x used three times: its gradient is the sum of all three paths.

@@ -248,6 +248,29 @@ impl Tensor {
         })
     }
 
+    /// PyTorch's `cross_entropy(logits, targets, ignore_index=..)` with the mean reduction: self
+    /// is logits `[N, V]` (float), `targets` `[N]` (i32 or i64) class indices. Rows whose target
+    /// is `ignore_index` (PyTorch's default is -100) count for nothing and get zero gradients; the
+    /// mean over no rows is NaN. A target outside `0..V` is an error eagerly (the targets are
+    /// read on the host, a host sync); compiled (where they stay on the device) it makes the
+    /// loss NaN. Compiled, the forward is a row
+    /// kernel and a sum over the rows, the backward one pass writing `(softmax - onehot) * g /
+    /// count` per row; f16/bf16 logits compute in f32.
+    #[track_caller]
+    pub fn cross_entropy(&self, targets: &Tensor, ignore_index: i64) -> Result<Tensor> {
+        let loc = caller();
+        let dims = self.shape().dims().to_vec();
+        let classes = dims.get(1).copied().unwrap_or(0);
+        if !crate::trace::is_active() && dims.len() == 2 && targets.dtype().is_int() && !targets.is_traced() {
+            check_targets(targets, classes, ignore_index, &loc)?;
+        }
+        let index_dtype = if targets.dtype().is_int() { targets.dtype() } else { DType::I64 };
+        let class_ids = Tensor::arange(classes, index_dtype, self.device())?;
+        apply("cross_entropy", &[self, targets, &class_ids], loc, |b, x| {
+            b.op(Op::CrossEntropy { ignore_index }, &[x[0], x[1], x[2]])
+        })
+    }
+
     /// `min(max(x, min), max)` with scalar bounds of this tensor's dtype, as `torch.clamp`:
     /// NaN stays NaN, and `min > max` gives `max` everywhere.
     #[track_caller]
@@ -269,6 +292,27 @@ impl Tensor {
             let rank = b.shape(nan).rank();
             b.op(Op::Reduce { op: ReduceOp::Max, axes: (0..rank).collect(), keepdim: false }, &[nan])
         })
+    }
+}
+
+/// Every target is a class of `0..classes` or `ignore_index` (an eager check on the host).
+fn check_targets(targets: &Tensor, classes: usize, ignore_index: i64, loc: &SourceLoc) -> Result<()> {
+    let host = crate::trace::host_value(targets, crate::BreakKind::HostRead, "cross_entropy", loc.clone())?;
+    let values: Vec<i64> = match host.data() {
+        braze_ir::HostData::I32(v) => v.iter().map(|&t| t.into()).collect(),
+        braze_ir::HostData::I64(v) => v.clone(),
+        _ => return Ok(()), // not indices: the op's typing reports it
+    };
+    let bad = values.into_iter().enumerate().find(|&(_, t)| t != ignore_index && (t < 0 || t as u64 >= classes as u64));
+    match bad {
+        Some((row, target)) => Err(Error::invalid(
+            "cross_entropy",
+            loc,
+            format!(
+                "target {target} of row {row} is out of range: expected 0..{classes} or ignore_index {ignore_index}"
+            ),
+        )),
+        None => Ok(()),
     }
 }
 

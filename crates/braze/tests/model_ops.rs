@@ -76,3 +76,89 @@ fn arange_counts_from_zero_eagerly_and_inside_a_compiled_function() {
     let err = Tensor::arange(3, DType::Bool, Device::Cpu).unwrap_err().to_string();
     assert!(err.contains("arange") && err.contains("got bool"), "{err}");
 }
+
+/// PyTorch's mean cross entropy and its logit gradient, in f64: `(loss, dlogits)`.
+fn cross_entropy_reference(logits: &[f64], targets: &[i64], classes: usize, ignore: i64) -> (f64, Vec<f64>) {
+    let counted = targets.iter().filter(|&&t| t != ignore).count() as f64;
+    let (mut total, mut grad) = (0.0, vec![0.0; logits.len()]);
+    for (n, &t) in targets.iter().enumerate() {
+        if t == ignore {
+            continue;
+        }
+        let row = &logits[n * classes..(n + 1) * classes];
+        let max = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let sum: f64 = row.iter().map(|v| (v - max).exp()).sum();
+        total += max + sum.ln() - row[t as usize];
+        for (j, v) in row.iter().enumerate() {
+            let onehot = if j == t as usize { 1.0 } else { 0.0 };
+            grad[n * classes + j] = ((v - max).exp() / sum - onehot) / counted;
+        }
+    }
+    (total / counted, grad)
+}
+
+#[test]
+fn cross_entropy_at_gpt2_vocabularies_matches_the_reference() {
+    for vocab in [50_257, 50_304] {
+        for (dtype, index, tol) in [(DType::F32, DType::I64, 1e-5), (DType::BF16, DType::I32, 1e-2)] {
+            let what = format!("vocab {vocab} {dtype} logits, {index} targets");
+            let logits =
+                Tensor::randn([4, vocab], DType::F32, 21).unwrap().mul_scalar(3.0).unwrap().cast(dtype).unwrap();
+            let targets_v = [7, -100, vocab as i64 - 1, 0];
+            let targets = Tensor::from_slice(&targets_v, [4]).unwrap().cast(index).unwrap();
+            let (want_loss, want_grad) = cross_entropy_reference(&values(&logits), &targets_v, vocab, -100);
+            let eager = logits.cross_entropy(&targets, -100).unwrap();
+            assert_eq!(eager.dtype(), dtype, "{what}");
+            close(&values(&eager), &[want_loss], tol, &format!("{what}: eager loss"));
+            let step = compile(|a: &[Tensor]| {
+                let (loss, grads) = value_and_grad(|b| b[0].cross_entropy(&a[1], -100), &[a[0].clone()])?;
+                Ok(vec![loss, grads[0].clone()])
+            })
+            .fullgraph(true);
+            let out = step.call(&[logits.clone(), targets.clone()]).unwrap();
+            close(&values(&out[0]), &[want_loss], tol, &format!("{what}: compiled loss"));
+            assert_eq!(out[1].dtype(), dtype, "{what}");
+            let grad = values(&out[1]);
+            // Each gradient relative to itself (they are far below 1), f32 to 1e-4, bf16 to 1e-2.
+            let grad_tol = if dtype == DType::F32 { 1e-4 } else { 1e-2 };
+            for (j, (g, w)) in grad.iter().zip(&want_grad).enumerate() {
+                assert!((g - w).abs() <= grad_tol * (w.abs() + 1e-9), "{what}: gradient [{j}] {g} vs {w}");
+            }
+            assert!(grad[vocab..2 * vocab].iter().all(|&g| g == 0.0), "{what}: the ignored row has zero gradients");
+        }
+    }
+}
+
+#[test]
+fn cross_entropy_gradient_matches_finite_differences() {
+    let logits = Tensor::randn([5, 9], DType::F32, 3).unwrap();
+    let targets_v = [8i64, 0, 3, 3, 5];
+    let targets = Tensor::from_slice(&targets_v, [5]).unwrap();
+    let (_, grads) = value_and_grad(|a| a[0].cross_entropy(&targets, 3), &[logits.clone()]).unwrap();
+    let xv = values(&logits);
+    let h = 1e-5;
+    let numeric: Vec<f64> = (0..xv.len())
+        .map(|i| {
+            let (mut up, mut down) = (xv.clone(), xv.clone());
+            up[i] += h;
+            down[i] -= h;
+            (cross_entropy_reference(&up, &targets_v, 9, 3).0 - cross_entropy_reference(&down, &targets_v, 9, 3).0)
+                / (2.0 * h)
+        })
+        .collect();
+    close(&values(&grads[0]), &numeric, 1e-4, "eager gradient");
+}
+
+#[test]
+fn cross_entropy_targets_out_of_range_are_an_error_eagerly_and_nan_compiled() {
+    let logits = Tensor::randn([2, 5], DType::F32, 1).unwrap();
+    let targets = Tensor::from_slice(&[1i64, 5], [2]).unwrap();
+    let err = logits.cross_entropy(&targets, -100).unwrap_err().to_string();
+    assert!(err.contains("cross_entropy at crates/braze/tests/model_ops.rs:"), "{err}");
+    assert!(err.ends_with("target 5 of row 1 is out of range: expected 0..5 or ignore_index -100"), "{err}");
+    let f = compile(|a: &[Tensor]| Ok(vec![a[0].cross_entropy(&a[1], -100)?])).fullgraph(true);
+    assert!(f.call(&[logits.clone(), targets]).unwrap()[0].item::<f32>().unwrap().is_nan());
+    // A mean over no counted rows is NaN, as PyTorch's.
+    let ignored = Tensor::from_slice(&[-100i64, -100], [2]).unwrap();
+    assert!(logits.cross_entropy(&ignored, -100).unwrap().item::<f32>().unwrap().is_nan());
+}

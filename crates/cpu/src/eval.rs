@@ -128,6 +128,7 @@ fn eval_node(node: &Node, operands: &[&HostTensor]) -> Result<HostTensor> {
         Op::RmsNorm { eps } => layer_norm(dtype, operands[0], operands[1], None, *eps, false),
         Op::Softmax { axis } => softmax(dtype, operands[0], *axis, false),
         Op::LogSoftmax { axis } => softmax(dtype, operands[0], *axis, true),
+        Op::CrossEntropy { ignore_index } => cross_entropy(dtype, operands, *ignore_index),
     };
     Ok(HostTensor::new(shape.clone(), data)?)
 }
@@ -296,6 +297,33 @@ fn layer_norm(
             push(&mut out, Scalar::Float(y));
         }
     }
+    out
+}
+
+/// The mean over rows whose target is not `ignore_index` of `logsumexp(row) - sum of the row's
+/// logits whose class is the target`, in f64; a row with no such logit is NaN, no rows is NaN.
+fn cross_entropy(dtype: DType, operands: &[&HostTensor], ignore_index: i64) -> HostData {
+    let (logits, targets, classes) = (operands[0], operands[1], operands[2]);
+    let cols = logits.shape().dims()[1];
+    let int = |t: &HostTensor, i: usize| match Scalar::read(t.data(), i) {
+        Scalar::Int(v) => v,
+        other => unreachable!("typed as an integer: {other:?}"),
+    };
+    let (mut total, mut count) = (0.0f64, 0usize);
+    for n in 0..targets.numel() {
+        let target = int(targets, n);
+        if target == ignore_index {
+            continue;
+        }
+        let row: Vec<f64> = (0..cols).map(|j| Scalar::read(logits.data(), n * cols + j).to_f64()).collect();
+        let max = row.iter().fold(f64::NEG_INFINITY, |m, &x| nan_max(m, x));
+        let lse = max + row.iter().map(|x| (x - max).exp()).sum::<f64>().ln();
+        let picked: Vec<f64> = (0..cols).filter(|&j| int(classes, j) == target).map(|j| row[j]).collect();
+        total += if picked.is_empty() { f64::NAN } else { lse - picked.iter().sum::<f64>() };
+        count += 1;
+    }
+    let mut out = empty_data(dtype, 1);
+    push(&mut out, Scalar::Float(total / count as f64));
     out
 }
 

@@ -163,6 +163,23 @@ fn log_softmax_keeps_the_digits_softmax_underflows() {
 }
 
 #[test]
+fn cross_entropy_is_the_mean_over_counted_rows() {
+    let logits = [1.0, 2.0, 3.0, 0.5, -0.5, 0.0, 7.0, 7.0, 7.0];
+    let lse = |row: &[f64]| {
+        let max = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        max + row.iter().map(|v| (v - max).exp()).sum::<f64>().ln()
+    };
+    // Row 1 is ignored; rows 0 and 2 pick classes 2 and 0.
+    let want = ((lse(&logits[0..3]) - 3.0) + (lse(&logits[6..9]) - 7.0)) / 2.0;
+    let op = Op::CrossEntropy { ignore_index: -1 };
+    let classes = i64s(&[3], &[0, 1, 2]);
+    check(op.clone(), &[f32s(&[3, 3], &logits), i64s(&[3], &[2, -1, 0]), classes.clone()], f32s(&[], &[want]));
+    // Every row ignored: a mean over nothing. A target that is no class: NaN.
+    check(op.clone(), &[f32s(&[3, 3], &logits), i64s(&[3], &[-1, -1, -1]), classes.clone()], f32s(&[], &[NAN]));
+    check(op, &[f32s(&[3, 3], &logits), i64s(&[3], &[2, 3, 0]), classes], f32s(&[], &[NAN]));
+}
+
+#[test]
 fn softmax_special_rows() {
     let x = f32s(&[4, 2], &[-INF, 0.0, -INF, -INF, NAN, 1.0, INF, 1.0]);
     let expected = f32s(&[4, 2], &[0.0, 1.0, NAN, NAN, NAN, NAN, NAN, NAN]);

@@ -124,6 +124,21 @@ fn log_softmax_is_one_row_kernel_with_or_without_its_backward() {
 }
 
 #[test]
+fn cross_entropy_is_a_row_kernel_and_a_mean_and_its_backward_one_pass() {
+    let mut g = Graph::new();
+    let logits = g.input(DType::BF16, [64, 50_304]);
+    let targets = g.input(DType::I64, [64]);
+    let classes = g.input(DType::I64, [50_304]);
+    let loss = op(&mut g, Op::CrossEntropy { ignore_index: -100 }, &[logits, targets, classes]);
+    g.set_outputs(vec![loss]);
+    check("cross_entropy_bf16", g.clone(), defaults(), 2);
+    let one = g.constant(1.0, DType::BF16);
+    let grads = braze_autodiff::backward(&mut g, &[(loss, one)], &[logits]).unwrap();
+    g.set_outputs(vec![loss, grads[0].unwrap()]);
+    check("cross_entropy_bf16_backward", g, defaults(), 3);
+}
+
+#[test]
 fn broadcast_chain_is_one_pointwise_kernel() {
     let mut g = Graph::new();
     let x = g.input(DType::F32, [64, 32, 256]);
