@@ -187,6 +187,12 @@ const CASES: &[Case] = &[
         inputs: Inputs::Random,
         kernels: &["row", "row", "row"],
     },
+    Case {
+        name: "dropout_backward_bf16",
+        build: || dropout_backward(DType::BF16, 8, 33),
+        inputs: Inputs::Random,
+        kernels: &["pointwise"],
+    },
     // GPT-2's vocabulary: rows longer than a block's cache, read in chunks.
     Case {
         name: "log_softmax_vocab_backward_bf16",
@@ -375,6 +381,35 @@ fn log_softmax_backward(dtype: DType, rows: usize, cols: usize) -> Graph {
     let mut b = Builder::new();
     let x = b.input(dtype, [rows, cols]);
     let y = b.op(Op::LogSoftmax { axis: 1 }, &[x]);
+    let dy = b.input(dtype, [rows, cols]);
+    let mut g = gradients(b, &[(y, dy)], &[x]);
+    let mut outputs = vec![y];
+    outputs.extend(g.outputs().iter().copied());
+    g.set_outputs(outputs);
+    g
+}
+
+/// `Tensor::dropout(0.25)` of `x [rows, cols]` as the frontend records it (Philox bits at counter
+/// `offset + row_lane + col_lane` under `seed`, kept where at least round(0.25 * 2^32)), and its
+/// gradient for an incoming `dy`.
+fn dropout_backward(dtype: DType, rows: usize, cols: usize) -> Graph {
+    let mut b = Builder::new();
+    let x = b.input(dtype, [rows, cols]);
+    let seed = b.input(DType::I64, []);
+    let offset = b.input(DType::I64, []);
+    let row_lane = b.input(DType::I64, [rows, 1]);
+    let col_lane = b.input(DType::I64, [1, cols]);
+    let counter = b.bin(BinaryOp::Add, offset, row_lane);
+    let counter = b.bin(BinaryOp::Add, counter, col_lane);
+    let bits = b.bin(BinaryOp::Philox, counter, seed);
+    let threshold = b.constant(1_073_741_824.0, DType::I64);
+    let keep = b.bin(BinaryOp::Ge, bits, threshold);
+    let wide = b.cast(x, DType::F32);
+    let scale = b.constant(1.0 / 0.75, DType::F32);
+    let scaled = b.bin(BinaryOp::Mul, wide, scale);
+    let zero = b.constant(0.0, DType::F32);
+    let kept = b.op(Op::Where, &[keep, scaled, zero]);
+    let y = b.cast(kept, dtype);
     let dy = b.input(dtype, [rows, cols]);
     let mut g = gradients(b, &[(y, dy)], &[x]);
     let mut outputs = vec![y];

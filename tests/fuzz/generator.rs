@@ -8,6 +8,25 @@ use std::collections::{BTreeMap, HashSet};
 
 const DIMS: [usize; 9] = [0, 1, 2, 3, 5, 7, 8, 16, 33];
 const MAX_RANK: usize = 4;
+/// The binary ops the generator draws from: the table as it was when the fixed regression range
+/// was recorded (ops added to the table since, such as philox, would change its graphs).
+const REGRESSION_BINARY_OPS: &[BinaryOp] = &[
+    BinaryOp::Add,
+    BinaryOp::Sub,
+    BinaryOp::Mul,
+    BinaryOp::Div,
+    BinaryOp::Max,
+    BinaryOp::Min,
+    BinaryOp::Pow,
+    BinaryOp::Eq,
+    BinaryOp::Ne,
+    BinaryOp::Lt,
+    BinaryOp::Le,
+    BinaryOp::Gt,
+    BinaryOp::Ge,
+    BinaryOp::And,
+    BinaryOp::Or,
+];
 /// Largest tensor a graph holds, so a debug build runs a thousand graphs in a few minutes.
 const MAX_NUMEL: usize = 4096;
 pub const MAX_OPS: usize = 32;
@@ -216,7 +235,7 @@ impl Generator {
                 self.commit(Op::Unary { op }, &[Arg::Value(x)], None)
             }
             15..=31 => {
-                let op = self.rng.pick(BinaryOp::ALL);
+                let op = self.rng.pick(REGRESSION_BINARY_OPS);
                 let other = self.partner(x);
                 let args = if self.rng.chance(0.5) { [Arg::Value(x), other] } else { [other, Arg::Value(x)] };
                 self.commit(Op::Binary { op }, &args, None)

@@ -271,6 +271,69 @@ impl Tensor {
         })
     }
 
+    /// PyTorch's `dropout(x, p, training)`: each element zeroed with probability `p`, the others
+    /// scaled by `1 / (1 - p)`; the identity when `training` is false. The mask is drawn by
+    /// Philox 4x32-10 (the `philox` op) with counter `offset + i` at element `i` (row-major)
+    /// under key `seed`, both rank-0 i64 tensors: device values, so a step that advances
+    /// `offset` (by at least the element count) draws a new mask on every call without
+    /// retracing, even replayed as a CUDA graph. Every backend draws the same bits, and the
+    /// backward recomputes the mask from the counter instead of storing it.
+    #[track_caller]
+    pub fn dropout(&self, p: f64, seed: &Tensor, offset: &Tensor, training: bool) -> Result<Tensor> {
+        let loc = caller();
+        if !(0.0..=1.0).contains(&p) {
+            return Err(Error::invalid("dropout", &loc, format!("p must be in [0, 1], got {p}")));
+        }
+        for (name, t) in [("seed", seed), ("offset", offset)] {
+            if t.dtype() != DType::I64 || t.rank() != 0 {
+                return Err(Error::invalid(
+                    "dropout",
+                    &loc,
+                    format!("{name} must be a rank-0 i64 tensor, got {}{}", t.dtype(), t.shape()),
+                ));
+            }
+        }
+        if !self.dtype().is_float() {
+            return Err(Error::invalid("dropout", &loc, format!("expected a float tensor, got {}", self.dtype())));
+        }
+        if !training {
+            return Ok(self.clone());
+        }
+        // The flat element index as a sum of one small broadcast vector per dim (`i * stride`).
+        let dims = self.shape().dims().to_vec();
+        let mut lanes = Vec::with_capacity(dims.len());
+        for (d, &n) in dims.iter().enumerate() {
+            let stride: usize = dims[d + 1..].iter().product();
+            let values: Vec<f64> = (0..n).map(|i| (i * stride) as f64).collect();
+            let mut shape = vec![1; dims.len()];
+            shape[d] = n;
+            let host = braze_ir::HostTensor::from_f64(DType::I64, shape, &values)
+                .map_err(|e| Error::ir("dropout", &loc, e))?;
+            lanes.push(Tensor::from_host(host).to_device(self.device())?);
+        }
+        let mut operands = vec![self, seed, offset];
+        operands.extend(lanes.iter());
+        // P(r < threshold) = threshold / 2^32 for the 32-bit word r.
+        let threshold = (p * 4_294_967_296.0).round();
+        let scale = if p < 1.0 { 1.0 / (1.0 - p) } else { 0.0 };
+        apply("dropout", &operands, loc, |b, x| {
+            let mut counter = x[2];
+            for &lane in &x[3..] {
+                counter = b.op(Op::Binary { op: BinaryOp::Add }, &[counter, lane])?;
+            }
+            let bits = b.op(Op::Binary { op: BinaryOp::Philox }, &[counter, x[1]])?;
+            let threshold = b.constant(threshold, DType::I64);
+            let keep = b.op(Op::Binary { op: BinaryOp::Ge }, &[bits, threshold])?;
+            let dtype = b.dtype(x[0]);
+            let wide = b.cast_if_needed(x[0], DType::F32)?;
+            let scale = b.constant(scale, DType::F32);
+            let scaled = b.op(Op::Binary { op: BinaryOp::Mul }, &[wide, scale])?;
+            let zero = b.constant(0.0, DType::F32);
+            let kept = b.op(Op::Where, &[keep, scaled, zero])?;
+            b.cast_if_needed(kept, dtype)
+        })
+    }
+
     /// `min(max(x, min), max)` with scalar bounds of this tensor's dtype, as `torch.clamp`:
     /// NaN stays NaN, and `min > max` gives `max` everywhere.
     #[track_caller]

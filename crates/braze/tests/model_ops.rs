@@ -162,3 +162,82 @@ fn cross_entropy_targets_out_of_range_are_an_error_eagerly_and_nan_compiled() {
     let ignored = Tensor::from_slice(&[-100i64, -100], [2]).unwrap();
     assert!(logits.cross_entropy(&ignored, -100).unwrap().item::<f32>().unwrap().is_nan());
 }
+
+/// Whether element `i` survives dropout with `p` under `seed` from `offset` (the op's
+/// definition, written out: Philox's first word against `round(p 2^32)`).
+fn kept(i: usize, p: f64, seed: i64, offset: i64) -> bool {
+    braze_ir::elementwise::philox_word(offset + i as i64, seed) >= (p * 4_294_967_296.0).round() as i64
+}
+
+fn i64_scalar(v: i64) -> Tensor {
+    Tensor::scalar(v)
+}
+
+#[test]
+fn dropout_draws_the_philox_stream_eagerly_and_compiled() {
+    let (p, seed) = (0.25, 1234);
+    let x = Tensor::randn([3, 50, 40], DType::F32, 8).unwrap();
+    let xv = values(&x);
+    let step = compile(|a: &[Tensor]| Ok(vec![a[0].dropout(0.25, &a[1], &a[2], true)?])).fullgraph(true);
+    for offset in [0i64, 6000, 1 << 40] {
+        let want: Vec<f64> = xv
+            .iter()
+            .enumerate()
+            .map(|(i, v)| if kept(i, p, seed, offset) { (*v as f32 * (1.0f32 / 0.75)) as f64 } else { 0.0 })
+            .collect();
+        let eager = x.dropout(p, &i64_scalar(seed), &i64_scalar(offset), true).unwrap();
+        assert_eq!(values(&eager), want, "eager at offset {offset}");
+        let compiled = step.call(&[x.clone(), i64_scalar(seed), i64_scalar(offset)]).unwrap();
+        assert_eq!(values(&compiled[0]), want, "compiled at offset {offset}");
+    }
+    // A new offset is a new mask from the same compiled graph: one trace for all three calls.
+    assert_eq!(step.stats().traces, 1);
+    let dropped = (0..6000).filter(|&i| !kept(i, p, seed, 0)).count() as f64 / 6000.0;
+    assert!((dropped - p).abs() < 0.02, "dropped {dropped}");
+}
+
+#[test]
+fn dropout_backward_reuses_the_mask_and_eval_is_the_identity() {
+    let (seed, offset) = (i64_scalar(99), i64_scalar(7));
+    let x = Tensor::randn([64, 33], DType::BF16, 2).unwrap();
+    let (_, grads) = value_and_grad(|a| a[0].dropout(0.5, &seed, &offset, true)?.sum_all(), &[x.clone()]).unwrap();
+    let want: Vec<f64> = (0..64 * 33).map(|i| if kept(i, 0.5, 99, 7) { 2.0 } else { 0.0 }).collect();
+    assert_eq!(grads[0].dtype(), DType::BF16);
+    assert_eq!(values(&grads[0]), want, "eager gradient");
+    let step = compile(|a: &[Tensor]| {
+        let (_, g) = value_and_grad(|b| b[0].dropout(0.5, &a[1], &a[2], true)?.sum_all(), &[a[0].clone()])?;
+        Ok(g)
+    });
+    assert_eq!(values(&step.call(&[x.clone(), i64_scalar(99), i64_scalar(7)]).unwrap()[0]), want, "compiled gradient");
+    assert!(x.dropout(0.5, &seed, &offset, false).unwrap().same_tensor(&x));
+    assert!(values(&x.dropout(1.0, &seed, &offset, true).unwrap()).iter().all(|&v| v == 0.0));
+    let err = x.dropout(1.5, &seed, &offset, true).unwrap_err().to_string();
+    assert!(err.ends_with("p must be in [0, 1], got 1.5"), "{err}");
+    let err = x.dropout(0.5, &Tensor::scalar(1i32), &offset, true).unwrap_err().to_string();
+    assert!(err.ends_with("seed must be a rank-0 i64 tensor, got i32[]"), "{err}");
+}
+
+#[test]
+fn dropout_backward_draws_the_mask_again_instead_of_saving_it() {
+    // dropout(x) @ w, then tanh: the backward needs the mask past the matmul. Only tanh's f32
+    // output [64, 16] is saved (4 KiB), not the bool mask [64, 32].
+    let step = compile(|a: &[Tensor]| {
+        let (loss, g) = value_and_grad(
+            |b| b[0].dropout(0.5, &a[1], &a[2], true)?.matmul(&a[3])?.tanh()?.sum_all(),
+            &[a[0].clone()],
+        )?;
+        Ok(vec![loss, g[0].clone()])
+    });
+    let (x, w) = (Tensor::randn([64, 32], DType::F32, 2).unwrap(), Tensor::randn([32, 16], DType::F32, 3).unwrap());
+    let args = [x.clone(), i64_scalar(5), i64_scalar(0), w.clone()];
+    let saved = step.explain(&args).unwrap().saved_for_backward.unwrap();
+    assert_eq!((saved.buffers, saved.bytes), (1, 64 * 16 * 4));
+    // And the gradient is still the eager one.
+    let out = step.call(&args).unwrap();
+    let (_, eager) = value_and_grad(
+        |b| b[0].dropout(0.5, &i64_scalar(5), &i64_scalar(0), true)?.matmul(&w)?.tanh()?.sum_all(),
+        &[x],
+    )
+    .unwrap();
+    close(&values(&out[1]), &values(&eager[0]), 1e-5, "gradient");
+}
