@@ -130,10 +130,11 @@ pub(crate) fn operand_grads(e: &mut Emit<'_>, id: NodeId, grad: NodeId) -> Resul
     Ok(grads)
 }
 
-/// `(softmax(x) - onehot(target)) * g / count` on rows whose target is not `ignore_index`, 0 on
-/// the others, in f32: one pass over each row once its max and sum of exponentials are known
-/// (the same nodes as the forward's decomposition computes, so they are shared), the
-/// probabilities never stored.
+/// `(hits * softmax(x) - onehot(target)) * g / count` on rows whose target is not
+/// `ignore_index` (`hits`, the row's columns of the target class, is 1 for classes `0..V`; a row
+/// without one is NaN, as its loss), 0 on the others, in f32: one pass over each row once its
+/// max and sum of exponentials are known (the same nodes as the forward's decomposition
+/// computes, so they are shared), the probabilities never stored.
 fn cross_entropy_grad(
     e: &mut Emit<'_>,
     x: NodeId,
@@ -159,7 +160,12 @@ fn cross_entropy_grad(
     let count = e.reduce(ReduceOp::Sum, counted, &[0, 1], false)?;
     let scale = e.div(g, count)?;
     let hot = e.cast(onehot, DType::F32)?;
-    let diff = e.sub(p, hot)?;
+    let hits = e.reduce(ReduceOp::Sum, hot, &[1], true)?;
+    let hit = e.reduce(ReduceOp::Max, onehot, &[1], true)?;
+    let spread = e.mul(hits, p)?;
+    let diff = e.sub(spread, hot)?;
+    let nan = e.constant(f64::NAN);
+    let diff = e.select(hit, diff, nan)?;
     let zero = e.constant(0.0);
     let kept = e.select(valid, diff, zero)?;
     e.mul(kept, scale)

@@ -300,8 +300,9 @@ fn layer_norm(
     out
 }
 
-/// The mean over rows whose target is not `ignore_index` of `logsumexp(row) - sum of the row's
-/// logits whose class is the target`, in f64; a row with no such logit is NaN, no rows is NaN.
+/// The mean over rows whose target is not `ignore_index` of the sum of `logsumexp(row) - x` over
+/// the row's logits `x` whose class is the target, in f64; a row with no such logit is NaN, no
+/// rows is NaN.
 fn cross_entropy(dtype: DType, operands: &[&HostTensor], ignore_index: i64) -> HostData {
     let (logits, targets, classes) = (operands[0], operands[1], operands[2]);
     let cols = logits.shape().dims()[1];
@@ -319,7 +320,7 @@ fn cross_entropy(dtype: DType, operands: &[&HostTensor], ignore_index: i64) -> H
         let max = row.iter().fold(f64::NEG_INFINITY, |m, &x| nan_max(m, x));
         let lse = max + row.iter().map(|x| (x - max).exp()).sum::<f64>().ln();
         let picked: Vec<f64> = (0..cols).filter(|&j| int(classes, j) == target).map(|j| row[j]).collect();
-        total += if picked.is_empty() { f64::NAN } else { lse - picked.iter().sum::<f64>() };
+        total += if picked.is_empty() { f64::NAN } else { picked.iter().map(|x| lse - x).sum::<f64>() };
         count += 1;
     }
     let mut out = empty_data(dtype, 1);

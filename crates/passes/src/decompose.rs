@@ -201,10 +201,11 @@ impl Builder<'_> {
         Ok((centered, var))
     }
 
-    /// Per row `max + log(sum(exp(x - max))) - sum(where(class == target, x, 0))` (NaN where no
-    /// class is the target), summed over the rows whose target is not `ignore_index` and
-    /// divided by their count: a row kernel (the target logit's sum needs no max, so it joins
-    /// the first layer of reductions) and a reduction over the rows.
+    /// Per row `hits * log(sum(exp(x - max))) - sum(where(class == target, x - max, 0))` (NaN where
+    /// no class is the target; `hits` is how many are, 1 for classes `0..V`), summed over the rows
+    /// whose target is not `ignore_index` and divided by their count: a row kernel and a
+    /// reduction over the rows. The target logit is taken relative to the max, as a log-softmax
+    /// would (`max + log(sum) - x` loses the loss to rounding where logits are large).
     fn cross_entropy(&mut self, x: NodeId, targets: NodeId, classes: NodeId, ignore_index: i64) -> Result<NodeId> {
         let dims = self.shape(x).dims().to_vec();
         let (rows, cols) = (dims[0], dims[1]);
@@ -214,16 +215,18 @@ impl Builder<'_> {
         let exp = self.unary(UnaryOp::Exp, shifted)?;
         let sum = self.reduce(ReduceOp::Sum, exp, vec![1], true)?;
         let log_sum = self.unary(UnaryOp::Log, sum)?;
-        let lse = self.binary(BinaryOp::Add, max, log_sum)?;
         let target_dtype = self.g.node(targets).dtype;
         let column_of = self.reshape(targets, Shape(vec![rows, 1]))?;
         let class_row = self.reshape(classes, Shape(vec![1, cols]))?;
         let onehot = self.binary(BinaryOp::Eq, column_of, class_row)?;
         let zero = self.constant(0.0, compute);
-        let picked = self.where_(onehot, x, zero)?;
+        let picked = self.where_(onehot, shifted, zero)?;
         let target_logit = self.reduce(ReduceOp::Sum, picked, vec![1], true)?;
+        let hot = self.cast(onehot, compute)?;
+        let hits = self.reduce(ReduceOp::Sum, hot, vec![1], true)?;
         let hit = self.reduce(ReduceOp::Max, onehot, vec![1], true)?;
-        let row_loss = self.binary(BinaryOp::Sub, lse, target_logit)?;
+        let scaled_log_sum = self.binary(BinaryOp::Mul, hits, log_sum)?;
+        let row_loss = self.binary(BinaryOp::Sub, scaled_log_sum, target_logit)?;
         let nan = self.constant(f64::NAN, compute);
         let row_loss = self.where_(hit, row_loss, nan)?;
         let ignored = self.constant(ignore_index as f64, target_dtype);
