@@ -33,7 +33,7 @@ fn log_softmax_eager_and_compiled_match_the_reference() {
         let want = log_softmax_rows(&values(&x), 300);
         close(&values(&x.log_softmax(-1).unwrap()), &want, tol, "eager");
         let f = compile(|a: &[Tensor]| Ok(vec![a[0].log_softmax(1)?])).fullgraph(true);
-        let out = f.call(&[x.clone()]).unwrap();
+        let out = f.call(std::slice::from_ref(&x)).unwrap();
         assert_eq!(out[0].dtype(), dtype);
         close(&values(&out[0]), &want, tol, "compiled");
     }
@@ -44,7 +44,7 @@ fn log_softmax_gradient_matches_finite_differences() {
     let x = Tensor::randn([3, 7], DType::F32, 5).unwrap();
     let w = Tensor::randn([3, 7], DType::F32, 6).unwrap();
     let loss = |x: &Tensor| x.log_softmax(1)?.mul(&w)?.sum_all();
-    let (_, grads) = value_and_grad(|a| loss(&a[0]), &[x.clone()]).unwrap();
+    let (_, grads) = value_and_grad(|a| loss(&a[0]), std::slice::from_ref(&x)).unwrap();
     // Central differences of the f64 formula.
     let (xv, wv) = (values(&x), values(&w));
     let f = |xs: &[f64]| log_softmax_rows(xs, 7).iter().zip(&wv).map(|(y, w)| y * w).sum::<f64>();
@@ -134,7 +134,7 @@ fn cross_entropy_gradient_matches_finite_differences() {
     let logits = Tensor::randn([5, 9], DType::F32, 3).unwrap();
     let targets_v = [8i64, 0, 3, 3, 5];
     let targets = Tensor::from_slice(&targets_v, [5]).unwrap();
-    let (_, grads) = value_and_grad(|a| a[0].cross_entropy(&targets, 3), &[logits.clone()]).unwrap();
+    let (_, grads) = value_and_grad(|a| a[0].cross_entropy(&targets, 3), std::slice::from_ref(&logits)).unwrap();
     let xv = values(&logits);
     let h = 1e-5;
     let numeric: Vec<f64> = (0..xv.len())
@@ -200,7 +200,7 @@ fn dropout_draws_the_philox_stream_eagerly_and_compiled() {
 fn dropout_backward_reuses_the_mask_and_eval_is_the_identity() {
     let (seed, offset) = (i64_scalar(99), i64_scalar(7));
     let x = Tensor::randn([64, 33], DType::BF16, 2).unwrap();
-    let (_, grads) = value_and_grad(|a| a[0].dropout(0.5, &seed, &offset, true)?.sum_all(), &[x.clone()]).unwrap();
+    let (_, grads) = value_and_grad(|a| a[0].dropout(0.5, &seed, &offset, true)?.sum_all(), std::slice::from_ref(&x)).unwrap();
     let want: Vec<f64> = (0..64 * 33).map(|i| if kept(i, 0.5, 99, 7) { 2.0 } else { 0.0 }).collect();
     assert_eq!(grads[0].dtype(), DType::BF16);
     assert_eq!(values(&grads[0]), want, "eager gradient");
