@@ -200,7 +200,8 @@ fn dropout_draws_the_philox_stream_eagerly_and_compiled() {
 fn dropout_backward_reuses_the_mask_and_eval_is_the_identity() {
     let (seed, offset) = (i64_scalar(99), i64_scalar(7));
     let x = Tensor::randn([64, 33], DType::BF16, 2).unwrap();
-    let (_, grads) = value_and_grad(|a| a[0].dropout(0.5, &seed, &offset, true)?.sum_all(), std::slice::from_ref(&x)).unwrap();
+    let (_, grads) =
+        value_and_grad(|a| a[0].dropout(0.5, &seed, &offset, true)?.sum_all(), std::slice::from_ref(&x)).unwrap();
     let want: Vec<f64> = (0..64 * 33).map(|i| if kept(i, 0.5, 99, 7) { 2.0 } else { 0.0 }).collect();
     assert_eq!(grads[0].dtype(), DType::BF16);
     assert_eq!(values(&grads[0]), want, "eager gradient");
