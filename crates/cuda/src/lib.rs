@@ -19,6 +19,8 @@ pub mod graph;
 pub mod kernel;
 pub mod launch;
 pub mod nvrtc;
+pub mod pinned;
+pub mod spans;
 
 pub use autotune::{AutotuneRecord, AutotuneStore};
 pub use blas::{BlasLt, MatmulDtype, MatmulSpec, MatrixRef};
@@ -30,6 +32,8 @@ pub use executor::{BuildReport, ExecOptions, KernelTime, PlanExecutable};
 pub use graph::CapturedGraph;
 pub use kernel::{Kernel, LoadedModule};
 pub use launch::KernelArg;
+pub use pinned::{PinnedBuffer, PinnedPool, StreamMark};
+pub use spans::{DeviceClock, PendingSpan, SpanStream};
 pub use nvrtc::{
     compile, default_include_dirs, nvrtc_available, nvrtc_version, parse_ptxas_resources, CompileOptions,
     CompiledModule, ImageKind, KernelResources,

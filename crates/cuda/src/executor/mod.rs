@@ -26,6 +26,7 @@ use crate::graph::CapturedGraph;
 use crate::kernel::Kernel;
 use crate::launch::KernelArg;
 use crate::nvrtc::{CompileOptions, KernelResources};
+use crate::spans::{PendingSpan, SpanStream};
 
 mod tuning;
 
@@ -41,6 +42,15 @@ pub struct KernelTime {
     /// The plan kernel's family (`pointwise`, `row`, `matmul`, ...).
     pub family: &'static str,
     pub ms: f32,
+}
+
+/// What a run records besides its outputs.
+enum Observe<'a> {
+    Nothing,
+    /// Each kernel's GPU time, waited for.
+    Profile(&'a mut Vec<KernelTime>),
+    /// Timeline spans, not waited for.
+    Trace(&'a mut Vec<PendingSpan>),
 }
 
 /// How an executable runs.
@@ -413,19 +423,31 @@ impl PlanExecutable {
     /// timing events, and waiting for them: the GPU time of each kernel, in plan order.
     pub fn run_profiled(&mut self, inputs: &[DeviceBuffer]) -> Result<(Vec<DeviceBuffer>, Vec<KernelTime>)> {
         let mut times = Vec::with_capacity(self.kernels.len());
-        let outputs = self.run_inner(inputs, false, Some(&mut times))?;
+        let outputs = self.run_inner(inputs, false, Observe::Profile(&mut times))?;
         Ok((outputs, times))
     }
 
+    /// As [`PlanExecutable::run`] (or `run_same_inputs`), with a span of GPU work for a timeline
+    /// recorded around each kernel, or around the graph replay in CUDA graph mode, appended to
+    /// `spans`; nothing waits for them.
+    pub fn run_traced(
+        &mut self,
+        inputs: &[DeviceBuffer],
+        same_inputs: bool,
+        spans: &mut Vec<PendingSpan>,
+    ) -> Result<Vec<DeviceBuffer>> {
+        self.run_inner(inputs, same_inputs, Observe::Trace(spans))
+    }
+
     fn run_with(&mut self, inputs: &[DeviceBuffer], same_inputs: bool) -> Result<Vec<DeviceBuffer>> {
-        self.run_inner(inputs, same_inputs, None)
+        self.run_inner(inputs, same_inputs, Observe::Nothing)
     }
 
     fn run_inner(
         &mut self,
         inputs: &[DeviceBuffer],
         same_inputs: bool,
-        profile: Option<&mut Vec<KernelTime>>,
+        observe: Observe<'_>,
     ) -> Result<Vec<DeviceBuffer>> {
         let known = same_inputs && self.tables_for_set.is_some();
         if !known {
@@ -446,7 +468,22 @@ impl PlanExecutable {
                 self.device.memset_d8(b, 0xFF)?;
             }
         }
-        if let Some(times) = profile {
+        let graphs = self.options.cuda_graphs && self.report.launches > 0;
+        let (profile, mut spans) = match observe {
+            Observe::Nothing => (None, None),
+            Observe::Profile(times) => (Some(times), None),
+            Observe::Trace(spans) => (None, Some(spans)),
+        };
+        if let (Some(spans), false) = (spans.as_deref_mut(), graphs) {
+            let set = &self.output_sets[set_index];
+            for k in 0..self.kernels.len() {
+                let kernel = &self.plan.kernels[k];
+                let span = self.device.begin_span(kernel.name.clone(), kernel.kind.family(), SpanStream::Compute)?;
+                self.enqueue_kernel(k, inputs, set)?;
+                span.end()?;
+                spans.push(span);
+            }
+        } else if let Some(times) = profile {
             let set = &self.output_sets[set_index];
             let mut timers = Vec::with_capacity(self.kernels.len());
             for k in 0..self.kernels.len() {
@@ -463,7 +500,15 @@ impl PlanExecutable {
                     ms: timer.elapsed_ms()?,
                 });
             }
-        } else if self.options.cuda_graphs && self.report.launches > 0 {
+        } else if graphs {
+            let replay_span = match spans.as_deref_mut() {
+                Some(_) => Some(self.device.begin_span(
+                    format!("graph replay ({} kernels)", self.kernels.len()),
+                    "graph",
+                    SpanStream::Compute,
+                )?),
+                None => None,
+            };
             let addresses = &self.last_addresses;
             let set = &self.output_sets[set_index];
             if let Some((_, graph)) = set.graphs.iter().find(|(a, _)| a == addresses) {
@@ -481,6 +526,10 @@ impl PlanExecutable {
             } else {
                 self.enqueue_all(inputs, &self.output_sets[set_index])?;
                 self.output_sets[set_index].last_direct = Some(self.last_addresses.clone());
+            }
+            if let (Some(span), Some(spans)) = (replay_span, spans) {
+                span.end()?;
+                spans.push(span);
             }
         } else {
             self.enqueue_all(inputs, &self.output_sets[set_index])?;
