@@ -253,6 +253,7 @@ where
         if trace::is_active() {
             return (self.f)(args);
         }
+        let _span = crate::timeline::host_span("call", || format!("call {}", self.name), None);
         self.check_arity(args)?;
         // A cache hit needs no device scan: every input's device is part of the signature.
         if let (Some(entry), _) = self.lookup(args) {
@@ -428,6 +429,7 @@ where
         reason: Option<String>,
         report: Option<&mut RunReport>,
     ) -> Result<Vec<Tensor>> {
+        let _span = crate::timeline::host_span("trace", || format!("trace {}", self.name), None);
         let signature: Vec<TensorSig> = args.iter().map(TensorSig::of).collect();
         if self.past_limit(&signature, reason.as_deref())? {
             if let Some(report) = report {

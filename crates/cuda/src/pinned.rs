@@ -17,6 +17,7 @@ use crate::buffer::DeviceBuffer;
 use crate::capture_gate::{outside_capture, DropOutsideCapture, StreamGate};
 use crate::device::{lock, CudaDevice};
 use crate::error::{CudaError, Result};
+use crate::spans::{PendingSpan, SpanStream};
 
 /// Smallest pinned allocation; smaller requests round up so the pool can reuse them.
 const MIN_PINNED_BYTES: usize = 4096;
@@ -178,7 +179,13 @@ impl CudaDevice {
     /// `dst`'s allocation and every earlier use of its memory); the compute stream does not wait
     /// for the copy until [`CudaDevice::wait_for`] is given the mark. `src` is not written by the
     /// host until the copy has read it ([`PinnedBuffer::as_mut_bytes`] waits).
-    pub fn upload_pinned_async(&self, src: &PinnedBuffer, dst: &DeviceBuffer) -> Result<StreamMark> {
+    /// With `spans`, the copy's span on the copy stream is appended to it (for a timeline).
+    pub fn upload_pinned_async(
+        &self,
+        src: &PinnedBuffer,
+        dst: &DeviceBuffer,
+        spans: Option<&mut Vec<PendingSpan>>,
+    ) -> Result<StreamMark> {
         self.gate.shared(|| {
             self.reject_during_capture("a copy on the copy stream")?;
             self.check_pinned(src)?;
@@ -187,6 +194,10 @@ impl CudaDevice {
             let compute_so_far = self.ctx.new_event(None)?;
             compute_so_far.record(&self.stream)?;
             copy.wait(&compute_so_far)?;
+            let span = match spans.is_some() {
+                true => Some(self.begin_span(format!("copy {} B host to device", src.len), "copy", SpanStream::Copy)?),
+                false => None,
+            };
             if src.len > 0 {
                 self.ctx.bind_to_thread()?;
                 let bytes = &src.host.as_slice()?[..src.len];
@@ -198,6 +209,10 @@ impl CudaDevice {
                 unsafe { driver_result::memcpy_htod_async(address, bytes, copy.cu_stream()) }?;
             }
             src.last_copy.record(&copy)?;
+            if let (Some(span), Some(spans)) = (span, spans) {
+                span.end()?;
+                spans.push(span);
+            }
             let done = self.ctx.new_event(None)?;
             done.record(&copy)?;
             Ok(StreamMark {
