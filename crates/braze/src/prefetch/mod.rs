@@ -78,6 +78,9 @@ pub struct Prefetcher<I> {
     in_flight: Option<InFlight>,
     started: bool,
     next_index: u64,
+    /// The source's (or a copy's) error met while starting the next batch, handed out after the
+    /// batch before it.
+    deferred: Option<Error>,
 }
 
 enum CopyEngine {
@@ -132,7 +135,7 @@ where
             }
             Device::Cuda(ordinal) => CopyEngine::Cuda { ordinal, device: crate::cuda::device(ordinal, "Prefetcher::new")? },
         };
-        Ok(Prefetcher { source: source.into_iter(), device, pool, engine, in_flight: None, started: false, next_index: 0 })
+        Ok(Prefetcher { source: source.into_iter(), device, pool, engine, in_flight: None, started: false, next_index: 0, deferred: None })
     }
 
     /// The pinned pool the batches are staged in.
@@ -239,8 +242,12 @@ where
 {
     type Item = Result<Vec<Tensor>>;
 
-    /// Batch N, ready for the compute stream, after enqueueing the copy of batch N+1.
+    /// Batch N, ready for the compute stream, after enqueueing the copy of batch N+1. An error
+    /// reading or staging a batch is handed out in that batch's place.
     fn next(&mut self) -> Option<Result<Vec<Tensor>>> {
+        if let Some(error) = self.deferred.take() {
+            return Some(Err(error));
+        }
         if !self.started {
             self.started = true;
             match self.start_next() {
@@ -255,7 +262,7 @@ where
         };
         match self.start_next() {
             Ok(next) => self.in_flight = next,
-            Err(e) => return Some(Err(e)),
+            Err(e) => self.deferred = Some(e),
         }
         Some(Ok(batch))
     }

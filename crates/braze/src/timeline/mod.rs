@@ -163,8 +163,10 @@ fn micros(epoch: Instant, at: Instant) -> f64 {
 
 impl Recorder {
     fn push(&mut self, name: String, category: &str, track: Track, start: Instant, end: Instant, detail: Option<String>) {
-        let start_us = micros(self.epoch, start);
-        let dur_us = (micros(self.epoch, end) - start_us).max(0.0);
+        // Nanoseconds are as fine as either clock resolves.
+        let round = |us: f64| (us * 1e3).round() / 1e3;
+        let start_us = round(micros(self.epoch, start));
+        let dur_us = round((micros(self.epoch, end) - micros(self.epoch, start)).max(0.0));
         self.spans.push(Span { name, category: category.to_string(), track, start_us, dur_us, detail });
     }
 
