@@ -37,6 +37,11 @@ fn metadata(name: &str, pid: u64, tid: Option<u64>, value: &str) -> Value {
 }
 
 impl Trace {
+    /// The spans that start at or after `from_us`.
+    pub fn since(&self, from_us: f64) -> Trace {
+        Trace { spans: self.spans.iter().filter(|s| s.start_us >= from_us).cloned().collect() }
+    }
+
     /// The trace as Chrome trace event JSON.
     pub fn to_json(&self) -> String {
         let mut events = vec![

@@ -117,6 +117,25 @@ pub fn stop() -> Result<Trace> {
     Ok(Trace { spans })
 }
 
+/// The spans recorded so far, without ending the recording (reads every GPU span, waiting for
+/// the work they cover); `None` when nothing is being recorded.
+pub fn snapshot() -> Result<Option<Trace>> {
+    let mut guard = recorder();
+    let Some(recorder) = guard.as_mut() else { return Ok(None) };
+    recorder.read_pending(true)?;
+    let mut spans = recorder.spans.clone();
+    spans.sort_by(|a, b| a.start_us.total_cmp(&b.start_us));
+    Ok(Some(Trace { spans }))
+}
+
+/// Now, in microseconds on the recording's clock; `None` when nothing is being recorded.
+pub fn now_us() -> Option<f64> {
+    if !is_recording() {
+        return None;
+    }
+    recorder().as_ref().map(|r| micros(r.epoch, Instant::now()))
+}
+
 /// Ends the `BRAZE_TRACE` recording: writes the trace to its file and prints the summary on
 /// stderr; returns the summary. `None` when `BRAZE_TRACE` is not set (or was finished).
 pub fn finish() -> Result<Option<Summary>> {

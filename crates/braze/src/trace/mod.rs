@@ -98,6 +98,7 @@ fn eager(
     loc: &SourceLoc,
     build: &dyn Fn(&mut OpBuilder<'_>, &[NodeId]) -> braze_ir::Result<NodeId>,
 ) -> Result<Tensor> {
+    let _span = crate::timeline::host_span("eager", || format!("eager `{op}`"), Some(loc.to_string()));
     let mut graph = Graph::new();
     let mut ids = Vec::with_capacity(operands.len());
     let mut device = None;
