@@ -232,9 +232,14 @@ where
     /// synchronizations and recompiles.
     pub fn explain(&self, args: &[Tensor]) -> Result<Explanation> {
         let mut report = RunReport::default();
+        let syncs_before = crate::sync_count();
         self.run(args, Some(&mut report))?;
+        let syncs = crate::sync_count() - syncs_before;
         let state = self.lock();
-        Ok(Explanation::new(&self.name, self.mode, self.fullgraph, report, state.recompile_reasons.clone()))
+        let mut explanation =
+            Explanation::new(&self.name, self.mode, self.fullgraph, report, state.recompile_reasons.clone());
+        explanation.host_syncs = usize::try_from(syncs).unwrap_or(usize::MAX);
+        Ok(explanation)
     }
 
     /// Calls the function with every GPU kernel it runs timed: the results and each kernel's

@@ -286,3 +286,23 @@ fn stopping_without_a_recording_is_an_error() {
     let error = timeline::stop().expect_err("nothing recorded");
     assert!(error.to_string().contains("timeline::start"), "{error}");
 }
+
+#[test]
+fn explain_counts_the_syncs_of_one_step() -> Result<()> {
+    let _exclusive = exclusive();
+    let step = compile(|a: &[Tensor]| {
+        let loss = a[0].mul(&a[0])?.mean_all()?;
+        let scale = if loss.item::<f32>()? > 1.0 { 0.5 } else { 1.0 };
+        if a[0].any_nan()?.to_bool()? {
+            return Ok(vec![loss]);
+        }
+        Ok(vec![loss.mul_scalar(scale)?])
+    });
+    let x = Tensor::randn([4, 4], DType::F32, 3)?;
+    let explanation = step.explain(&[x.clone()])?;
+    assert_eq!(explanation.host_syncs, 2);
+    assert!(explanation.to_string().contains("host syncs: 2 per step"), "{explanation}");
+    let strict = compile(|a: &[Tensor]| Ok(vec![a[0].mul(&a[0])?.mean_all()?])).fullgraph(true);
+    assert_eq!(strict.explain(&[x])?.host_syncs, 0);
+    Ok(())
+}
