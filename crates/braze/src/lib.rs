@@ -34,6 +34,9 @@
 //!   are fused into a plan and run by the CPU plan executor or as NVRTC-compiled CUDA kernels;
 //!   eager one-op graphs run on the CPU reference or as one kernel on the GPU.
 //! - `explain`, [`logging`]: [`Explanation`], `BRAZE_LOG` and `BRAZE_DUMP`.
+//! - `prefetch`, `metric`: keeping the GPU fed and the queue unstalled ([`Prefetcher`],
+//!   [`PinnedPool`], [`DeviceMetric`]); [`timeline`]: `BRAZE_TRACE`, host and device spans on one
+//!   axis as a Chrome trace, and the GPU-busy summary.
 //!
 //! **Invariant:** no user input makes the library panic: every op returns `Result`.
 
