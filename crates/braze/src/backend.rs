@@ -456,7 +456,8 @@ pub(crate) fn compile_traced(
     function: &str,
     in_place: &[(usize, usize)],
 ) -> Result<Arc<dyn Executable>> {
-    let _span = timeline::host_span("compile", || format!("compile {function}"), Some(format!("{} ops", graph.op_count())));
+    let _span =
+        timeline::host_span("compile", || format!("compile {function}"), Some(format!("{} ops", graph.op_count())));
     logging::graph_compiled(graph, function);
     compile_fused_in_place(graph, target, in_place)
 }

@@ -40,7 +40,10 @@ impl MetricReading {
 enum PendingRead {
     /// The CPU backend: the value was on the host already.
     Ready(MetricReading),
-    Cuda { pinned: braze_cuda::PinnedBuffer, count: u64 },
+    Cuda {
+        pinned: braze_cuda::PinnedBuffer,
+        count: u64,
+    },
 }
 
 impl DeviceMetric {
@@ -167,8 +170,7 @@ impl DeviceMetric {
         Error::InvalidArgument {
             op: format!("DeviceMetric (`{}`)", self.name),
             loc: None,
-            detail: "the running sum is not a concrete tensor (was the metric used inside a compiled function?)"
-                .into(),
+            detail: "the running sum is not a concrete tensor (was the metric used inside a compiled function?)".into(),
         }
     }
 }

@@ -84,7 +84,8 @@ fn a_prefetched_batch_feeds_a_compiled_step() -> Result<()> {
     for (i, tensors) in Prefetcher::new(Device::Cpu, source)?.enumerate() {
         let tensors = tensors?;
         let got = step.call(&tensors)?[0].item::<f32>()?;
-        let want: f64 = braze_cpu::random_tensor(DType::F32, [32], i as u64).to_f64_vec().iter().map(|v| v.max(0.0)).sum();
+        let want: f64 =
+            braze_cpu::random_tensor(DType::F32, [32], i as u64).to_f64_vec().iter().map(|v| v.max(0.0)).sum();
         assert!((f64::from(got) - want).abs() <= 1e-4 * want.abs().max(1.0), "{got} vs {want}");
     }
     Ok(())
@@ -167,7 +168,10 @@ fn the_timeline_names_the_line_of_every_sync_of_a_loop() -> Result<()> {
     assert_eq!(found, lines, "one sync span per read, in order, naming its line");
     assert_eq!(syncs.iter().map(|s| s.name.as_str()).collect::<Vec<_>>()[..2], ["sync `item`", "sync `to_bool`"]);
     assert_eq!(spans(&trace, "step").len(), 3);
-    assert!(trace.spans.iter().any(|s| s.track == Track::Compute && s.category == "eager"), "eager ops on the device track");
+    assert!(
+        trace.spans.iter().any(|s| s.track == Track::Compute && s.category == "eager"),
+        "eager ops on the device track"
+    );
     Ok(())
 }
 
@@ -220,7 +224,10 @@ fn the_trace_is_chrome_trace_json_with_host_and_device_tracks() -> Result<()> {
     let back = Trace::from_json(&trace.to_json())?;
     assert_eq!(back.spans.len(), trace.spans.len());
     for (read, written) in back.spans.iter().zip(&trace.spans) {
-        assert_eq!((&read.name, &read.category, read.track, &read.detail), (&written.name, &written.category, written.track, &written.detail));
+        assert_eq!(
+            (&read.name, &read.category, read.track, &read.detail),
+            (&written.name, &written.category, written.track, &written.detail)
+        );
         assert!((read.start_us - written.start_us).abs() < 1e-6 && (read.dur_us - written.dur_us).abs() < 1e-6);
     }
     Ok(())

@@ -9,7 +9,9 @@
 mod common;
 
 use braze::timeline::{self, Span, Track};
-use braze::{compile, sync_count, DType, Device, DeviceMetric, HostTensor, Mode, PinnedPool, Prefetcher, Result, Tensor};
+use braze::{
+    compile, sync_count, DType, Device, DeviceMetric, HostTensor, Mode, PinnedPool, Prefetcher, Result, Tensor,
+};
 use common::gpu;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -140,8 +142,10 @@ fn gpu_spans_lie_inside_the_calls_that_enqueued_them() -> Result<()> {
     assert!(replays[0].name.starts_with("graph replay"));
     assert!(kernels.iter().any(|s| s.category == "matmul"), "the cuBLASLt call is a span");
     assert_eq!(on(Track::Copy).len(), 6, "two prefetched tensors a batch");
-    let first_call = trace.spans.iter().filter(|s| s.category == "call").map(|s| s.start_us).fold(f64::INFINITY, f64::min);
-    let last_host = trace.spans.iter().filter(|s| matches!(s.track, Track::Host(_))).map(Span::end_us).fold(0.0, f64::max);
+    let first_call =
+        trace.spans.iter().filter(|s| s.category == "call").map(|s| s.start_us).fold(f64::INFINITY, f64::min);
+    let last_host =
+        trace.spans.iter().filter(|s| matches!(s.track, Track::Host(_))).map(Span::end_us).fold(0.0, f64::max);
     for span in compute.iter().chain(on(Track::Copy).iter()) {
         assert!(span.dur_us > 0.0 && span.dur_us < 1e6, "{span:?}");
         // GPU work starts after the host enqueued it (the clocks agree within the anchor's

@@ -202,12 +202,7 @@ pub fn report(naive: &LoopRun, braze: &LoopRun) -> String {
     let mut out = String::new();
     out += &format!("{:24} {:>14} {:>14}\n", "", naive.name, braze.name);
     out += &format!("{:24} {:>14} {:>14}\n", "GPU busy", busy(naive), busy(braze));
-    out += &format!(
-        "{:24} {:>14.1} {:>14.1}\n",
-        "steps/s",
-        naive.steps_per_second(),
-        braze.steps_per_second()
-    );
+    out += &format!("{:24} {:>14.1} {:>14.1}\n", "steps/s", naive.steps_per_second(), braze.steps_per_second());
     out += &format!("{:24} {:>14.2} {:>14.2}\n", "host syncs per step", naive.syncs_per_step(), braze.syncs_per_step());
     out += &format!(
         "{:24} {:>14.2} {:>14.2}\n",

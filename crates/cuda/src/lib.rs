@@ -32,9 +32,9 @@ pub use executor::{BuildReport, ExecOptions, KernelTime, PlanExecutable};
 pub use graph::CapturedGraph;
 pub use kernel::{Kernel, LoadedModule};
 pub use launch::KernelArg;
-pub use pinned::{PinnedBuffer, PinnedPool, StreamMark};
-pub use spans::{DeviceClock, PendingSpan, SpanStream};
 pub use nvrtc::{
     compile, default_include_dirs, nvrtc_available, nvrtc_version, parse_ptxas_resources, CompileOptions,
     CompiledModule, ImageKind, KernelResources,
 };
+pub use pinned::{PinnedBuffer, PinnedPool, StreamMark};
+pub use spans::{DeviceClock, PendingSpan, SpanStream};

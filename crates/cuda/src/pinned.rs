@@ -195,7 +195,9 @@ impl CudaDevice {
             compute_so_far.record(&self.stream)?;
             copy.wait(&compute_so_far)?;
             let span = match spans.is_some() {
-                true => Some(self.begin_span(format!("copy {} B host to device", src.len), "copy", SpanStream::Copy)?),
+                true => {
+                    Some(self.begin_span(format!("copy {} B host to device", src.len), "copy", SpanStream::Copy)?)
+                }
                 false => None,
             };
             if src.len > 0 {

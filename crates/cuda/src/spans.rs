@@ -48,7 +48,12 @@ impl PendingSpan {
 impl CudaDevice {
     /// Starts a span of the work enqueued next on `stream` (enqueued, does not wait); end it
     /// with [`PendingSpan::end`] after that work.
-    pub fn begin_span(&self, name: impl Into<String>, category: &'static str, stream: SpanStream) -> Result<PendingSpan> {
+    pub fn begin_span(
+        &self,
+        name: impl Into<String>,
+        category: &'static str,
+        stream: SpanStream,
+    ) -> Result<PendingSpan> {
         let on = match stream {
             SpanStream::Compute => self.stream.clone(),
             SpanStream::Copy => self.copy_stream()?,

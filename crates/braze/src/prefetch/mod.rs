@@ -85,8 +85,14 @@ pub struct Prefetcher<I> {
 
 enum CopyEngine {
     /// The CPU backend's copy stream: a worker thread.
-    Cpu { jobs: Option<Sender<CpuCopy>>, worker: Option<JoinHandle<()>> },
-    Cuda { ordinal: usize, device: Arc<braze_cuda::CudaDevice> },
+    Cpu {
+        jobs: Option<Sender<CpuCopy>>,
+        worker: Option<JoinHandle<()>>,
+    },
+    Cuda {
+        ordinal: usize,
+        device: Arc<braze_cuda::CudaDevice>,
+    },
 }
 
 /// One tensor's copy on the CPU worker.
@@ -133,9 +139,20 @@ where
                     })?;
                 CopyEngine::Cpu { jobs: Some(jobs), worker: Some(worker) }
             }
-            Device::Cuda(ordinal) => CopyEngine::Cuda { ordinal, device: crate::cuda::device(ordinal, "Prefetcher::new")? },
+            Device::Cuda(ordinal) => {
+                CopyEngine::Cuda { ordinal, device: crate::cuda::device(ordinal, "Prefetcher::new")? }
+            }
         };
-        Ok(Prefetcher { source: source.into_iter(), device, pool, engine, in_flight: None, started: false, next_index: 0, deferred: None })
+        Ok(Prefetcher {
+            source: source.into_iter(),
+            device,
+            pool,
+            engine,
+            in_flight: None,
+            started: false,
+            next_index: 0,
+            deferred: None,
+        })
     }
 
     /// The pinned pool the batches are staged in.
@@ -169,7 +186,9 @@ where
                 CopyEngine::Cuda { ordinal, device } => {
                     let cuda = |e| Error::cuda("Prefetcher", e);
                     let buffer = device.alloc(bytes.len()).map_err(cuda)?;
-                    let BufferInner::Cuda(pinned) = &staged.inner else { unreachable!("a GPU pool stages in pinned memory") };
+                    let BufferInner::Cuda(pinned) = &staged.inner else {
+                        unreachable!("a GPU pool stages in pinned memory")
+                    };
                     let recording = timeline::is_recording();
                     if recording {
                         timeline::prepare_device(*ordinal, device)?;
@@ -201,7 +220,9 @@ where
             .map(|t| match t {
                 InFlightTensor::Cpu(result) => Ok(Tensor::from_host(result.recv().map_err(|_| copy_thread_gone())??)),
                 InFlightTensor::Cuda { tensor, copied } => {
-                    let CopyEngine::Cuda { device, .. } = &self.engine else { unreachable!("GPU copies on a GPU engine") };
+                    let CopyEngine::Cuda { device, .. } = &self.engine else {
+                        unreachable!("GPU copies on a GPU engine")
+                    };
                     device.wait_for(copied).map_err(|e| Error::cuda("Prefetcher", e))?;
                     Ok(tensor)
                 }
@@ -221,9 +242,8 @@ fn cpu_copy_stream(queue: Receiver<CpuCopy>, pool: SharedPool) {
         let started = Instant::now();
         let copied = match &job.staged.inner {
             BufferInner::Cpu { bytes, len } => {
-                HostTensor::from_bytes(job.host.dtype(), job.host.shape().clone(), &bytes[..*len]).map_err(|e| {
-                    Error::InvalidArgument { op: "Prefetcher".into(), loc: None, detail: e.to_string() }
-                })
+                HostTensor::from_bytes(job.host.dtype(), job.host.shape().clone(), &bytes[..*len])
+                    .map_err(|e| Error::InvalidArgument { op: "Prefetcher".into(), loc: None, detail: e.to_string() })
             }
             BufferInner::Cuda(_) => unreachable!("a CPU pool stages in host memory"),
         };

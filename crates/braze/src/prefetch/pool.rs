@@ -29,7 +29,10 @@ pub struct PinnedBuffer {
 pub(crate) enum BufferInner {
     /// The CPU stand-in: `bytes[..len]` in use. Handed to a copy by value, so the host cannot
     /// touch it while the copy runs.
-    Cpu { bytes: Vec<u8>, len: usize },
+    Cpu {
+        bytes: Vec<u8>,
+        len: usize,
+    },
     Cuda(braze_cuda::PinnedBuffer),
 }
 
@@ -38,7 +41,9 @@ impl PinnedPool {
     pub fn new(device: Device) -> Result<PinnedPool> {
         let inner = match device {
             Device::Cpu => PoolInner::Cpu { free: Mutex::new(Vec::new()), allocations: AtomicU64::new(0) },
-            Device::Cuda(ordinal) => PoolInner::Cuda(braze_cuda::PinnedPool::new(&crate::cuda::device(ordinal, "PinnedPool::new")?)),
+            Device::Cuda(ordinal) => {
+                PoolInner::Cuda(braze_cuda::PinnedPool::new(&crate::cuda::device(ordinal, "PinnedPool::new")?))
+            }
         };
         Ok(PinnedPool { device, inner })
     }
@@ -63,9 +68,9 @@ impl PinnedPool {
                 bytes_vec.resize(bytes, 0);
                 Ok(PinnedBuffer { inner: BufferInner::Cpu { bytes: bytes_vec, len: bytes } })
             }
-            PoolInner::Cuda(pool) => {
-                Ok(PinnedBuffer { inner: BufferInner::Cuda(pool.take(bytes).map_err(|e| Error::cuda("PinnedPool::take", e))?) })
-            }
+            PoolInner::Cuda(pool) => Ok(PinnedBuffer {
+                inner: BufferInner::Cuda(pool.take(bytes).map_err(|e| Error::cuda("PinnedPool::take", e))?),
+            }),
         }
     }
 

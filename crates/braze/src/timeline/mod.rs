@@ -181,7 +181,15 @@ fn micros(epoch: Instant, at: Instant) -> f64 {
 }
 
 impl Recorder {
-    fn push(&mut self, name: String, category: &str, track: Track, start: Instant, end: Instant, detail: Option<String>) {
+    fn push(
+        &mut self,
+        name: String,
+        category: &str,
+        track: Track,
+        start: Instant,
+        end: Instant,
+        detail: Option<String>,
+    ) {
         // Nanoseconds are as fine as either clock resolves.
         let round = |us: f64| (us * 1e3).round() / 1e3;
         let start_us = round(micros(self.epoch, start));

@@ -8,7 +8,8 @@ use anyhow::Result;
 use braze::DType;
 use serde_json::json;
 
-pub const BUSY_SIZES: LoopSizes = LoopSizes { rows: 2048, hidden: 1024, dtype: DType::BF16, steps: 200, read_every: 50 };
+pub const BUSY_SIZES: LoopSizes =
+    LoopSizes { rows: 2048, hidden: 1024, dtype: DType::BF16, steps: 200, read_every: 50 };
 
 impl Bench {
     pub(super) fn busy(&mut self) -> Result<()> {
@@ -25,7 +26,14 @@ impl Bench {
         let naive = &runs[0].1;
         for (site, op, count) in &naive.sync_sites {
             let line = busy::source_line(site).unwrap_or("");
-            self.info("busy", &shape, &sizes.dtype.to_string(), "info naive sync", None, &format!("{site}: {op} x{count}: {line}"));
+            self.info(
+                "busy",
+                &shape,
+                &sizes.dtype.to_string(),
+                "info naive sync",
+                None,
+                &format!("{site}: {op} x{count}: {line}"),
+            );
         }
         Ok(())
     }
