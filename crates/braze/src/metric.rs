@@ -93,7 +93,7 @@ impl DeviceMetric {
         })?;
         self.sum = Some(sum);
         self.added += 1;
-        if self.read_every > 0 && self.added % self.read_every == 0 {
+        if self.read_every > 0 && self.added.is_multiple_of(self.read_every) {
             self.request()?;
         }
         Ok(())

@@ -306,7 +306,7 @@ fn explain_counts_the_syncs_of_one_step() -> Result<()> {
         Ok(vec![loss.mul_scalar(scale)?])
     });
     let x = Tensor::randn([4, 4], DType::F32, 3)?;
-    let explanation = step.explain(&[x.clone()])?;
+    let explanation = step.explain(std::slice::from_ref(&x))?;
     assert_eq!(explanation.host_syncs, 2);
     assert!(explanation.to_string().contains("host syncs: 2 per step"), "{explanation}");
     let strict = compile(|a: &[Tensor]| Ok(vec![a[0].mul(&a[0])?.mean_all()?])).fullgraph(true);

@@ -265,9 +265,8 @@ pub(crate) fn device_span(track: Track, category: &'static str, name: String, st
 pub(crate) fn prepare_device(ordinal: usize, device: &CudaDevice) -> Result<()> {
     let mut guard = recorder();
     let Some(recorder) = guard.as_mut() else { return Ok(()) };
-    if !recorder.clocks.contains_key(&ordinal) {
-        let clock = DeviceClock::new(device).map_err(|e| Error::cuda("timeline", e))?;
-        recorder.clocks.insert(ordinal, clock);
+    if let std::collections::hash_map::Entry::Vacant(slot) = recorder.clocks.entry(ordinal) {
+        slot.insert(DeviceClock::new(device).map_err(|e| Error::cuda("timeline", e))?);
     }
     Ok(())
 }
