@@ -313,3 +313,21 @@ fn explain_counts_the_syncs_of_one_step() -> Result<()> {
     assert_eq!(strict.explain(&[x])?.host_syncs, 0);
     Ok(())
 }
+
+#[test]
+fn a_snapshot_keeps_the_recording_going() -> Result<()> {
+    let _recording = recording();
+    let x = Tensor::randn([4], DType::F32, 0)?;
+    x.exp()?;
+    let middle = timeline::now_us().expect("recording");
+    x.relu()?;
+    let so_far = timeline::snapshot()?.expect("recording");
+    assert!(timeline::is_recording());
+    let eager = |t: &Trace| t.spans.iter().filter(|s| s.category == "eager" && s.track == Track::Compute).count();
+    assert_eq!(eager(&so_far), 2);
+    assert_eq!(eager(&so_far.since(middle)), 1, "only the op after the mark");
+    x.neg()?;
+    assert_eq!(eager(&timeline::stop()?), 3);
+    assert_eq!(timeline::now_us(), None);
+    Ok(())
+}
