@@ -6,7 +6,7 @@
 //! side by side; `braze bench --only busy` measures them at a real size.
 
 use anyhow::{bail, Result};
-use braze::timeline::{self, Summary, Trace};
+use braze::timeline::{self, Summary, Trace, Track};
 use braze::{pageable_copy_count, sync_count, DType, Device, DeviceMetric, HostTensor, Mode, Prefetcher, Tensor};
 use braze_workloads::{mlp_training_step, Sizes};
 use std::time::Instant;
@@ -42,6 +42,8 @@ pub struct LoopRun {
     pub sync_sites: Vec<(String, String, usize)>,
     /// The mean loss of the measured steps, as the host received it.
     pub mean_loss: f64,
+    /// CUDA graph replays on the timeline (0 untraced and on the CPU backend).
+    pub graph_replays: usize,
 }
 
 impl LoopRun {
@@ -104,6 +106,11 @@ fn measure(name: &'static str, traced: bool, steps: u64, body: &mut dyn FnMut() 
         syncs,
         pageable_copies: pageable,
         summary: trace.as_ref().map(Summary::of),
+        graph_replays: trace
+            .iter()
+            .flat_map(|t| &t.spans)
+            .filter(|s| s.track == Track::Compute && s.category == "graph")
+            .count(),
         sync_sites,
         mean_loss,
     })
@@ -209,6 +216,12 @@ pub fn report(naive: &LoopRun, braze: &LoopRun) -> String {
         "pageable copies per step",
         naive.pageable_copies as f64 / naive.steps as f64,
         braze.pageable_copies as f64 / braze.steps as f64
+    );
+    out += &format!(
+        "{:24} {:>14.2} {:>14.2}\n",
+        "graph replays per step",
+        naive.graph_replays as f64 / naive.steps as f64,
+        braze.graph_replays as f64 / braze.steps as f64
     );
     if !naive.sync_sites.is_empty() {
         out += &format!("every sync of the {} ({} steps):\n", naive.name, naive.steps);

@@ -54,6 +54,7 @@ impl Bench {
             "steps_per_s": timed.steps_per_second(), "busy_percent": busy_percent,
             "syncs_per_step": timed.syncs_per_step(),
             "pageable_copies_per_step": timed.pageable_copies as f64 / timed.steps as f64,
+            "graph_replays_per_step": traced.graph_replays as f64 / traced.steps as f64,
             "note": note,
         }));
     }
