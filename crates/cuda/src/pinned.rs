@@ -149,10 +149,12 @@ impl StreamMark {
     }
 
     fn make_compute_wait(&mut self) -> Result<()> {
-        if self.destination.take().is_some() {
-            self.gate.shared(|| self.compute.wait(&self.event))?;
-        }
-        Ok(())
+        let Some(destination) = self.destination.take() else { return Ok(()) };
+        let waited = self.gate.shared(|| self.compute.wait(&self.event));
+        // Let go of the destination only now: its free, if this was the last handle, is then
+        // ordered on the compute stream after the copy.
+        drop(destination);
+        Ok(waited?)
     }
 }
 

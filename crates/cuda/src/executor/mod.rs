@@ -475,14 +475,7 @@ impl PlanExecutable {
             Observe::Trace(spans) => (None, Some(spans)),
         };
         if let (Some(spans), false) = (spans.as_deref_mut(), graphs) {
-            let set = &self.output_sets[set_index];
-            for k in 0..self.kernels.len() {
-                let kernel = &self.plan.kernels[k];
-                let span = self.device.begin_span(kernel.name.clone(), kernel.kind.family(), SpanStream::Compute)?;
-                self.enqueue_kernel(k, inputs, set)?;
-                span.end()?;
-                spans.push(span);
-            }
+            self.enqueue_all_traced(inputs, &self.output_sets[set_index], spans)?;
         } else if let Some(times) = profile {
             let set = &self.output_sets[set_index];
             let mut timers = Vec::with_capacity(self.kernels.len());
@@ -501,35 +494,44 @@ impl PlanExecutable {
                 });
             }
         } else if graphs {
-            let replay_span = match spans.as_deref_mut() {
-                Some(_) => Some(self.device.begin_span(
-                    format!("graph replay ({} kernels)", self.kernels.len()),
-                    "graph",
-                    SpanStream::Compute,
-                )?),
-                None => None,
-            };
             let addresses = &self.last_addresses;
             let set = &self.output_sets[set_index];
-            if let Some((_, graph)) = set.graphs.iter().find(|(a, _)| a == addresses) {
-                graph.replay()?;
-            } else if set.last_direct.as_ref() == Some(addresses) && set.graphs.len() < GRAPHS_PER_OUTPUT_SET {
-                let graph = {
-                    let this = &*self;
-                    let set = &this.output_sets[set_index];
-                    this.device.capture_graph(|| this.enqueue_all(inputs, set))?
+            let replay = set.graphs.iter().position(|(a, _)| a == addresses);
+            let capture = replay.is_none()
+                && set.last_direct.as_ref() == Some(addresses)
+                && set.graphs.len() < GRAPHS_PER_OUTPUT_SET;
+            if replay.is_some() || capture {
+                let replay_span = match spans.is_some() {
+                    true => {
+                        let what = if capture { "graph capture and replay" } else { "graph replay" };
+                        let name = format!("{what} ({} kernels)", self.kernels.len());
+                        Some(self.device.begin_span(name, "graph", SpanStream::Compute)?)
+                    }
+                    false => None,
                 };
-                graph.prepare()?;
-                graph.replay()?;
-                let addresses = self.last_addresses.clone();
-                self.output_sets[set_index].graphs.push((addresses, graph));
+                if let Some(g) = replay {
+                    self.output_sets[set_index].graphs[g].1.replay()?;
+                } else {
+                    let graph = {
+                        let this = &*self;
+                        let set = &this.output_sets[set_index];
+                        this.device.capture_graph(|| this.enqueue_all(inputs, set))?
+                    };
+                    graph.prepare()?;
+                    graph.replay()?;
+                    let addresses = self.last_addresses.clone();
+                    self.output_sets[set_index].graphs.push((addresses, graph));
+                }
+                if let (Some(span), Some(spans)) = (replay_span, spans) {
+                    span.end()?;
+                    spans.push(span);
+                }
             } else {
-                self.enqueue_all(inputs, &self.output_sets[set_index])?;
+                match spans {
+                    Some(spans) => self.enqueue_all_traced(inputs, &self.output_sets[set_index], spans)?,
+                    None => self.enqueue_all(inputs, &self.output_sets[set_index])?,
+                }
                 self.output_sets[set_index].last_direct = Some(self.last_addresses.clone());
-            }
-            if let (Some(span), Some(spans)) = (replay_span, spans) {
-                span.end()?;
-                spans.push(span);
             }
         } else {
             self.enqueue_all(inputs, &self.output_sets[set_index])?;
@@ -569,6 +571,18 @@ impl PlanExecutable {
             let bytes: Vec<u8> = pointers.iter().flat_map(|p| p.to_le_bytes()).collect();
             self.device.upload_into(&table.buffer, 0, &bytes)?;
             table.uploaded = Some(pointers);
+        }
+        Ok(())
+    }
+
+    /// [`PlanExecutable::enqueue_all`] with a timeline span around each kernel.
+    fn enqueue_all_traced(&self, inputs: &[DeviceBuffer], set: &OutputSet, spans: &mut Vec<PendingSpan>) -> Result<()> {
+        for k in 0..self.kernels.len() {
+            let kernel = &self.plan.kernels[k];
+            let span = self.device.begin_span(kernel.name.clone(), kernel.kind.family(), SpanStream::Compute)?;
+            self.enqueue_kernel(k, inputs, set)?;
+            span.end()?;
+            spans.push(span);
         }
         Ok(())
     }
