@@ -77,6 +77,18 @@ fn the_prefetcher_yields_every_batch_in_order_and_whole() -> Result<()> {
 }
 
 #[test]
+fn zero_size_tensors_are_prefetched() -> Result<()> {
+    let _exclusive = exclusive();
+    let source = (0..3u64).map(|i| vec![HostTensor::full(DType::F32, [0, 4], 0.0), batch(i).remove(1)]);
+    for (i, tensors) in Prefetcher::new(Device::Cpu, source)?.enumerate() {
+        let tensors = tensors?;
+        assert_eq!(tensors[0].shape().dims(), &[0, 4]);
+        assert_eq!(tensors[1].to_host()?.to_bytes(), batch(i as u64)[1].to_bytes());
+    }
+    Ok(())
+}
+
+#[test]
 fn a_prefetched_batch_feeds_a_compiled_step() -> Result<()> {
     let _exclusive = exclusive();
     let step = compile(|a: &[Tensor]| Ok(vec![a[0].relu()?.sum_all()?])).fullgraph(true);

@@ -26,6 +26,7 @@ fn batch(index: u64) -> Vec<HostTensor> {
     vec![
         braze_cpu::random_tensor(DType::F32, [256, 512], 100 + index),
         braze_cpu::random_tensor(DType::BF16, [1000], 200 + index),
+        HostTensor::full(DType::F32, [0, 4], 0.0),
     ]
 }
 
@@ -73,7 +74,7 @@ fn prefetched_batches_arrive_whole_in_order_and_feed_a_compiled_step() -> Result
             let exact: f64 = x[row * 512..(row + 1) * 512].iter().map(|v| 2.0 * v).sum();
             assert!((got - exact).abs() <= 1e-4 * exact.abs().max(1.0), "batch {index} row {row}: {got} vs {exact}");
         }
-        assert!(pool.allocations() <= 4, "double-buffered: {} pinned allocations", pool.allocations());
+        assert!(pool.allocations() <= 6, "double-buffered: {} pinned allocations", pool.allocations());
         seen += 1;
     }
     assert_eq!(seen, batches);
@@ -141,7 +142,7 @@ fn gpu_spans_lie_inside_the_calls_that_enqueued_them() -> Result<()> {
     assert_eq!(replays.len(), 3, "one span per graph replay: {compute:?}");
     assert!(replays[0].name.starts_with("graph replay"));
     assert!(kernels.iter().any(|s| s.category == "matmul"), "the cuBLASLt call is a span");
-    assert_eq!(on(Track::Copy).len(), 6, "two prefetched tensors a batch");
+    assert_eq!(on(Track::Copy).len(), 9, "three prefetched tensors a batch (one of zero size)");
     let first_call =
         trace.spans.iter().filter(|s| s.category == "call").map(|s| s.start_us).fold(f64::INFINITY, f64::min);
     let last_host =
