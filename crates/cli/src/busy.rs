@@ -1,7 +1,8 @@
 //! Keeping the GPU busy: one training loop (`mlp_step`) written two ways, each run with a
 //! timeline. The naive loop reads its metric with a host copy every step, checks for NaN in an
 //! `if`, uploads each batch from pageable memory and launches op by op; the braze loop calls a
-//! strict compiled step replayed as a CUDA graph, keeps its metrics on the device (read every
+//! strict compiled step in reduce-overhead mode (CUDA graph replays, where the executor finds
+//! the inputs' addresses again), keeps its metrics on the device (read every
 //! `read_every` steps) and takes its batches from a pinned prefetcher. `braze demo` shows both
 //! side by side; `braze bench --only busy` measures them at a real size.
 

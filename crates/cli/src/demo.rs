@@ -75,7 +75,8 @@ fn keeping_busy(device: Device) -> Result<()> {
         "naive: a metric read with a host copy every step, a NaN check in an `if`, pageable batches, eager launches"
     );
     println!(
-        "braze: a strict compiled step replayed as a CUDA graph, device metrics read every {} steps, pinned prefetch",
+        "braze: a strict compiled step in reduce-overhead mode (CUDA graphs), device metrics read every {} steps, \
+         pinned prefetch",
         sizes.read_every
     );
     if device == Device::Cpu {
