@@ -11,6 +11,7 @@
 
 use crate::cuda::CudaTensor;
 use crate::logging;
+use crate::timeline::{self, Track};
 use crate::{Device, Error, Mode, Result, Tensor};
 use braze_codegen::KernelCode;
 use braze_cuda::{ExecOptions, PlanExecutable};
@@ -170,11 +171,23 @@ struct CpuGraph {
     graph: Graph,
 }
 
+impl CpuGraph {
+    /// The op of a one-op eager graph (the last op, for a timeline's span name).
+    fn op_name(&self) -> String {
+        let ops = self.graph.topo_order();
+        ops.last().map_or_else(|| "graph".to_string(), |&id| self.graph.node(id).op.name().to_string())
+    }
+}
+
 impl Executable for CpuGraph {
     fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         let host = host_inputs(inputs)?;
+        let started = std::time::Instant::now();
         let outputs = braze_cpu::eval_graph(&self.graph, &host)
             .map_err(|cpu| Error::Cpu { context: "CPU reference executor".into(), cpu: Box::new(cpu) })?;
+        if timeline::is_recording() {
+            timeline::device_span(Track::Compute, "eager", self.op_name(), started, std::time::Instant::now());
+        }
         Ok(outputs.into_iter().map(Tensor::from_host).collect())
     }
 }
@@ -198,8 +211,16 @@ impl CpuPlan {
 impl Executable for CpuPlan {
     fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         let host = host_inputs(inputs)?;
-        let outputs = braze_cpu::eval_plan(&self.plan, &host)
-            .map_err(|cpu| Error::Cpu { context: "CPU plan executor".into(), cpu: Box::new(cpu) })?;
+        let outputs = if timeline::is_recording() {
+            let plan = &self.plan;
+            braze_cpu::eval_plan_observed(plan, &host, &mut |k, start, end| {
+                let kernel = &plan.kernels[k];
+                timeline::device_span(Track::Compute, kernel.kind.family(), kernel.name.clone(), start, end);
+            })
+        } else {
+            braze_cpu::eval_plan(&self.plan, &host)
+        }
+        .map_err(|cpu| Error::Cpu { context: "CPU plan executor".into(), cpu: Box::new(cpu) })?;
         Ok(outputs
             .into_iter()
             .zip(&self.plan.outputs)
@@ -300,11 +321,20 @@ impl Executable for CudaPlan {
                 tracing::debug!(target: logging::targets::AUTOTUNE, "{}: {} ({:?})", r.kernel, r.winner, r.timings_ms);
             }
         }
+        let tracing_timeline = timeline::is_recording();
+        if tracing_timeline {
+            timeline::prepare_device(self.ordinal, &*crate::cuda::device(self.ordinal, "run")?)?;
+        }
         let outputs = if crate::profile::is_collecting() {
             exe.run_profiled(buffers).map(|(outputs, times)| {
                 crate::profile::record(times);
                 outputs
             })
+        } else if tracing_timeline {
+            let mut spans = Vec::new();
+            let outputs = exe.run_traced(buffers, same_inputs, &mut spans);
+            timeline::gpu_spans(self.ordinal, spans)?;
+            outputs
         } else if same_inputs {
             exe.run_same_inputs(buffers)
         } else {
@@ -426,6 +456,8 @@ pub(crate) fn compile_traced(
     function: &str,
     in_place: &[(usize, usize)],
 ) -> Result<Arc<dyn Executable>> {
+    let _span =
+        timeline::host_span("compile", || format!("compile {function}"), Some(format!("{} ops", graph.op_count())));
     logging::graph_compiled(graph, function);
     compile_fused_in_place(graph, target, in_place)
 }

@@ -232,9 +232,14 @@ where
     /// synchronizations and recompiles.
     pub fn explain(&self, args: &[Tensor]) -> Result<Explanation> {
         let mut report = RunReport::default();
+        let syncs_before = crate::sync_count();
         self.run(args, Some(&mut report))?;
+        let syncs = crate::sync_count() - syncs_before;
         let state = self.lock();
-        Ok(Explanation::new(&self.name, self.mode, self.fullgraph, report, state.recompile_reasons.clone()))
+        let mut explanation =
+            Explanation::new(&self.name, self.mode, self.fullgraph, report, state.recompile_reasons.clone());
+        explanation.host_syncs = usize::try_from(syncs).unwrap_or(usize::MAX);
+        Ok(explanation)
     }
 
     /// Calls the function with every GPU kernel it runs timed: the results and each kernel's
@@ -253,6 +258,7 @@ where
         if trace::is_active() {
             return (self.f)(args);
         }
+        let _span = crate::timeline::host_span("call", || format!("call {}", self.name), None);
         self.check_arity(args)?;
         // A cache hit needs no device scan: every input's device is part of the signature.
         if let (Some(entry), _) = self.lookup(args) {
@@ -428,6 +434,7 @@ where
         reason: Option<String>,
         report: Option<&mut RunReport>,
     ) -> Result<Vec<Tensor>> {
+        let _span = crate::timeline::host_span("trace", || format!("trace {}", self.name), None);
         let signature: Vec<TensorSig> = args.iter().map(TensorSig::of).collect();
         if self.past_limit(&signature, reason.as_deref())? {
             if let Some(report) = report {

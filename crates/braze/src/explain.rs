@@ -24,8 +24,9 @@ pub struct Explanation {
     /// The graphs the call ran, in order: one without breaks, one per piece of a split function.
     pub graphs: Vec<Arc<Graph>>,
     pub breaks: Vec<GraphBreak>,
-    /// Times the host waited for tensor values: every break reads values on the host, so each
-    /// counts one.
+    /// Times the host waited for tensor values in the call, i.e. per step of a loop that calls
+    /// it once a step ([`crate::sync_count`] over the call): each break reads values on the host,
+    /// as does any eager read of a call that fell back to eager execution; a fullgraph call has none.
     pub host_syncs: usize,
     /// Traces caused by a new signature so far, and why each happened.
     pub recompiles: usize,
@@ -116,7 +117,7 @@ impl fmt::Display for Explanation {
         for b in &self.breaks {
             writeln!(f, "break: {b}")?;
         }
-        writeln!(f, "host syncs: {}", self.host_syncs)?;
+        writeln!(f, "host syncs: {} per step", self.host_syncs)?;
         writeln!(f, "recompiles: {}", self.recompiles)?;
         for reason in &self.recompile_reasons {
             writeln!(f, "  recompile: {reason}")?;

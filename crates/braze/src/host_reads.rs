@@ -73,11 +73,11 @@ impl Tensor {
             let host = trace::host_value(self, BreakKind::CopyToCpu, "to_device", loc)?;
             return Ok(Tensor::from_host((*host).clone()));
         }
-        if device == Device::Cpu {
-            // A copy to the CPU waits for the device. A CPU tensor counts too: the same code
-            // waits there on a GPU.
-            crate::sync_debug::sync_point(BreakKind::CopyToCpu, "to_device", &loc)?;
-        }
+        // A copy to the CPU waits for the device. A CPU tensor counts too: the same code waits
+        // there on a GPU.
+        let _sync = (device == Device::Cpu)
+            .then(|| crate::sync_debug::sync_point(BreakKind::CopyToCpu, "to_device", &loc))
+            .transpose()?;
         if device == self.device() {
             return Ok(self.clone());
         }
@@ -87,6 +87,13 @@ impl Tensor {
         match device {
             Device::Cpu => Ok(Tensor::from_host((*host).clone())),
             Device::Cuda(ordinal) => {
+                let bytes = host.numel() * host.dtype().size_bytes();
+                crate::prefetch::report_pageable_copy(bytes, &loc);
+                let _copy = crate::timeline::host_span(
+                    "copy",
+                    || "pageable host-to-device copy".into(),
+                    Some(format!("{bytes} B at {loc}")),
+                );
                 Ok(Tensor::from_cuda(crate::cuda::CudaTensor::upload(&host, ordinal, "to_device")?))
             }
         }

@@ -35,6 +35,9 @@
 //!   are fused into a plan and run by the CPU plan executor or as NVRTC-compiled CUDA kernels;
 //!   eager one-op graphs run on the CPU reference or as one kernel on the GPU.
 //! - `explain`, [`logging`]: [`Explanation`], `BRAZE_LOG` and `BRAZE_DUMP`.
+//! - `prefetch`, `metric`: keeping the GPU fed and the queue unstalled ([`Prefetcher`],
+//!   [`PinnedPool`], [`DeviceMetric`]); [`timeline`]: `BRAZE_TRACE`, host and device spans on one
+//!   axis as a Chrome trace, and the GPU-busy summary.
 //!
 //! **Invariant:** no user input makes the library panic: every op returns `Result`.
 
@@ -52,14 +55,17 @@ mod explain;
 mod fill;
 mod host_reads;
 pub mod logging;
+mod metric;
 mod mode;
 mod ops;
 pub mod optim;
+mod prefetch;
 mod profile;
 mod promotion;
 mod signature;
 mod sync_debug;
 mod tensor;
+pub mod timeline;
 mod trace;
 
 pub use autograd::{is_grad_enabled, no_grad, value_and_grad};
@@ -73,6 +79,8 @@ pub use custom_op::CustomOp;
 pub use device::Device;
 pub use error::{Error, Result};
 pub use explain::Explanation;
+pub use metric::{DeviceMetric, MetricReading};
 pub use mode::Mode;
+pub use prefetch::{pageable_copy_count, IntoBatch, PinnedBuffer, PinnedPool, Prefetcher};
 pub use sync_debug::{set_sync_debug_mode, sync_count, sync_debug_mode, SyncDebugMode};
 pub use tensor::{Element, Tensor};

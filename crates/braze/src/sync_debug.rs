@@ -16,6 +16,7 @@
 //! thread. The count is per thread, so a training loop reads its own syncs per step.
 
 use crate::logging::{self, targets};
+use crate::timeline::{self, SpanGuard};
 use crate::{BreakKind, Error, Result};
 use braze_ir::SourceLoc;
 use std::cell::Cell;
@@ -128,8 +129,9 @@ pub fn sync_count() -> u64 {
 }
 
 /// One host synchronization: `op` (of `kind`, for the hint) called at `loc` waits for a tensor
-/// value. By the mode it warns or errors; `Ok` means the read goes on, and it is counted.
-pub(crate) fn sync_point(kind: BreakKind, op: &str, loc: &SourceLoc) -> Result<()> {
+/// value. By the mode it warns or errors; `Ok` means the read goes on, and it is counted. The
+/// guard is the sync's span on a timeline: keep it until the value has been read.
+pub(crate) fn sync_point(kind: BreakKind, op: &str, loc: &SourceLoc) -> Result<SpanGuard> {
     match sync_debug_mode() {
         SyncDebugMode::Off => {}
         SyncDebugMode::Warn => {
@@ -148,7 +150,7 @@ pub(crate) fn sync_point(kind: BreakKind, op: &str, loc: &SourceLoc) -> Result<(
         }
     }
     SYNCS.with(|count| count.set(count.get() + 1));
-    Ok(())
+    Ok(timeline::host_span("sync", || format!("sync `{op}`"), Some(loc.to_string())))
 }
 
 #[cfg(test)]

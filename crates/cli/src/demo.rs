@@ -1,6 +1,7 @@
 //! `braze demo`: each workload traced, fused, timed eager against compiled, and checked against
 //! the CPU reference on fresh inputs; then graph breaks and the cost of a cached call.
 
+use crate::busy;
 use crate::common::{check_outputs, print_graph, resolve_device, Pair};
 use crate::timing::{fmt_us, host_median, GpuTimer};
 use anyhow::{bail, Result};
@@ -55,7 +56,39 @@ pub fn run(asked: Option<Device>) -> Result<()> {
     let small = Sizes { rows: 32, hidden: 64, ..Sizes::default() };
     sync_demo(&small, device)?;
     println!();
-    multisum_call_cost(device, timer.as_ref())
+    multisum_call_cost(device, timer.as_ref())?;
+    println!();
+    keeping_busy(device)
+}
+
+/// A training loop written the naive way beside the same loop with braze, each with a timeline.
+fn keeping_busy(device: Device) -> Result<()> {
+    let sizes = match device {
+        Device::Cuda(_) => busy::LoopSizes { rows: 1024, hidden: 512, dtype: DType::F32, steps: 200, read_every: 50 },
+        Device::Cpu => busy::LoopSizes { rows: 8, hidden: 16, dtype: DType::F32, steps: 100, read_every: 50 },
+    };
+    println!(
+        "== keeping the GPU busy: mlp_step [{}, {}] x {} steps on {device} ==",
+        sizes.rows, sizes.hidden, sizes.steps
+    );
+    println!(
+        "naive: a metric read with a host copy every step, a NaN check in an `if`, pageable batches, eager launches"
+    );
+    println!(
+        "braze: a strict compiled step in reduce-overhead mode (CUDA graphs), device metrics read every {} steps, \
+         pinned prefetch",
+        sizes.read_every
+    );
+    if device == Device::Cpu {
+        println!("(on the CPU backend the \"GPU\" is the CPU executor's kernel runs)");
+    }
+    let naive = busy::naive_loop(device, &sizes, true)?;
+    let fast = busy::braze_loop(device, &sizes, true)?;
+    print!("{}", busy::report(&naive, &fast));
+    if (naive.mean_loss - fast.mean_loss).abs() > 1e-2 * naive.mean_loss.abs().max(1.0) {
+        bail!("the two loops trained differently: mean loss {} vs {}", naive.mean_loss, fast.mean_loss);
+    }
+    Ok(())
 }
 
 /// Drops a call's outputs and keeps its error.

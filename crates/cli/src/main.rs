@@ -1,12 +1,13 @@
 //! `braze`: explain, show, demonstrate and benchmark compiled workloads.
 
 mod bench;
+mod busy;
 mod common;
 mod demo;
 mod timing;
 mod torch_check;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use braze::backend::{self, Target};
 use braze::{DType, Device, Error, GraphBreak, Mode};
 use braze_workloads::Sizes;
@@ -43,12 +44,19 @@ enum Command {
         common: CommonArgs,
     },
     /// The showcase: for each workload the trace, breaks, fused plan, eager-vs-compiled time and
-    /// the compiled result checked against the CPU reference on fresh inputs. On the GPU when there
-    /// is one, else on the CPU at small sizes.
+    /// the compiled result checked against the CPU reference on fresh inputs; then a training loop
+    /// written the naive way beside the same loop with braze (GPU busy %, steps/s, every sync).
+    /// On the GPU when there is one, else on the CPU at small sizes.
     Demo {
         /// cpu or cuda (default: the best available).
         #[arg(long, value_parser = parse_device)]
         device: Option<Device>,
+    },
+    /// Summarize a saved timeline (a `BRAZE_TRACE` file): GPU busy % over the steps, the largest
+    /// gaps and what the host was doing in each.
+    Timeline {
+        /// The Chrome trace JSON file.
+        trace: std::path::PathBuf,
     },
     /// The GPU benchmark at the standard sizes of benches/workloads.md, in the row format of
     /// benches/torch_baseline.py (needs a CUDA GPU).
@@ -57,7 +65,7 @@ enum Command {
         #[arg(long)]
         json: Option<std::path::PathBuf>,
         /// Comma-separated subset: copy, ln_relu_res, ew_chain, multisum, tiny_block, mlp_block,
-        /// mlp_step, coldstart, overhead. With --sweep: workloads of the sweep (ln_gelu_res,
+        /// mlp_step, busy, coldstart, overhead. With --sweep: workloads of the sweep (ln_gelu_res,
         /// rms_silu_res, softmax_mask; pw_row, pw_col, pw_outer, pw_scalar).
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
@@ -181,6 +189,7 @@ fn main() -> ExitCode {
         Command::Explain { workload, strict, common } => explain(&workload, strict, &common),
         Command::Kernels { workload, common } => kernels(&workload, &common),
         Command::Demo { device } => demo::run(device),
+        Command::Timeline { trace } => timeline(&trace),
         Command::Bench { json, only, skip, rep_ms, torch_weights, sweep, sweep_max_mb, list } => {
             bench::run(&bench::Options {
                 json: json.as_deref(),
@@ -198,6 +207,8 @@ fn main() -> ExitCode {
         }
         Command::BenchColdstart { rows, hidden, dtype } => bench::coldstart_child(rows, hidden, dtype),
     };
+    // Writes the BRAZE_TRACE timeline, if one is being recorded, and prints its summary.
+    let result = result.and_then(|()| braze::timeline::finish().map(|_| ()).map_err(Into::into));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -230,6 +241,15 @@ fn explain(name: &str, strict: bool, args: &CommonArgs) -> Result<()> {
 }
 
 /// Without a GPU, kernels and launch counts are codegen's for an assumed GPU: say which.
+fn timeline(path: &std::path::Path) -> Result<()> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let trace = braze::timeline::Trace::from_json(&text).with_context(|| format!("reading {}", path.display()))?;
+    let device = trace.spans.iter().filter(|s| !matches!(s.track, braze::timeline::Track::Host(_))).count();
+    println!("{}: {} spans ({} host, {device} device)", path.display(), trace.spans.len(), trace.spans.len() - device);
+    print!("{}", braze::timeline::Summary::of(&trace));
+    Ok(())
+}
+
 fn print_assumed_target(device: Device) {
     if device == Device::Cpu {
         println!("no GPU in use: kernels and launches are generated for {} (assumed)", backend::assumed_gpu_target());

@@ -94,6 +94,8 @@ pub struct CudaDevice {
     pub(crate) capture: Mutex<Option<CaptureRecord>>,
     upload_staging: Mutex<UploadStaging>,
     download_staging: Mutex<Option<DropOutsideCapture<PinnedHostSlice<u8>>>>,
+    /// The second stream, of pinned copies that overlap compute (see `pinned`); made on first use.
+    pub(crate) copy_stream: Mutex<Option<Arc<CudaStream>>>,
 }
 
 /// Pinned chunks that uploads are copied through, used round-robin.
@@ -142,6 +144,7 @@ impl CudaDevice {
             capture: Mutex::new(None),
             upload_staging: Mutex::new(UploadStaging::default()),
             download_staging: Mutex::new(None),
+            copy_stream: Mutex::new(None),
         }))
     }
 
@@ -451,6 +454,9 @@ impl Drop for CudaDevice {
     fn drop(&mut self) {
         // Staged uploads may still be reading pinned memory that is freed with the fields.
         self.ctx.record_err(self.stream.synchronize());
+        if let Some(copy) = lock(&self.copy_stream).as_ref() {
+            self.ctx.record_err(copy.synchronize());
+        }
     }
 }
 

@@ -19,6 +19,8 @@ pub mod graph;
 pub mod kernel;
 pub mod launch;
 pub mod nvrtc;
+pub mod pinned;
+pub mod spans;
 
 pub use autotune::{AutotuneRecord, AutotuneStore};
 pub use blas::{BlasLt, MatmulDtype, MatmulSpec, MatrixRef};
@@ -34,3 +36,5 @@ pub use nvrtc::{
     compile, default_include_dirs, nvrtc_available, nvrtc_version, parse_ptxas_resources, CompileOptions,
     CompiledModule, ImageKind, KernelResources,
 };
+pub use pinned::{PinnedBuffer, PinnedPool, StreamMark};
+pub use spans::{DeviceClock, PendingSpan, SpanStream};

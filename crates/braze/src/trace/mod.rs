@@ -106,6 +106,7 @@ fn eager(
     loc: &SourceLoc,
     build: &dyn Fn(&mut OpBuilder<'_>, &[NodeId]) -> braze_ir::Result<NodeId>,
 ) -> Result<Tensor> {
+    let _span = crate::timeline::host_span("eager", || format!("eager `{op}`"), Some(loc.to_string()));
     let mut graph = Graph::new();
     let mut ids = Vec::with_capacity(operands.len());
     let mut device = None;
@@ -206,7 +207,7 @@ pub(crate) fn host_value(tensor: &Tensor, kind: BreakKind, op: &str, loc: Source
             let value = trace.value_of(tensor, op, Some(&loc))?;
             // A fullgraph trace stops at the break: nothing runs, nothing is read.
             trace.graph_break(kind, op, &loc, &[value])?;
-            sync_point(kind, op, &loc)?;
+            let _sync = sync_point(kind, op, &loc)?;
             trace.host_of(value, op, &loc)
         })
     });
@@ -216,7 +217,7 @@ pub(crate) fn host_value(tensor: &Tensor, kind: BreakKind, op: &str, loc: Source
             if tensor.is_traced() {
                 return Err(Error::StaleTrace { op: op.to_string(), loc: Some(loc) });
             }
-            sync_point(kind, op, &loc)?;
+            let _sync = sync_point(kind, op, &loc)?;
             tensor.read_host(op)?.ok_or_else(|| Error::StaleTrace { op: op.to_string(), loc: Some(loc) })
         }
     }
@@ -233,7 +234,7 @@ pub(crate) fn host_call(
         cell.borrow_mut().as_mut().map(|trace| {
             let values = inputs.iter().map(|t| trace.value_of(t, op, Some(&loc))).collect::<Result<Vec<usize>>>()?;
             trace.graph_break(BreakKind::OpaqueHostFn, op, &loc, &values)?;
-            sync_point(BreakKind::OpaqueHostFn, op, &loc)?;
+            let _sync = sync_point(BreakKind::OpaqueHostFn, op, &loc)?;
             let need_grad = values.iter().any(|&v| trace.needs_grad(v));
             let host =
                 values.iter().map(|&v| trace.host_of(v, op, &loc).map(|h| (*h).clone())).collect::<Result<Vec<_>>>()?;
@@ -243,9 +244,8 @@ pub(crate) fn host_call(
     let (host_inputs, need_grad) = match in_trace {
         Some(result) => result?,
         None => {
-            if !inputs.is_empty() && !inputs.iter().any(Tensor::is_traced) {
-                sync_point(BreakKind::OpaqueHostFn, op, &loc)?;
-            }
+            let reads_values = !inputs.is_empty() && !inputs.iter().any(Tensor::is_traced);
+            let _sync = reads_values.then(|| sync_point(BreakKind::OpaqueHostFn, op, &loc)).transpose()?;
             let host = inputs
                 .iter()
                 .map(|t| {

@@ -29,6 +29,16 @@ use std::borrow::Cow;
 /// any other, for the caller to store into its input's memory: the plan's rules make that the same
 /// as the GPU executor writing it there while the plan runs (no kernel reads the input after).
 pub fn eval_plan(plan: &Plan, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {
+    eval_plan_observed(plan, inputs, &mut |_, _, _| {})
+}
+
+/// As [`eval_plan`], telling `observe` each kernel's index and when it started and finished
+/// (the CPU backend's device spans on a timeline).
+pub fn eval_plan_observed(
+    plan: &Plan,
+    inputs: &[HostTensor],
+    observe: &mut dyn FnMut(usize, std::time::Instant, std::time::Instant),
+) -> Result<Vec<HostTensor>> {
     plan.validate()?;
     if inputs.len() != plan.inputs.len() {
         return Err(CpuError::Arity { expected: plan.inputs.len(), actual: inputs.len() });
@@ -57,6 +67,7 @@ pub fn eval_plan(plan: &Plan, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> 
     }
 
     for (k, kernel) in plan.kernels.iter().enumerate() {
+        let started = std::time::Instant::now();
         let outputs = {
             let reads: Vec<&HostData> = kernel
                 .inputs
@@ -65,6 +76,7 @@ pub fn eval_plan(plan: &Plan, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> 
                 .collect();
             run_kernel(plan, kernel, &reads)
         };
+        observe(k, started, std::time::Instant::now());
         for (&id, data) in kernel.outputs.iter().zip(outputs) {
             buffers[id.0] = Some(Cow::Owned(data));
         }

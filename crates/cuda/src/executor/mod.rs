@@ -26,6 +26,7 @@ use crate::graph::CapturedGraph;
 use crate::kernel::Kernel;
 use crate::launch::KernelArg;
 use crate::nvrtc::{CompileOptions, KernelResources};
+use crate::spans::{PendingSpan, SpanStream};
 
 mod tuning;
 
@@ -41,6 +42,15 @@ pub struct KernelTime {
     /// The plan kernel's family (`pointwise`, `row`, `matmul`, ...).
     pub family: &'static str,
     pub ms: f32,
+}
+
+/// What a run records besides its outputs.
+enum Observe<'a> {
+    Nothing,
+    /// Each kernel's GPU time, waited for.
+    Profile(&'a mut Vec<KernelTime>),
+    /// Timeline spans, not waited for.
+    Trace(&'a mut Vec<PendingSpan>),
 }
 
 /// How an executable runs.
@@ -413,19 +423,31 @@ impl PlanExecutable {
     /// timing events, and waiting for them: the GPU time of each kernel, in plan order.
     pub fn run_profiled(&mut self, inputs: &[DeviceBuffer]) -> Result<(Vec<DeviceBuffer>, Vec<KernelTime>)> {
         let mut times = Vec::with_capacity(self.kernels.len());
-        let outputs = self.run_inner(inputs, false, Some(&mut times))?;
+        let outputs = self.run_inner(inputs, false, Observe::Profile(&mut times))?;
         Ok((outputs, times))
     }
 
+    /// As [`PlanExecutable::run`] (or `run_same_inputs`), with a span of GPU work for a timeline
+    /// recorded around each kernel, or around the graph replay in CUDA graph mode, appended to
+    /// `spans`; nothing waits for them.
+    pub fn run_traced(
+        &mut self,
+        inputs: &[DeviceBuffer],
+        same_inputs: bool,
+        spans: &mut Vec<PendingSpan>,
+    ) -> Result<Vec<DeviceBuffer>> {
+        self.run_inner(inputs, same_inputs, Observe::Trace(spans))
+    }
+
     fn run_with(&mut self, inputs: &[DeviceBuffer], same_inputs: bool) -> Result<Vec<DeviceBuffer>> {
-        self.run_inner(inputs, same_inputs, None)
+        self.run_inner(inputs, same_inputs, Observe::Nothing)
     }
 
     fn run_inner(
         &mut self,
         inputs: &[DeviceBuffer],
         same_inputs: bool,
-        profile: Option<&mut Vec<KernelTime>>,
+        observe: Observe<'_>,
     ) -> Result<Vec<DeviceBuffer>> {
         let known = same_inputs && self.tables_for_set.is_some();
         if !known {
@@ -446,7 +468,15 @@ impl PlanExecutable {
                 self.device.memset_d8(b, 0xFF)?;
             }
         }
-        if let Some(times) = profile {
+        let graphs = self.options.cuda_graphs && self.report.launches > 0;
+        let (profile, mut spans) = match observe {
+            Observe::Nothing => (None, None),
+            Observe::Profile(times) => (Some(times), None),
+            Observe::Trace(spans) => (None, Some(spans)),
+        };
+        if let (Some(spans), false) = (spans.as_deref_mut(), graphs) {
+            self.enqueue_all_traced(inputs, &self.output_sets[set_index], spans)?;
+        } else if let Some(times) = profile {
             let set = &self.output_sets[set_index];
             let mut timers = Vec::with_capacity(self.kernels.len());
             for k in 0..self.kernels.len() {
@@ -463,23 +493,44 @@ impl PlanExecutable {
                     ms: timer.elapsed_ms()?,
                 });
             }
-        } else if self.options.cuda_graphs && self.report.launches > 0 {
+        } else if graphs {
             let addresses = &self.last_addresses;
             let set = &self.output_sets[set_index];
-            if let Some((_, graph)) = set.graphs.iter().find(|(a, _)| a == addresses) {
-                graph.replay()?;
-            } else if set.last_direct.as_ref() == Some(addresses) && set.graphs.len() < GRAPHS_PER_OUTPUT_SET {
-                let graph = {
-                    let this = &*self;
-                    let set = &this.output_sets[set_index];
-                    this.device.capture_graph(|| this.enqueue_all(inputs, set))?
+            let replay = set.graphs.iter().position(|(a, _)| a == addresses);
+            let capture = replay.is_none()
+                && set.last_direct.as_ref() == Some(addresses)
+                && set.graphs.len() < GRAPHS_PER_OUTPUT_SET;
+            if replay.is_some() || capture {
+                let replay_span = match spans.is_some() {
+                    true => {
+                        let what = if capture { "graph capture and replay" } else { "graph replay" };
+                        let name = format!("{what} ({} kernels)", self.kernels.len());
+                        Some(self.device.begin_span(name, "graph", SpanStream::Compute)?)
+                    }
+                    false => None,
                 };
-                graph.prepare()?;
-                graph.replay()?;
-                let addresses = self.last_addresses.clone();
-                self.output_sets[set_index].graphs.push((addresses, graph));
+                if let Some(g) = replay {
+                    self.output_sets[set_index].graphs[g].1.replay()?;
+                } else {
+                    let graph = {
+                        let this = &*self;
+                        let set = &this.output_sets[set_index];
+                        this.device.capture_graph(|| this.enqueue_all(inputs, set))?
+                    };
+                    graph.prepare()?;
+                    graph.replay()?;
+                    let addresses = self.last_addresses.clone();
+                    self.output_sets[set_index].graphs.push((addresses, graph));
+                }
+                if let (Some(span), Some(spans)) = (replay_span, spans) {
+                    span.end()?;
+                    spans.push(span);
+                }
             } else {
-                self.enqueue_all(inputs, &self.output_sets[set_index])?;
+                match spans {
+                    Some(spans) => self.enqueue_all_traced(inputs, &self.output_sets[set_index], spans)?,
+                    None => self.enqueue_all(inputs, &self.output_sets[set_index])?,
+                }
                 self.output_sets[set_index].last_direct = Some(self.last_addresses.clone());
             }
         } else {
@@ -520,6 +571,18 @@ impl PlanExecutable {
             let bytes: Vec<u8> = pointers.iter().flat_map(|p| p.to_le_bytes()).collect();
             self.device.upload_into(&table.buffer, 0, &bytes)?;
             table.uploaded = Some(pointers);
+        }
+        Ok(())
+    }
+
+    /// [`PlanExecutable::enqueue_all`] with a timeline span around each kernel.
+    fn enqueue_all_traced(&self, inputs: &[DeviceBuffer], set: &OutputSet, spans: &mut Vec<PendingSpan>) -> Result<()> {
+        for k in 0..self.kernels.len() {
+            let kernel = &self.plan.kernels[k];
+            let span = self.device.begin_span(kernel.name.clone(), kernel.kind.family(), SpanStream::Compute)?;
+            self.enqueue_kernel(k, inputs, set)?;
+            span.end()?;
+            spans.push(span);
         }
         Ok(())
     }

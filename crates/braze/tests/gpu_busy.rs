@@ -1,0 +1,172 @@
+//! Keeping the GPU busy, on a GPU: the pinned pool reuses page-locked buffers, the prefetcher's
+//! batches arrive whole and in order through the copy stream and feed a compiled step, device
+//! metrics arrive without a sync, and the timeline's GPU spans (kernels, graph replays, copies)
+//! lie on the host clock inside the calls that enqueued them. Skips without a GPU (fails instead
+//! when `BRAZE_REQUIRE_CUDA=1`).
+//!
+//! The timeline is process-wide: every test holds `TIMELINE` (this file is its own test binary).
+
+mod common;
+
+use braze::timeline::{self, Span, Track};
+use braze::{
+    compile, sync_count, DType, Device, DeviceMetric, HostTensor, Mode, PinnedPool, Prefetcher, Result, Tensor,
+};
+use common::gpu;
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+static TIMELINE: Mutex<()> = Mutex::new(());
+
+fn exclusive() -> MutexGuard<'static, ()> {
+    TIMELINE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn batch(index: u64) -> Vec<HostTensor> {
+    vec![
+        braze_cpu::random_tensor(DType::F32, [256, 512], 100 + index),
+        braze_cpu::random_tensor(DType::BF16, [1000], 200 + index),
+        HostTensor::full(DType::F32, [0, 4], 0.0),
+    ]
+}
+
+#[test]
+fn the_pinned_pool_reuses_page_locked_buffers() -> Result<()> {
+    let Some(device) = gpu() else { return Ok(()) };
+    let _exclusive = exclusive();
+    let pool = PinnedPool::new(device)?;
+    let mut a = pool.take(1 << 20)?;
+    a.as_mut_bytes()?.fill(3);
+    let b = pool.take(100)?;
+    assert_eq!(pool.allocations(), 2);
+    pool.give_back(a);
+    pool.give_back(b);
+    for _ in 0..8 {
+        let x = pool.take(1 << 19)?;
+        let y = pool.take(64)?;
+        pool.give_back(x);
+        pool.give_back(y);
+    }
+    assert_eq!(pool.allocations(), 2);
+    Ok(())
+}
+
+#[test]
+fn prefetched_batches_arrive_whole_in_order_and_feed_a_compiled_step() -> Result<()> {
+    let Some(device) = gpu() else { return Ok(()) };
+    let _exclusive = exclusive();
+    let step = compile(|a: &[Tensor]| Ok(vec![a[0].mul_scalar(2.0)?.sum(&[1], false)?])).fullgraph(true);
+    let batches = 16;
+    let prefetcher = Prefetcher::new(device, (0..batches).map(batch))?;
+    let pool = prefetcher.pool().clone();
+    let mut seen = 0;
+    for (index, tensors) in prefetcher.enumerate() {
+        let tensors = tensors?;
+        let want = batch(index as u64);
+        for (got, want) in tensors.iter().zip(&want) {
+            assert_eq!(got.device(), device);
+            assert_eq!(got.to_host()?.to_bytes(), want.to_bytes(), "batch {index}: a whole copy");
+        }
+        // The step reads the prefetched tensor where it is.
+        let sums = step.call(&tensors[..1])?[0].to_host()?;
+        let x = want[0].to_f64_vec();
+        for (row, got) in sums.to_f64_vec().iter().enumerate() {
+            let exact: f64 = x[row * 512..(row + 1) * 512].iter().map(|v| 2.0 * v).sum();
+            assert!((got - exact).abs() <= 1e-4 * exact.abs().max(1.0), "batch {index} row {row}: {got} vs {exact}");
+        }
+        assert!(pool.allocations() <= 6, "double-buffered: {} pinned allocations", pool.allocations());
+        seen += 1;
+    }
+    assert_eq!(seen, batches);
+    Ok(())
+}
+
+#[test]
+fn device_metrics_arrive_without_a_sync() -> Result<()> {
+    let Some(device) = gpu() else { return Ok(()) };
+    let _exclusive = exclusive();
+    let mut metric = DeviceMetric::new("loss", device).read_every(10);
+    let mut want = 0.0f64;
+    let values: Vec<Tensor> = (0..30)
+        .map(|i| Tensor::from_vec(vec![i as f32 * 0.25, -1.0], [2]).and_then(|t| t.to_device(device)))
+        .collect::<Result<_>>()?;
+    let before = sync_count();
+    for (i, value) in values.iter().enumerate() {
+        want += i as f64 * 0.25 - 1.0;
+        metric.add(value)?;
+        metric.poll()?;
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while metric.latest().is_none_or(|r| r.count < 30) {
+        assert!(Instant::now() < deadline, "the reading of step 30 never arrived");
+        metric.poll()?;
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(sync_count(), before, "no host sync");
+    let reading = metric.latest().expect("arrived");
+    assert!((reading.sum - want).abs() < 1e-3, "{} vs {want}", reading.sum);
+    Ok(())
+}
+
+#[test]
+fn gpu_spans_lie_inside_the_calls_that_enqueued_them() -> Result<()> {
+    let Some(device) = gpu() else { return Ok(()) };
+    let _exclusive = exclusive();
+    let f = |a: &[Tensor]| Ok(vec![a[0].layer_norm(&a[1], &a[2], 1e-5)?.relu()?.matmul(&a[3])?]);
+    let x = Tensor::randn([512, 256], DType::F32, 0)?.to_device(device)?;
+    let g = Tensor::ones([256], DType::F32, device)?;
+    let b = Tensor::zeros([256], DType::F32, device)?;
+    let w = Tensor::randn([256, 128], DType::F32, 1)?.to_device(device)?;
+    let args = [x, g, b, w];
+    let direct = compile(f).fullgraph(true).name("direct");
+    let graphs = compile(f).fullgraph(true).mode(Mode::ReduceOverhead).name("graphs");
+    direct.call(&args)?;
+    for _ in 0..3 {
+        graphs.call(&args)?;
+    }
+    timeline::start();
+    for step in 0..3 {
+        let _step = timeline::step(step);
+        direct.call(&args)?;
+        graphs.call(&args)?;
+    }
+    for batch in Prefetcher::new(device, (0..3).map(batch))? {
+        batch?;
+    }
+    let trace = timeline::stop()?;
+    let on = |track: Track| -> Vec<&Span> { trace.spans.iter().filter(|s| s.track == track).collect() };
+    let compute = on(Track::Compute);
+    let kernels: Vec<&&Span> = compute.iter().filter(|s| s.category != "graph").collect();
+    let replays: Vec<&&Span> = compute.iter().filter(|s| s.category == "graph").collect();
+    assert!(kernels.len() >= 6, "each kernel of each direct call: {compute:?}");
+    assert_eq!(replays.len(), 3, "one span per graph replay: {compute:?}");
+    assert!(replays[0].name.starts_with("graph replay"));
+    assert!(kernels.iter().any(|s| s.category == "matmul"), "the cuBLASLt call is a span");
+    assert!(kernels.iter().chain(&replays).all(|s| s.dur_us > 0.0), "GPU work takes time: {compute:?}");
+    assert_eq!(on(Track::Copy).len(), 9, "three prefetched tensors a batch (one of zero size)");
+    let first_call =
+        trace.spans.iter().filter(|s| s.category == "call").map(|s| s.start_us).fold(f64::INFINITY, f64::min);
+    let last_host =
+        trace.spans.iter().filter(|s| matches!(s.track, Track::Host(_))).map(Span::end_us).fold(0.0, f64::max);
+    for span in compute.iter().chain(on(Track::Copy).iter()) {
+        // A zero-byte copy may take no measurable time; nothing takes a second.
+        assert!(span.dur_us >= 0.0 && span.dur_us < 1e6, "{span:?}");
+        // GPU work starts after the host enqueued it (the clocks agree within the anchor's
+        // uncertainty, a few microseconds) and before the recording stopped.
+        assert!(span.start_us >= first_call - 50.0, "{span:?} before the first call at {first_call}");
+        assert!(span.start_us <= last_host + 1e5, "{span:?}");
+    }
+    Ok(())
+}
+
+#[test]
+fn a_pageable_upload_is_counted() -> Result<()> {
+    let Some(device) = gpu() else { return Ok(()) };
+    let _exclusive = exclusive();
+    let before = braze::pageable_copy_count();
+    let _x = Tensor::randn([64], DType::F32, 0)?.to_device(device)?;
+    assert_eq!(braze::pageable_copy_count(), before + 1);
+    let _same = Tensor::randn([64], DType::F32, 0)?.to_device(Device::Cpu)?;
+    assert_eq!(braze::pageable_copy_count(), before + 1, "no copy to the device");
+    Ok(())
+}
