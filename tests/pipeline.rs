@@ -229,6 +229,24 @@ const CASES: &[Case] = &[
     },
     Case { name: "constant_output", build: constant_output, inputs: Inputs::Random, kernels: &["multi_pointwise"] },
     Case {
+        name: "attention_causal_f32",
+        build: || attention(DType::F32, [1, 2, 17, 64], true),
+        inputs: Inputs::Random,
+        kernels: &["attention"],
+    },
+    Case {
+        name: "attention_bf16_head_dim_128",
+        build: || attention(DType::BF16, [2, 1, 33, 128], false),
+        inputs: Inputs::Random,
+        kernels: &["attention"],
+    },
+    Case {
+        name: "attention_backward_causal_bf16",
+        build: || attention_backward(DType::BF16, [1, 2, 17, 64], true),
+        inputs: Inputs::Random,
+        kernels: &["attention", "row", "attention_backward", "attention_backward"],
+    },
+    Case {
         name: "pointwise_over_2_31_elements",
         build: huge_pointwise,
         inputs: Inputs::NotEvaluated,
@@ -519,6 +537,23 @@ fn linear_backward(rows: usize, k: usize, n: usize) -> Graph {
     gradients(b, &[(y, dy)], &[x, w, bias])
 }
 
+/// `scaled_dot_product_attention(q, k, v)` of `[B, H, T, D]` operands, default scale.
+fn attention(dtype: DType, shape: [usize; 4], causal: bool) -> Graph {
+    let mut b = Builder::new();
+    let qkv: Vec<NodeId> = (0..3).map(|_| b.input(dtype, shape)).collect();
+    let y = b.op(Op::Attention { causal, scale: 1.0 / (shape[3] as f64).sqrt() }, &qkv);
+    b.finish(vec![y])
+}
+
+/// The gradients of q, k and v of an attention for an incoming gradient `dout`.
+fn attention_backward(dtype: DType, shape: [usize; 4], causal: bool) -> Graph {
+    let mut b = Builder::new();
+    let qkv: Vec<NodeId> = (0..3).map(|_| b.input(dtype, shape)).collect();
+    let y = b.op(Op::Attention { causal, scale: 1.0 / (shape[3] as f64).sqrt() }, &qkv);
+    let dout = b.input(dtype, shape);
+    gradients(b, &[(y, dout)], &qkv)
+}
+
 /// The graph of the gradients of `seeds` with respect to `wrt`.
 fn gradients(mut b: Builder, seeds: &[(NodeId, NodeId)], wrt: &[NodeId]) -> Graph {
     let grads = braze_autodiff::backward(&mut b.g, seeds, wrt).expect("float inputs");
@@ -773,8 +808,18 @@ fn random_shapes_match_the_reference() {
 #[test]
 fn cases_cover_every_kernel_family() {
     let seen: BTreeSet<&str> = CASES.iter().flat_map(|c| c.kernels.iter().copied()).collect();
-    let all: BTreeSet<&str> =
-        ["pointwise", "row", "column", "multi_reduce", "matmul", "concat", "multi_pointwise"].into();
+    let all: BTreeSet<&str> = [
+        "pointwise",
+        "row",
+        "column",
+        "multi_reduce",
+        "matmul",
+        "concat",
+        "multi_pointwise",
+        "attention",
+        "attention_backward",
+    ]
+    .into();
     assert_eq!(seen, all);
     let names: BTreeSet<&str> = CASES.iter().map(|c| c.name).collect();
     assert_eq!(names.len(), CASES.len(), "case names are snapshot names and must be unique");

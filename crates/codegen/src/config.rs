@@ -59,6 +59,18 @@ pub enum KernelConfig {
         vec: u32,
         steps: u32,
     },
+    /// Flash attention forward: `warps` warps of `rows_per_warp` query rows each share a
+    /// block (and each key tile it stages).
+    Attention {
+        warps: u32,
+        rows_per_warp: u32,
+    },
+    /// Flash attention backward: as for the forward, the rows being those of the side the
+    /// kernel parallelises over (query rows for dq, key rows for dk/dv).
+    AttentionBackward {
+        warps: u32,
+        rows_per_warp: u32,
+    },
     /// The kernel is a library call (cuBLASLt); nothing to configure.
     Library,
 }
@@ -73,6 +85,8 @@ impl KernelConfig {
             KernelConfig::Concat { .. } => "concat",
             KernelConfig::Column { .. } => "column",
             KernelConfig::MultiPointwise { .. } => "multi_pointwise",
+            KernelConfig::Attention { .. } => "attention",
+            KernelConfig::AttentionBackward { .. } => "attention_backward",
             KernelConfig::Library => "matmul",
         }
     }
@@ -97,6 +111,12 @@ impl fmt::Display for KernelConfig {
             ),
             KernelConfig::MultiPointwise { block, vec, steps } => {
                 write!(f, "multi_pointwise block={block} vec={vec} steps={steps}")
+            }
+            KernelConfig::Attention { warps, rows_per_warp } => {
+                write!(f, "attention warps={warps} rows_per_warp={rows_per_warp}")
+            }
+            KernelConfig::AttentionBackward { warps, rows_per_warp } => {
+                write!(f, "attention_backward warps={warps} rows_per_warp={rows_per_warp}")
             }
             KernelConfig::Library => write!(f, "library call"),
         }
@@ -129,6 +149,14 @@ pub fn candidate_configs(plan: &Plan, kernel: usize, target: &Target) -> Vec<Ker
         KernelKind::MatMul(_) => vec![KernelConfig::Library],
         KernelKind::Column(col) => column_candidates(&unit, col),
         KernelKind::MultiPointwise(multi) => multi_pointwise_candidates(&unit, multi),
+        KernelKind::Attention(att) => attention_candidates(att.shape.head_dim)
+            .into_iter()
+            .map(|(warps, rows_per_warp)| KernelConfig::Attention { warps, rows_per_warp })
+            .collect(),
+        KernelKind::AttentionBackward(back) => attention_candidates(back.shape.head_dim)
+            .into_iter()
+            .map(|(warps, rows_per_warp)| KernelConfig::AttentionBackward { warps, rows_per_warp })
+            .collect(),
     };
     let mut unique: Vec<KernelConfig> = Vec::new();
     for candidate in candidates {
@@ -138,6 +166,17 @@ pub fn candidate_configs(plan: &Plan, kernel: usize, target: &Target) -> Vec<Ker
     }
     unique.truncate(8);
     unique
+}
+
+/// `(warps, rows_per_warp)` of attention blocks: more rows a block share each staged tile, fewer
+/// rows a warp keep its accumulators (`rows_per_warp * ceil(head_dim / 32)` words a lane, two
+/// sets for dk/dv) in registers; wide heads hold fewer rows per warp.
+fn attention_candidates(head_dim: usize) -> Vec<(u32, u32)> {
+    if head_dim > 64 {
+        vec![(4, 4), (4, 2), (8, 2), (8, 4), (4, 8)]
+    } else {
+        vec![(4, 8), (4, 4), (8, 4), (8, 2), (4, 16)]
+    }
 }
 
 /// The narrowest element (bytes) among the buffers a kernel touches, at most 4.
