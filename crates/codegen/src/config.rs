@@ -149,11 +149,11 @@ pub fn candidate_configs(plan: &Plan, kernel: usize, target: &Target) -> Vec<Ker
         KernelKind::MatMul(_) => vec![KernelConfig::Library],
         KernelKind::Column(col) => column_candidates(&unit, col),
         KernelKind::MultiPointwise(multi) => multi_pointwise_candidates(&unit, multi),
-        KernelKind::Attention(att) => attention_candidates(att.shape.head_dim)
+        KernelKind::Attention(att) => attention_candidates(att.shape.head_dim, false)
             .into_iter()
             .map(|(warps, rows_per_warp)| KernelConfig::Attention { warps, rows_per_warp })
             .collect(),
-        KernelKind::AttentionBackward(back) => attention_candidates(back.shape.head_dim)
+        KernelKind::AttentionBackward(back) => attention_candidates(back.shape.head_dim, true)
             .into_iter()
             .map(|(warps, rows_per_warp)| KernelConfig::AttentionBackward { warps, rows_per_warp })
             .collect(),
@@ -170,12 +170,16 @@ pub fn candidate_configs(plan: &Plan, kernel: usize, target: &Target) -> Vec<Ker
 
 /// `(warps, rows_per_warp)` of attention blocks: more rows a block share each staged tile, fewer
 /// rows a warp keep its accumulators (`rows_per_warp * ceil(head_dim / 32)` words a lane, two
-/// sets for dk/dv) in registers; wide heads hold fewer rows per warp.
-fn attention_candidates(head_dim: usize) -> Vec<(u32, u32)> {
-    if head_dim > 64 {
-        vec![(4, 4), (4, 2), (8, 2), (8, 4), (4, 8)]
-    } else {
-        vec![(4, 8), (4, 4), (8, 4), (8, 2), (4, 16)]
+/// sets for dk/dv) in registers; wide heads hold fewer rows per warp. Only shapes that ptxas
+/// (CUDA 13.0, sm_90) compiles without spilling are listed: some in between (a backward of 4
+/// warps x 4 rows at head dim 64, or 2 rows at 128) leave a few words of the accumulators in
+/// local memory.
+fn attention_candidates(head_dim: usize, backward: bool) -> Vec<(u32, u32)> {
+    match (head_dim > 64, backward) {
+        (false, false) => vec![(4, 8), (4, 4), (8, 4), (8, 2)],
+        (true, false) => vec![(4, 4), (4, 2), (8, 2), (4, 8)],
+        (false, true) => vec![(4, 8), (8, 2)],
+        (true, true) => vec![(4, 4), (8, 4), (4, 8)],
     }
 }
 
