@@ -537,11 +537,20 @@ fn linear_backward(rows: usize, k: usize, n: usize) -> Graph {
     gradients(b, &[(y, dy)], &[x, w, bias])
 }
 
+/// PyTorch's default attention scale, `1 / sqrt(head_dim)` (1 for a head of no dims).
+fn default_scale(head_dim: usize) -> f64 {
+    if head_dim == 0 {
+        1.0
+    } else {
+        1.0 / (head_dim as f64).sqrt()
+    }
+}
+
 /// `scaled_dot_product_attention(q, k, v)` of `[B, H, T, D]` operands, default scale.
 fn attention(dtype: DType, shape: [usize; 4], causal: bool) -> Graph {
     let mut b = Builder::new();
     let qkv: Vec<NodeId> = (0..3).map(|_| b.input(dtype, shape)).collect();
-    let y = b.op(Op::Attention { causal, scale: 1.0 / (shape[3] as f64).sqrt() }, &qkv);
+    let y = b.op(Op::Attention { causal, scale: default_scale(shape[3]) }, &qkv);
     b.finish(vec![y])
 }
 
@@ -549,7 +558,7 @@ fn attention(dtype: DType, shape: [usize; 4], causal: bool) -> Graph {
 fn attention_backward(dtype: DType, shape: [usize; 4], causal: bool) -> Graph {
     let mut b = Builder::new();
     let qkv: Vec<NodeId> = (0..3).map(|_| b.input(dtype, shape)).collect();
-    let y = b.op(Op::Attention { causal, scale: 1.0 / (shape[3] as f64).sqrt() }, &qkv);
+    let y = b.op(Op::Attention { causal, scale: default_scale(shape[3]) }, &qkv);
     let dout = b.input(dtype, shape);
     gradients(b, &[(y, dout)], &qkv)
 }
@@ -921,6 +930,21 @@ fn attention_at_odd_sizes_matches_the_reference() {
                     }
                 }
             }
+        }
+    }
+    // Empty batches, sequences and heads of no dims.
+    for shape in [[0, 2, 5, 8], [1, 1, 0, 8], [1, 2, 3, 0]] {
+        for (kind, graph) in [
+            ("forward", attention(DType::BF16, shape, true)),
+            ("backward", attention_backward(DType::F32, shape, true)),
+        ] {
+            let what = format!("attention {kind} {shape:?}");
+            let plan = fuse(&what, &graph);
+            for i in 0..plan.kernels.len() {
+                generate(&plan, i, &default_config(&plan, i, &Target::h200()), &Target::h200())
+                    .unwrap_or_else(|e| panic!("{what}: {e}\n{plan}"));
+            }
+            matches_reference(&what, &graph, &plan, seed_of(&what), |_| false);
         }
     }
     let what = "attention forward f32 [1, 1, 1000, 64] causal";

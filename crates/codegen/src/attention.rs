@@ -19,8 +19,9 @@
 //!   thread in one order, with no atomics, so gradients have the same bits on every run (one
 //!   kernel would have to add dq across key tiles atomically).
 //!
-//! Tensor-core (mma.sync) variants for bf16/f16 are not generated yet: these kernels are the
-//! portable path for every dtype and target.
+//! These kernels are the portable path for every dtype and target; the forward also has a
+//! tensor-core kernel for bf16/f16 on sm_80+ (`attention_mma.rs`), an autotune candidate. The
+//! backward runs here only.
 
 use crate::cuda::{f32_literal, narrow, widen};
 use crate::error::{invalid_config, malformed, Result};
@@ -70,6 +71,21 @@ fn launches(name: &str, s: &AttentionShape, l: &Layout, shared_words: usize, par
         shared_bytes: (shared_words * 4) as u32,
         params,
     }]
+}
+
+/// Refuses a config whose shared memory the target cannot give one block.
+fn check_shared(unit: &Unit<'_>, words: usize) -> Result<()> {
+    let bytes = words * 4;
+    if bytes > unit.target.shared_memory_per_block_optin as usize {
+        return Err(invalid_config(
+            unit.name(),
+            format!(
+                "{bytes} bytes of shared memory a block, above the {} the target allows",
+                unit.target.shared_memory_per_block_optin
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn check_dtypes(unit: &Unit<'_>, s: &AttentionShape, inputs: &[DType], outputs: &[DType]) -> Result<()> {
@@ -180,6 +196,7 @@ pub(crate) fn generate_forward(
     let width = IndexWidth::for_largest(unit.largest_buffer());
     let (declared, params) = unit.buffer_params();
     let shared_words = l.rows * s.head_dim + TILE * (s.head_dim + 1) * 2;
+    check_shared(unit, shared_words)?;
 
     let mut w = CodeWriter::new();
     w.line(format!("extern \"C\" __global__ void __launch_bounds__({}) {name}({})", warps * 32, declared.join(", ")));
@@ -285,6 +302,7 @@ pub(crate) fn generate_backward(
     let queries = back.grads == [AttentionInput::Query];
     let slot = |g: AttentionInput| back.grads.iter().position(|&x| x == g);
     let shared_words = 2 * l.rows * s.head_dim + 2 * TILE * (s.head_dim + 1) + 2 * TILE;
+    check_shared(unit, shared_words)?;
     let scale = f32_literal(s.scale as f32);
 
     let mut w = CodeWriter::new();

@@ -60,10 +60,12 @@ pub enum KernelConfig {
         steps: u32,
     },
     /// Flash attention forward: `warps` warps of `rows_per_warp` query rows each share a
-    /// block (and each key tile it stages).
+    /// block (and each key tile it stages); `tensor_cores`: the mma.sync kernel (bf16/f16 on
+    /// sm_80+, 16 rows a warp), else the FMA kernel.
     Attention {
         warps: u32,
         rows_per_warp: u32,
+        tensor_cores: bool,
     },
     /// Flash attention backward: as for the forward, the rows being those of the side the
     /// kernel parallelises over (query rows for dq, key rows for dk/dv).
@@ -112,9 +114,11 @@ impl fmt::Display for KernelConfig {
             KernelConfig::MultiPointwise { block, vec, steps } => {
                 write!(f, "multi_pointwise block={block} vec={vec} steps={steps}")
             }
-            KernelConfig::Attention { warps, rows_per_warp } => {
-                write!(f, "attention warps={warps} rows_per_warp={rows_per_warp}")
-            }
+            KernelConfig::Attention { warps, rows_per_warp, tensor_cores } => write!(
+                f,
+                "attention warps={warps} rows_per_warp={rows_per_warp}{}",
+                if *tensor_cores { " tensor_cores" } else { "" }
+            ),
             KernelConfig::AttentionBackward { warps, rows_per_warp } => {
                 write!(f, "attention_backward warps={warps} rows_per_warp={rows_per_warp}")
             }
@@ -149,10 +153,20 @@ pub fn candidate_configs(plan: &Plan, kernel: usize, target: &Target) -> Vec<Ker
         KernelKind::MatMul(_) => vec![KernelConfig::Library],
         KernelKind::Column(col) => column_candidates(&unit, col),
         KernelKind::MultiPointwise(multi) => multi_pointwise_candidates(&unit, multi),
-        KernelKind::Attention(att) => attention_candidates(att.shape.head_dim, false)
-            .into_iter()
-            .map(|(warps, rows_per_warp)| KernelConfig::Attention { warps, rows_per_warp })
-            .collect(),
+        KernelKind::Attention(att) => {
+            let mut candidates: Vec<KernelConfig> = attention_candidates(att.shape.head_dim, false)
+                .into_iter()
+                .map(|(warps, rows_per_warp)| KernelConfig::Attention { warps, rows_per_warp, tensor_cores: false })
+                .collect();
+            // The tensor-core kernel is timed by the autotuner but not the default until GPU
+            // runs have checked it against the reference at every tested size.
+            if crate::attention_mma::supports(&unit, att) {
+                for warps in [4, 8] {
+                    candidates.push(KernelConfig::Attention { warps, rows_per_warp: 16, tensor_cores: true });
+                }
+            }
+            candidates
+        }
         KernelKind::AttentionBackward(back) => attention_candidates(back.shape.head_dim, true)
             .into_iter()
             .map(|(warps, rows_per_warp)| KernelConfig::AttentionBackward { warps, rows_per_warp })

@@ -36,6 +36,7 @@
 //! round where a cast says so); the op semantics are those of the CPU reference.
 
 mod attention;
+mod attention_mma;
 mod body;
 mod column;
 mod concat;
@@ -169,7 +170,16 @@ pub fn generate(plan: &Plan, kernel: usize, config: &KernelConfig, target: &Targ
         (KernelKind::MultiPointwise(multi), KernelConfig::MultiPointwise { block, vec, steps }) => {
             multi_pointwise::generate(&mut unit, multi, block, vec, steps)?
         }
-        (KernelKind::Attention(att), KernelConfig::Attention { warps, rows_per_warp }) => {
+        (KernelKind::Attention(att), KernelConfig::Attention { warps, rows_per_warp: 16, tensor_cores: true }) => {
+            attention_mma::generate(&mut unit, att, warps)?
+        }
+        (KernelKind::Attention(_), KernelConfig::Attention { tensor_cores: true, rows_per_warp, .. }) => {
+            return Err(error::invalid_config(
+                &k.name,
+                format!("the tensor-core kernel gives each warp 16 rows, not {rows_per_warp}"),
+            ))
+        }
+        (KernelKind::Attention(att), KernelConfig::Attention { warps, rows_per_warp, tensor_cores: false }) => {
             attention::generate_forward(&mut unit, att, warps, rows_per_warp)?
         }
         (KernelKind::AttentionBackward(back), KernelConfig::AttentionBackward { warps, rows_per_warp }) => {

@@ -568,10 +568,14 @@ impl Fuser<'_> {
                 (if self.origins.get(node) == Some(&"stack") { "stack" } else { "concat" }, Vec::new())
             }
             GroupKind::Attention => {
-                if self.node(members[0]).op.name() == "attention" {
-                    if let Op::Attention { causal: true, .. } = self.node(members[0]).op {
-                        parts.push("causal".into());
-                    }
+                let causal = members.iter().any(|&m| {
+                    matches!(
+                        self.node(m).op,
+                        Op::Attention { causal: true, .. } | Op::AttentionLse { causal: true, .. }
+                    )
+                });
+                if causal {
+                    parts.push("causal".into());
                 }
                 ("attention", Vec::new())
             }
