@@ -28,7 +28,7 @@ pub(crate) fn supports(unit: &Unit<'_>, att: &Attention) -> bool {
     unit.target.compute_capability >= (8, 0)
         && matches!(att.shape.dtype, DType::BF16 | DType::F16)
         && d > 0
-        && d % 16 == 0
+        && d.is_multiple_of(16)
         && d <= 128
 }
 
