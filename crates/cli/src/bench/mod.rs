@@ -6,6 +6,7 @@
 //! steps instead, given `--torch-weights`. `--sweep rows|pointwise` times a sweep of sizes and
 //! dtypes instead (`sweep.rs`), in default and max-autotune mode, at fewer repetitions.
 
+mod attention;
 mod busy_loops;
 mod cases;
 mod measure;
@@ -29,13 +30,14 @@ pub use sweep::SweepKind;
 pub const REP_MS: f64 = 200.0;
 pub const SWEEP_REP_MS: f64 = 40.0;
 
-const SECTIONS: [&str; 10] = [
+const SECTIONS: [&str; 11] = [
     "copy",
     "ln_relu_res",
     "ew_chain",
     "multisum",
     "tiny_block",
     "mlp_block",
+    "attention",
     "mlp_step",
     "busy",
     "coldstart",
@@ -154,6 +156,7 @@ pub fn run(options: &Options) -> Result<()> {
             ("multisum", Box::new(|b| b.multisum(10_000, 100, 10_000, 0))),
             ("tiny_block", Box::new(|b| b.tiny_block(16))),
             ("mlp_block", Box::new(|b| b.mlp_block(8192, 1024))),
+            ("attention", Box::new(|b| b.attention(16, 12, 1024, 64))),
             ("mlp_step", Box::new(move |b| b.mlp_step(8192, 1024, torch_weights))),
             ("busy", Box::new(|b| b.busy())),
             ("coldstart", Box::new(|b| b.coldstart())),
