@@ -170,3 +170,30 @@ fn a_pageable_upload_is_counted() -> Result<()> {
     assert_eq!(braze::pageable_copy_count(), before + 1, "no copy to the device");
     Ok(())
 }
+
+/// Inputs alternating between two buffers (a double-buffered prefetcher's batches) replay as
+/// CUDA graphs too: each buffer set's graph is captured when it comes back, and every call
+/// computes on the buffers it was given.
+#[test]
+fn gpu_alternating_input_buffers_replay_as_graphs() -> Result<()> {
+    let Some(device) = gpu() else { return Ok(()) };
+    let _exclusive = exclusive();
+    let f = |a: &[Tensor]| Ok(vec![a[0].mul_scalar(2.0)?.add(&a[1])?]);
+    let xs = [
+        Tensor::randn([256, 256], DType::F32, 0)?.to_device(device)?,
+        Tensor::randn([256, 256], DType::F32, 1)?.to_device(device)?,
+    ];
+    let y = Tensor::randn([256, 256], DType::F32, 2)?.to_device(device)?;
+    let want: Vec<Vec<f32>> = xs.iter().map(|x| x.mul_scalar(2.0)?.add(&y)?.to_vec::<f32>()).collect::<Result<_>>()?;
+    let graphs = compile(f).fullgraph(true).mode(Mode::ReduceOverhead).name("alternating");
+    timeline::start();
+    for step in 0..8 {
+        let out = graphs.call(&[xs[step % 2].clone(), y.clone()])?;
+        assert_eq!(out[0].to_vec::<f32>()?, want[step % 2], "step {step}");
+    }
+    let trace = timeline::stop()?;
+    let graph_spans = trace.spans.iter().filter(|s| s.track == Track::Compute && s.category == "graph").count();
+    // Calls 0 and 1 launch directly; 2 and 3 capture and replay; 4..7 replay.
+    assert_eq!(graph_spans, 6, "{:?}", trace.spans);
+    Ok(())
+}

@@ -56,7 +56,8 @@ enum Observe<'a> {
 /// How an executable runs.
 #[derive(Clone, Debug, Default)]
 pub struct ExecOptions {
-    /// Replay the plan as a CUDA graph (captured on the second call with the same buffers).
+    /// Replay the plan as a CUDA graph (captured when input buffers seen in a recent call come
+    /// again).
     pub cuda_graphs: bool,
     /// Fill outputs with 0xFF (NaN for floats) before each run, so an element no kernel wrote
     /// cannot pass a comparison. For tests; costs a memset per output.
@@ -108,8 +109,10 @@ struct OutputSet {
     /// Indexed by plan buffer id; `Some` for buffers with the `Output` role.
     buffers: Vec<Option<DeviceBuffer>>,
     graphs: Vec<(Vec<u64>, CapturedGraph)>,
-    /// Input addresses of the last direct run with this set (a graph is captured on a repeat).
-    last_direct: Option<Vec<u64>>,
+    /// Input addresses of the last few direct runs with this set, the latest last: a graph is
+    /// captured for addresses seen again, so inputs alternating between a few buffers (a
+    /// double-buffered prefetcher's batches) replay too, not only the same buffers call after call.
+    recent_direct: Vec<Vec<u64>>,
 }
 
 impl OutputSet {
@@ -357,7 +360,7 @@ impl PlanExecutable {
                     set.buffers[slot] = Some(self.device.alloc(bytes)?);
                 }
             }
-            set.last_direct = None;
+            set.recent_direct.clear();
             self.tables_for_set = None;
             return Ok(i);
         }
@@ -367,7 +370,7 @@ impl PlanExecutable {
                 buffers[i] = Some(self.device.alloc(b.bytes())?);
             }
         }
-        let set = OutputSet { buffers, graphs: Vec::new(), last_direct: None };
+        let set = OutputSet { buffers, graphs: Vec::new(), recent_direct: Vec::new() };
         // Set indices may shift below: the tables are refilled for whichever set runs next.
         self.tables_for_set = None;
         if self.output_sets.len() < RETAINED_OUTPUT_SETS {
@@ -497,9 +500,8 @@ impl PlanExecutable {
             let addresses = &self.last_addresses;
             let set = &self.output_sets[set_index];
             let replay = set.graphs.iter().position(|(a, _)| a == addresses);
-            let capture = replay.is_none()
-                && set.last_direct.as_ref() == Some(addresses)
-                && set.graphs.len() < GRAPHS_PER_OUTPUT_SET;
+            let capture =
+                replay.is_none() && set.recent_direct.contains(addresses) && set.graphs.len() < GRAPHS_PER_OUTPUT_SET;
             if replay.is_some() || capture {
                 let replay_span = match spans.is_some() {
                     true => {
@@ -531,7 +533,12 @@ impl PlanExecutable {
                     Some(spans) => self.enqueue_all_traced(inputs, &self.output_sets[set_index], spans)?,
                     None => self.enqueue_all(inputs, &self.output_sets[set_index])?,
                 }
-                self.output_sets[set_index].last_direct = Some(self.last_addresses.clone());
+                let recent = &mut self.output_sets[set_index].recent_direct;
+                recent.retain(|a| *a != self.last_addresses);
+                if recent.len() == GRAPHS_PER_OUTPUT_SET {
+                    recent.remove(0);
+                }
+                recent.push(self.last_addresses.clone());
             }
         } else {
             self.enqueue_all(inputs, &self.output_sets[set_index])?;

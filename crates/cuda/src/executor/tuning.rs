@@ -81,7 +81,7 @@ impl PlanExecutable {
         // Graphs captured before tuning launch the old kernels.
         for set in &mut self.output_sets {
             set.graphs.clear();
-            set.last_direct = None;
+            set.recent_direct.clear();
         }
         drop(outputs);
         Ok(records)
