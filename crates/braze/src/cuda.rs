@@ -65,6 +65,21 @@ impl CudaTensor {
         Ok(CudaTensor { buffer, dtype: host.dtype(), shape: host.shape().clone(), ordinal })
     }
 
+    /// `shape` filled with the element `host` holds (one element) on the device: a memset, no
+    /// host data of the tensor's size.
+    pub(crate) fn full(element: &HostTensor, shape: Shape, ordinal: usize, op: &str) -> Result<CudaTensor> {
+        let dev = device(ordinal, op)?;
+        let dtype = element.dtype();
+        let bytes = shape.numel().checked_mul(dtype.size_bytes()).ok_or_else(|| Error::InvalidArgument {
+            op: op.to_string(),
+            loc: None,
+            detail: format!("{shape} elements of {dtype} overflow the address space"),
+        })?;
+        let buffer = dev.alloc(bytes).map_err(|e| Error::cuda(op, e))?;
+        dev.fill(&buffer, &element.to_bytes()).map_err(|e| Error::cuda(op, e))?;
+        Ok(CudaTensor { buffer, dtype, shape, ordinal })
+    }
+
     /// Copies the data to the host; waits for the device's queued work.
     pub(crate) fn download(&self, op: &str) -> Result<HostTensor> {
         let dev = device(self.ordinal, op)?;

@@ -398,3 +398,34 @@ fn gpu_gaussian_helpers_within_10_ulp() {
         }
     }
 }
+
+/// Eager `zeros`/`ones`/`full` on the GPU fill on the device (memsets, 8-byte elements with
+/// unequal halves through strided ones), every dtype and value kind right, zero-size included.
+#[test]
+fn gpu_full_fills_on_the_device() -> Result<()> {
+    let Some(device) = gpu() else { return Ok(()) };
+    let cases: [(DType, f64); 12] = [
+        (DType::F32, 0.0),
+        (DType::F32, -2.5),
+        (DType::F16, 1.5),
+        (DType::BF16, -3.0),
+        (DType::BF16, 0.0),
+        (DType::I32, 7.0),
+        (DType::I32, -1.0),
+        (DType::I64, 1.0),
+        (DType::I64, -1.0),
+        (DType::I64, -4_294_967_297.0),
+        (DType::Bool, 1.0),
+        (DType::Bool, 0.0),
+    ];
+    for (dtype, value) in cases {
+        for shape in [vec![1027, 3], vec![0, 5]] {
+            let on_gpu = Tensor::full(shape.clone(), value, dtype, device)?.to_host()?;
+            let on_cpu = Tensor::full(shape.clone(), value, dtype, braze::Device::Cpu)?.to_host()?;
+            assert_eq!(on_gpu.to_bytes(), on_cpu.to_bytes(), "full({shape:?}, {value}, {dtype})");
+        }
+    }
+    assert_eq!(Tensor::ones([5], DType::F32, device)?.to_vec::<f32>()?, vec![1.0; 5]);
+    assert_eq!(Tensor::zeros([5], DType::I64, device)?.to_vec::<i64>()?, vec![0; 5]);
+    Ok(())
+}

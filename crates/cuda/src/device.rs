@@ -246,6 +246,56 @@ impl CudaDevice {
         self.memset_d8_range(buffer, 0, buffer.len_bytes, value)
     }
 
+    /// Fills `buffer` with copies of the element `pattern` (1, 2, 4 or 8 bytes, little-endian),
+    /// on the stream: one `cuMemsetD8/D16/D32` call, or for 8-byte elements whose halves differ,
+    /// one strided 32-bit memset per half. No host data of the buffer's size is made or copied.
+    pub fn fill(&self, buffer: &DeviceBuffer, pattern: &[u8]) -> Result<()> {
+        let width = pattern.len();
+        if !matches!(width, 1 | 2 | 4 | 8) || buffer.len_bytes % width != 0 {
+            return Err(CudaError::InvalidArgument(format!(
+                "fill: a {width}-byte element does not tile a buffer of {} bytes",
+                buffer.len_bytes
+            )));
+        }
+        let count = buffer.len_bytes / width;
+        let word = |bytes: &[u8]| u32::from_le_bytes(bytes.try_into().expect("4 bytes"));
+        let (lo, hi) = if width == 8 { (word(&pattern[..4]), word(&pattern[4..])) } else { (0, 0) };
+        if pattern.iter().all(|&b| b == pattern[0]) {
+            return self.memset_d8(buffer, pattern[0]);
+        }
+        self.gate.shared(|| {
+            let address = self.checked_range(buffer, 0, buffer.len_bytes, "fill")?;
+            if count == 0 {
+                return Ok(());
+            }
+            self.ctx.bind_to_thread()?;
+            let stream = self.stream.cu_stream();
+            // SAFETY: every store lies inside `buffer`'s live allocation: `count` elements of
+            // `width` bytes are exactly its length (checked above), and a strided memset writes
+            // 4 bytes at each of `count` rows of `width` bytes from `address` or `address + 4`;
+            // the memsets are ordered on the stream with every other use of the buffer.
+            unsafe {
+                match width {
+                    2 => driver_sys::cuMemsetD16Async(
+                        address,
+                        u16::from_le_bytes([pattern[0], pattern[1]]),
+                        count,
+                        stream,
+                    )
+                    .result()?,
+                    4 => driver_sys::cuMemsetD32Async(address, word(pattern), count, stream).result()?,
+                    8 if lo == hi => driver_sys::cuMemsetD32Async(address, lo, 2 * count, stream).result()?,
+                    _ => {
+                        driver_sys::cuMemsetD2D32Async(address, 8, lo, 1, count, stream).result()?;
+                        driver_sys::cuMemsetD2D32Async(address + 4, 8, hi, 1, count, stream).result()?;
+                    }
+                }
+            }
+            self.note_captured_buffer(buffer);
+            Ok(())
+        })
+    }
+
     /// Sets `len` bytes of `buffer` starting at `offset` to `value`.
     pub fn memset_d8_range(&self, buffer: &DeviceBuffer, offset: usize, len: usize, value: u8) -> Result<()> {
         self.gate.shared(|| {

@@ -191,10 +191,12 @@ pub(crate) fn full(
             b.broadcast_to(scalar, shape.clone())
         })
     } else {
-        let host = HostTensor::full(dtype, shape, value);
         match device {
-            Device::Cpu => Ok(Tensor::from_host(host)),
-            Device::Cuda(ordinal) => Ok(Tensor::from_cuda(crate::cuda::CudaTensor::upload(&host, ordinal, op)?)),
+            Device::Cpu => Ok(Tensor::from_host(HostTensor::full(dtype, shape, value))),
+            Device::Cuda(ordinal) => {
+                let element = HostTensor::full(dtype, Shape::scalar(), value);
+                Ok(Tensor::from_cuda(crate::cuda::CudaTensor::full(&element, shape, ordinal, op)?))
+            }
         }
     }
 }
