@@ -134,13 +134,14 @@ pub fn naive_loop(device: Device, sizes: &LoopSizes, traced: bool) -> Result<Loo
         let target = upload(target)?;
         // Eager: every op is its own launch.
         let loss = step(&[x, target])?.remove(0);
-        // The metric read with a host copy every step.
-        let value = loss.item::<f32>()?;
+        // The metric read with a host copy every step (in the loss's own dtype, bf16 at the
+        // bench's size).
+        let value = loss.to_host()?.get_f64(0);
         // A NaN check in an `if`: another sync.
         if loss.any_nan()?.to_bool()? {
             bail!("the loss is NaN at step {i}");
         }
-        Ok(f64::from(value))
+        Ok(value)
     };
     for i in 0..WARMUP_STEPS {
         run_step(i)?;
