@@ -251,7 +251,7 @@ impl CudaDevice {
     /// one strided 32-bit memset per half. No host data of the buffer's size is made or copied.
     pub fn fill(&self, buffer: &DeviceBuffer, pattern: &[u8]) -> Result<()> {
         let width = pattern.len();
-        if !matches!(width, 1 | 2 | 4 | 8) || buffer.len_bytes % width != 0 {
+        if !matches!(width, 1 | 2 | 4 | 8) || !buffer.len_bytes.is_multiple_of(width) {
             return Err(CudaError::InvalidArgument(format!(
                 "fill: a {width}-byte element does not tile a buffer of {} bytes",
                 buffer.len_bytes
