@@ -81,6 +81,7 @@ STANDARD = [
     ("multisum", {"k": 10_000, "lo": 100, "hi": 10_000, "seed": 0, "dtype": "f32"}),
     ("tiny_block", {"layers": 16, "rows": 64, "hidden": 256, "dtype": "f32"}),
     ("mlp_block", {"rows": 8192, "hidden": 1024, "dtype": "bf16"}),
+    ("attention", {"b": 16, "h": 12, "t": 1024, "d": 64, "dtype": "bf16"}),
 ]
 
 QUICK = [
@@ -91,6 +92,7 @@ QUICK = [
     ("multisum", {"k": 50, "lo": 10, "hi": 1000, "seed": 0, "dtype": "f32"}),
     ("tiny_block", {"layers": 4, "rows": 64, "hidden": 256, "dtype": "f32"}),
     ("mlp_block", {"rows": 256, "hidden": 256, "dtype": "bf16"}),
+    ("attention", {"b": 2, "h": 2, "t": 128, "d": 64, "dtype": "bf16"}),
 ]
 
 
@@ -226,6 +228,25 @@ def mlp_block(run, rows, hidden, dtype):
     run.emit("mlp_block", shape, dtype, "compile", us, cold_s=cold, tflops=flops / (us * 1e-6) / 1e12)
 
 
+def attention(run, b, h, t, d, dtype):
+    """Causal scaled dot-product attention (PyTorch picks its flash backend for bf16 on sm_80+),
+    forward and forward+backward, as `braze bench --only attention` (the same shape key; FLOPs
+    counted as FlashAttention does: 4 B H T^2 D halved by the mask, a backward 2.5 forwards)."""
+    q, k, v, dout = (randn(b, h, t, d, dtype=dtype) for _ in range(4))
+    shape, flops = f"B{b} H{h} T{t} D{d} causal", 4 * b * h * t * t * d / 2
+    fwd = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    us = run.time_us(fwd)
+    run.emit("attention_fwd", shape, dtype, "torch sdpa", us, tflops=flops / (us * 1e-6) / 1e12)
+    qg, kg, vg = (x.detach().requires_grad_(True) for x in (q, k, v))
+
+    def fwd_bwd():
+        out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=True)
+        return torch.autograd.grad(out, (qg, kg, vg), dout)
+
+    us = run.time_us(fwd_bwd)
+    run.emit("attention_fwd_bwd", shape, dtype, "torch sdpa", us, tflops=3.5 * flops / (us * 1e-6) / 1e12)
+
+
 WORKLOADS = {
     "copy": copy,
     "ln_relu_res": ln_relu_res,
@@ -233,6 +254,7 @@ WORKLOADS = {
     "multisum": multisum,
     "tiny_block": tiny_block,
     "mlp_block": mlp_block,
+    "attention": attention,
 }
 
 

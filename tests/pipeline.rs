@@ -229,6 +229,24 @@ const CASES: &[Case] = &[
     },
     Case { name: "constant_output", build: constant_output, inputs: Inputs::Random, kernels: &["multi_pointwise"] },
     Case {
+        name: "attention_causal_f32",
+        build: || attention(DType::F32, [1, 2, 17, 64], true),
+        inputs: Inputs::Random,
+        kernels: &["attention"],
+    },
+    Case {
+        name: "attention_bf16_head_dim_128",
+        build: || attention(DType::BF16, [2, 1, 33, 128], false),
+        inputs: Inputs::Random,
+        kernels: &["attention"],
+    },
+    Case {
+        name: "attention_backward_causal_bf16",
+        build: || attention_backward(DType::BF16, [1, 2, 17, 64], true),
+        inputs: Inputs::Random,
+        kernels: &["attention", "row", "attention_backward", "attention_backward"],
+    },
+    Case {
         name: "pointwise_over_2_31_elements",
         build: huge_pointwise,
         inputs: Inputs::NotEvaluated,
@@ -519,6 +537,32 @@ fn linear_backward(rows: usize, k: usize, n: usize) -> Graph {
     gradients(b, &[(y, dy)], &[x, w, bias])
 }
 
+/// PyTorch's default attention scale, `1 / sqrt(head_dim)` (1 for a head of no dims).
+fn default_scale(head_dim: usize) -> f64 {
+    if head_dim == 0 {
+        1.0
+    } else {
+        1.0 / (head_dim as f64).sqrt()
+    }
+}
+
+/// `scaled_dot_product_attention(q, k, v)` of `[B, H, T, D]` operands, default scale.
+fn attention(dtype: DType, shape: [usize; 4], causal: bool) -> Graph {
+    let mut b = Builder::new();
+    let qkv: Vec<NodeId> = (0..3).map(|_| b.input(dtype, shape)).collect();
+    let y = b.op(Op::Attention { causal, scale: default_scale(shape[3]) }, &qkv);
+    b.finish(vec![y])
+}
+
+/// The gradients of q, k and v of an attention for an incoming gradient `dout`.
+fn attention_backward(dtype: DType, shape: [usize; 4], causal: bool) -> Graph {
+    let mut b = Builder::new();
+    let qkv: Vec<NodeId> = (0..3).map(|_| b.input(dtype, shape)).collect();
+    let y = b.op(Op::Attention { causal, scale: default_scale(shape[3]) }, &qkv);
+    let dout = b.input(dtype, shape);
+    gradients(b, &[(y, dout)], &qkv)
+}
+
 /// The graph of the gradients of `seeds` with respect to `wrt`.
 fn gradients(mut b: Builder, seeds: &[(NodeId, NodeId)], wrt: &[NodeId]) -> Graph {
     let grads = braze_autodiff::backward(&mut b.g, seeds, wrt).expect("float inputs");
@@ -773,8 +817,18 @@ fn random_shapes_match_the_reference() {
 #[test]
 fn cases_cover_every_kernel_family() {
     let seen: BTreeSet<&str> = CASES.iter().flat_map(|c| c.kernels.iter().copied()).collect();
-    let all: BTreeSet<&str> =
-        ["pointwise", "row", "column", "multi_reduce", "matmul", "concat", "multi_pointwise"].into();
+    let all: BTreeSet<&str> = [
+        "pointwise",
+        "row",
+        "column",
+        "multi_reduce",
+        "matmul",
+        "concat",
+        "multi_pointwise",
+        "attention",
+        "attention_backward",
+    ]
+    .into();
     assert_eq!(seen, all);
     let names: BTreeSet<&str> = CASES.iter().map(|c| c.name).collect();
     assert_eq!(names.len(), CASES.len(), "case names are snapshot names and must be unique");
@@ -848,4 +902,53 @@ fn pow_gradients_at_a_zero_base_are_pytorchs() {
     }
     let sources = kernel_sources(&plan, nvrtc_enabled());
     assert!(sources.contains("powf("), "{sources}");
+}
+
+// ---- attention at odd sizes -------------------------------------------------------------------
+
+/// Attention forward and backward through fusion and the plan executor against the reference,
+/// at sequence lengths that are no multiple of any tile (1, 17, 70), head dims 64 and 128,
+/// causal and not, in every float dtype; and one long causal sequence (1000) forward.
+#[test]
+fn attention_at_odd_sizes_matches_the_reference() {
+    let mut checked = 0;
+    for dtype in [DType::F32, DType::BF16, DType::F16] {
+        for head_dim in [64, 128] {
+            for (seq, heads) in [(1, 3), (17, 2), (70, 1)] {
+                for causal in [false, true] {
+                    let shape = [1, heads, seq, head_dim];
+                    for (kind, graph) in [
+                        ("forward", attention(dtype, shape, causal)),
+                        ("backward", attention_backward(dtype, shape, causal)),
+                    ] {
+                        let what = format!("attention {kind} {dtype} {shape:?} causal={causal}");
+                        let plan = fuse(&what, &graph);
+                        let families = plan.kernels.iter().filter(|k| k.kind.family().starts_with("attention")).count();
+                        assert_eq!(families, if kind == "forward" { 1 } else { 3 }, "{what}\n{plan}");
+                        matches_reference(&what, &graph, &plan, seed_of(&what), |_| false);
+                        checked += 1;
+                    }
+                }
+            }
+        }
+    }
+    // Empty batches, sequences and heads of no dims.
+    for shape in [[0, 2, 5, 8], [1, 1, 0, 8], [1, 2, 3, 0]] {
+        for (kind, graph) in [
+            ("forward", attention(DType::BF16, shape, true)),
+            ("backward", attention_backward(DType::F32, shape, true)),
+        ] {
+            let what = format!("attention {kind} {shape:?}");
+            let plan = fuse(&what, &graph);
+            for i in 0..plan.kernels.len() {
+                generate(&plan, i, &default_config(&plan, i, &Target::h200()), &Target::h200())
+                    .unwrap_or_else(|e| panic!("{what}: {e}\n{plan}"));
+            }
+            matches_reference(&what, &graph, &plan, seed_of(&what), |_| false);
+        }
+    }
+    let what = "attention forward f32 [1, 1, 1000, 64] causal";
+    let graph = attention(DType::F32, [1, 1, 1000, 64], true);
+    matches_reference(what, &graph, &fuse(what, &graph), seed_of(what), |_| false);
+    assert_eq!(checked, 72);
 }

@@ -9,6 +9,8 @@ pub enum AutodiffError {
     NotFloat { node: String, op: &'static str, dtype: DType },
     #[error("the gradient seeded into {value} must be {expected} or broadcast to it, got {actual}")]
     Seed { value: String, expected: String, actual: String },
+    #[error("no gradient through {node} ({op}): it has no gradient rule (second-order gradients of attention are not supported)")]
+    NoRule { node: String, op: &'static str },
     #[error("building the backward graph: {0}")]
     Ir(#[from] IrError),
 }

@@ -3,10 +3,10 @@
 //! match below has an arm for every op, so a new op without a rule does not compile.
 
 use crate::builder::Emit;
-use crate::Result;
+use crate::{AutodiffError, Result};
 use braze_ir::elementwise::{Derivative, Partials};
 use braze_ir::infer::reduced_shape;
-use braze_ir::{BinaryOp, DType, NodeId, Op, ReduceOp, Shape, UnaryOp};
+use braze_ir::{AttentionInput, BinaryOp, DType, NodeId, Op, ReduceOp, Shape, UnaryOp};
 
 /// `(operand, gradient)` pairs for the operands of `id` that get a gradient.
 pub(crate) fn operand_grads(e: &mut Emit<'_>, id: NodeId, grad: NodeId) -> Result<Vec<(NodeId, NodeId)>> {
@@ -108,6 +108,12 @@ pub(crate) fn operand_grads(e: &mut Emit<'_>, id: NodeId, grad: NodeId) -> Resul
             let total = e.reduce(ReduceOp::Sum, gy, &[*axis], true)?;
             let centered = e.sub(grad, total)?;
             vec![(x, e.mul(id, centered)?)]
+        }
+        Op::Attention { causal, scale } => attention_grads(e, id, &node.operands, grad, *causal, *scale)?,
+        // What these compute is only ever a backward's intermediate: a gradient through them
+        // (second order) has no rule.
+        Op::AttentionLse { .. } | Op::AttentionGrad { .. } => {
+            return Err(AutodiffError::NoRule { node: id.to_string(), op: node.op.name() })
         }
     };
     Ok(grads)
@@ -280,4 +286,30 @@ fn rms_norm_grads(e: &mut Emit<'_>, operands: &[NodeId], grad: NodeId, eps: f64)
     let w_shape = e.shape(w);
     let dw = e.sum_to(gxr, &w_shape)?;
     Ok(vec![(x, dx), (w, dw)])
+}
+
+/// `out = attention(q, k, v)`: the three gradients from the f32 row statistics the backward
+/// kernels read, `lse` (recomputed by `attention_lse`, which fusion computes in the forward's
+/// kernel) and `delta = rowsum(dout * out)` in f32 (a row reduction), then one `attention_grad`
+/// per operand (fusion puts dk and dv in one kernel).
+fn attention_grads(
+    e: &mut Emit<'_>,
+    out: NodeId,
+    operands: &[NodeId],
+    grad: NodeId,
+    causal: bool,
+    scale: f64,
+) -> Result<Vec<(NodeId, NodeId)>> {
+    let (q, k, v) = (operands[0], operands[1], operands[2]);
+    let lse = e.op(Op::AttentionLse { causal, scale }, &[q, k])?;
+    let (wide_grad, wide_out) = (widened(e, grad)?, widened(e, out)?);
+    let products = e.mul(wide_grad, wide_out)?;
+    let delta = e.reduce(ReduceOp::Sum, products, &[3], false)?;
+    [AttentionInput::Query, AttentionInput::Key, AttentionInput::Value]
+        .into_iter()
+        .map(|wrt| {
+            let g = e.op(Op::AttentionGrad { causal, scale, wrt }, &[q, k, v, lse, delta, grad])?;
+            Ok((operands[wrt.operand()], g))
+        })
+        .collect()
 }

@@ -205,6 +205,25 @@ fn norms_and_softmax() {
 }
 
 #[test]
+fn attention_causal_and_not() {
+    for causal in [false, true] {
+        for (shape, scale) in [([1, 1, 1, 3], 0.5), ([2, 1, 5, 3], 0.7), ([1, 2, 17, 4], 0.5), ([1, 1, 6, 1], 1.3)] {
+            let name = format!("attention {shape:?} causal={causal}");
+            let attention = Op::Attention { causal, scale };
+            check(&case(name, &[(&shape, A), (&shape, A), (&shape, A)], op(attention)));
+        }
+    }
+}
+
+#[test]
+fn attention_with_a_shared_operand() {
+    // Self-attention of one tensor: its gradient sums the query, key and value paths.
+    check(&case("attention(x, x, x)", &[(&[1, 2, 7, 3], A)], |g, x| {
+        g.add(Op::Attention { causal: true, scale: 0.6 }, &[x[0], x[0], x[0]], None).unwrap()
+    }));
+}
+
+#[test]
 fn size_one_dims_and_reuse() {
     // x used three times: its gradient is the sum of all three paths.
     check(&case("x * x + exp(x)", &[(&[1, 3, 1], A)], |g, x| {

@@ -223,6 +223,26 @@ impl Tensor {
         })
     }
 
+    /// `softmax(q k^T scale [+ causal mask]) v` over `[batch, heads, seq, head_dim]` queries
+    /// (`self`), keys and values of one shape and float dtype, as PyTorch's
+    /// `scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)`; `scale` defaults
+    /// to `1 / sqrt(head_dim)`. Compiled, it is one flash-attention kernel (no `seq x seq`
+    /// matrix in memory), and its backward two.
+    #[track_caller]
+    pub fn scaled_dot_product_attention(
+        &self,
+        key: &Tensor,
+        value: &Tensor,
+        causal: bool,
+        scale: Option<f64>,
+    ) -> Result<Tensor> {
+        apply("scaled_dot_product_attention", &[self, key, value], caller(), |b, x| {
+            let head_dim = b.shape(x[0]).dims().last().copied().unwrap_or(0);
+            let scale = scale.unwrap_or(if head_dim == 0 { 1.0 } else { 1.0 / (head_dim as f64).sqrt() });
+            b.op(Op::Attention { causal, scale }, &[x[0], x[1], x[2]])
+        })
+    }
+
     /// `min(max(x, min), max)` with scalar bounds of this tensor's dtype, as `torch.clamp`:
     /// NaN stays NaN, and `min > max` gives `max` everywhere.
     #[track_caller]

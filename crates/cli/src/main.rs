@@ -57,7 +57,7 @@ enum Command {
         #[arg(long)]
         json: Option<std::path::PathBuf>,
         /// Comma-separated subset: copy, ln_relu_res, ew_chain, multisum, tiny_block, mlp_block,
-        /// mlp_step, coldstart, overhead. With --sweep: workloads of the sweep (ln_gelu_res,
+        /// attention, mlp_step, coldstart, overhead. With --sweep: workloads of the sweep (ln_gelu_res,
         /// rms_silu_res, softmax_mask; pw_row, pw_col, pw_outer, pw_scalar).
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,

@@ -59,6 +59,20 @@ pub enum KernelConfig {
         vec: u32,
         steps: u32,
     },
+    /// Flash attention forward: `warps` warps of `rows_per_warp` query rows each share a
+    /// block (and each key tile it stages); `tensor_cores`: the mma.sync kernel (bf16/f16 on
+    /// sm_80+, 16 rows a warp), else the FMA kernel.
+    Attention {
+        warps: u32,
+        rows_per_warp: u32,
+        tensor_cores: bool,
+    },
+    /// Flash attention backward: as for the forward, the rows being those of the side the
+    /// kernel parallelises over (query rows for dq, key rows for dk/dv).
+    AttentionBackward {
+        warps: u32,
+        rows_per_warp: u32,
+    },
     /// The kernel is a library call (cuBLASLt); nothing to configure.
     Library,
 }
@@ -73,6 +87,8 @@ impl KernelConfig {
             KernelConfig::Concat { .. } => "concat",
             KernelConfig::Column { .. } => "column",
             KernelConfig::MultiPointwise { .. } => "multi_pointwise",
+            KernelConfig::Attention { .. } => "attention",
+            KernelConfig::AttentionBackward { .. } => "attention_backward",
             KernelConfig::Library => "matmul",
         }
     }
@@ -97,6 +113,14 @@ impl fmt::Display for KernelConfig {
             ),
             KernelConfig::MultiPointwise { block, vec, steps } => {
                 write!(f, "multi_pointwise block={block} vec={vec} steps={steps}")
+            }
+            KernelConfig::Attention { warps, rows_per_warp, tensor_cores } => write!(
+                f,
+                "attention warps={warps} rows_per_warp={rows_per_warp}{}",
+                if *tensor_cores { " tensor_cores" } else { "" }
+            ),
+            KernelConfig::AttentionBackward { warps, rows_per_warp } => {
+                write!(f, "attention_backward warps={warps} rows_per_warp={rows_per_warp}")
             }
             KernelConfig::Library => write!(f, "library call"),
         }
@@ -129,6 +153,24 @@ pub fn candidate_configs(plan: &Plan, kernel: usize, target: &Target) -> Vec<Ker
         KernelKind::MatMul(_) => vec![KernelConfig::Library],
         KernelKind::Column(col) => column_candidates(&unit, col),
         KernelKind::MultiPointwise(multi) => multi_pointwise_candidates(&unit, multi),
+        KernelKind::Attention(att) => {
+            let mut candidates: Vec<KernelConfig> = attention_candidates(att.shape.head_dim, false)
+                .into_iter()
+                .map(|(warps, rows_per_warp)| KernelConfig::Attention { warps, rows_per_warp, tensor_cores: false })
+                .collect();
+            // The tensor-core kernel is timed by the autotuner but not the default until GPU
+            // runs have checked it against the reference at every tested size.
+            if crate::attention_mma::supports(&unit, att) {
+                for warps in [4, 8] {
+                    candidates.push(KernelConfig::Attention { warps, rows_per_warp: 16, tensor_cores: true });
+                }
+            }
+            candidates
+        }
+        KernelKind::AttentionBackward(back) => attention_candidates(back.shape.head_dim, true)
+            .into_iter()
+            .map(|(warps, rows_per_warp)| KernelConfig::AttentionBackward { warps, rows_per_warp })
+            .collect(),
     };
     let mut unique: Vec<KernelConfig> = Vec::new();
     for candidate in candidates {
@@ -138,6 +180,21 @@ pub fn candidate_configs(plan: &Plan, kernel: usize, target: &Target) -> Vec<Ker
     }
     unique.truncate(8);
     unique
+}
+
+/// `(warps, rows_per_warp)` of attention blocks: more rows a block share each staged tile, fewer
+/// rows a warp keep its accumulators (`rows_per_warp * ceil(head_dim / 32)` words a lane, two
+/// sets for dk/dv) in registers; wide heads hold fewer rows per warp. Only shapes that ptxas
+/// (CUDA 13.0, sm_90) compiles without spilling are listed: some in between (a backward of 4
+/// warps x 4 rows at head dim 64, or 2 rows at 128) leave a few words of the accumulators in
+/// local memory.
+fn attention_candidates(head_dim: usize, backward: bool) -> Vec<(u32, u32)> {
+    match (head_dim > 64, backward) {
+        (false, false) => vec![(4, 8), (4, 4), (8, 4), (8, 2)],
+        (true, false) => vec![(4, 4), (4, 2), (8, 2), (4, 8)],
+        (false, true) => vec![(4, 8), (8, 2)],
+        (true, true) => vec![(4, 4), (8, 4), (4, 8)],
+    }
 }
 
 /// The narrowest element (bytes) among the buffers a kernel touches, at most 4.

@@ -23,7 +23,8 @@
 //!   multi-reduce and multi-pointwise kernels).
 //!
 //! Families, one module each: `pointwise`, `row`, `multi_reduce`, `multi_pointwise`
-//! (independent pointwise programs in one launch, a block per tile of one member), `concat`;
+//! (independent pointwise programs in one launch, a block per tile of one member), `concat`,
+//! `attention` (flash-attention forward, and a dq and a dk/dv backward kernel);
 //! matmuls are [`KernelCode::CuBlasLt`].
 //!
 //! Launch configurations and the grids they leave open are chosen for a [`Target`], the GPU as
@@ -34,6 +35,8 @@
 //! Float math is f32 whatever the storage dtype (f16/bf16 widen on load, narrow on store, and
 //! round where a cast says so); the op semantics are those of the CPU reference.
 
+mod attention;
+mod attention_mma;
 mod body;
 mod column;
 mod concat;
@@ -166,6 +169,21 @@ pub fn generate(plan: &Plan, kernel: usize, config: &KernelConfig, target: &Targ
         }
         (KernelKind::MultiPointwise(multi), KernelConfig::MultiPointwise { block, vec, steps }) => {
             multi_pointwise::generate(&mut unit, multi, block, vec, steps)?
+        }
+        (KernelKind::Attention(att), KernelConfig::Attention { warps, rows_per_warp: 16, tensor_cores: true }) => {
+            attention_mma::generate(&mut unit, att, warps)?
+        }
+        (KernelKind::Attention(_), KernelConfig::Attention { tensor_cores: true, rows_per_warp, .. }) => {
+            return Err(error::invalid_config(
+                &k.name,
+                format!("the tensor-core kernel gives each warp 16 rows, not {rows_per_warp}"),
+            ))
+        }
+        (KernelKind::Attention(att), KernelConfig::Attention { warps, rows_per_warp, tensor_cores: false }) => {
+            attention::generate_forward(&mut unit, att, warps, rows_per_warp)?
+        }
+        (KernelKind::AttentionBackward(back), KernelConfig::AttentionBackward { warps, rows_per_warp }) => {
+            attention::generate_backward(&mut unit, back, warps, rows_per_warp)?
         }
         _ => return Err(mismatch()),
     };

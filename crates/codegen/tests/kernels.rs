@@ -427,3 +427,56 @@ fn bf16_rounds_in_hardware_from_sm_80_and_portably_before() {
     assert!(!old.source.contains("cvt.rn.bf16"), "sm_75 has no bf16 conversion instruction");
     assert!(old.source.contains("(bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16"));
 }
+
+/// Attention kernels index with 64 bits once an operand reaches 2^31 elements, launch one block
+/// per row tile of each (batch, head) pair, ask for their shared memory dynamically, and have no
+/// launch for an empty sequence.
+#[test]
+fn attention_launches_and_index_width() {
+    use braze_ir::AttentionInput;
+    let big = plans::attention_forward(DType::BF16, [64, 64, 8192, 64], true);
+    let kernel = cuda(&big, &default_config(&big, 0, &Target::h200()));
+    assert!(kernel.source.contains("64-bit index math"), "{}", kernel.source);
+    let small = plans::attention_forward(DType::BF16, [16, 12, 1024, 64], true);
+    let config = KernelConfig::Attention { warps: 4, rows_per_warp: 8, tensor_cores: false };
+    let kernel = cuda(&small, &config);
+    assert!(kernel.source.contains("32-bit index math"));
+    let launch = &kernel.launches[0];
+    assert_eq!(launch.grid, [16 * 12 * (1024 / 32), 1, 1]);
+    assert_eq!(launch.block, [128, 1, 1]);
+    // 32 query rows, a key and a value tile of 32 padded rows, as f32.
+    assert_eq!(launch.shared_bytes, (32 * 64 + 2 * 32 * 65) * 4);
+    assert!(kernel.source.contains("__launch_bounds__(128)"));
+    for wrt in [vec![AttentionInput::Query], vec![AttentionInput::Key, AttentionInput::Value]] {
+        let empty = plans::attention_backward(DType::F16, [2, 3, 0, 64], false, &wrt);
+        assert!(cuda(&empty, &default_config(&empty, 0, &Target::h200())).launches.is_empty());
+    }
+    // Configs of another family are refused.
+    let wrong = KernelConfig::AttentionBackward { warps: 4, rows_per_warp: 8 };
+    assert!(matches!(generate(&small, 0, &wrong, &Target::h200()), Err(CodegenError::ConfigMismatch { .. })));
+}
+
+/// The tensor-core forward: a candidate for bf16/f16 on sm_80+ only, after the FMA configs.
+#[test]
+fn snapshot_of_the_tensor_core_attention_forward() {
+    let plan = plans::attention_forward(DType::BF16, [16, 12, 1024, 64], true);
+    let config = KernelConfig::Attention { warps: 4, rows_per_warp: 16, tensor_cores: true };
+    let candidates = candidate_configs(&plan, 0, &Target::h200());
+    assert!(candidates.contains(&config) && candidates[0] != config, "{candidates:?}");
+    let kernel = snapshot_with("attention_causal_bf16_d64_tensor_cores", &plan, &config);
+    for instruction in ["mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "ldmatrix", "cp.async.cg"] {
+        assert!(kernel.source.contains(instruction), "{instruction}");
+    }
+    // 64 query rows, 64 keys and 64 values, rows of 64 + 8 bf16.
+    assert_eq!(kernel.launches[0].shared_bytes, (64 + 128) * 72 * 2);
+    assert_eq!(kernel.launches[0].grid, [16 * 12 * 16, 1, 1]);
+    // Not for f32, nor before sm_80, nor head dims that are no multiple of 16.
+    let f32_plan = plans::attention_forward(DType::F32, [1, 1, 64, 64], true);
+    let ampere_less = Target { compute_capability: (7, 5), ..Target::h200() };
+    let odd_head = plans::attention_forward(DType::BF16, [1, 1, 64, 72 + 1], false);
+    for (plan, target) in [(&f32_plan, Target::h200()), (&plan, ampere_less), (&odd_head, Target::h200())] {
+        let candidates = candidate_configs(plan, 0, &target);
+        assert!(candidates.iter().all(|c| !matches!(c, KernelConfig::Attention { tensor_cores: true, .. })));
+        assert!(generate(plan, 0, &config, &target).is_err());
+    }
+}

@@ -1,6 +1,7 @@
 //! The graph interpreter: evaluates every node of a [`Graph`] with the reference semantics
 //! described in the crate docs.
 
+use crate::attention;
 use crate::scalar::{empty_data, push, Scalar, ScalarExt};
 use crate::walk::{extend_range, gather, walk};
 use crate::{CpuError, Result};
@@ -127,6 +128,9 @@ fn eval_node(node: &Node, operands: &[&HostTensor]) -> Result<HostTensor> {
         Op::LayerNorm { eps } => layer_norm(dtype, operands[0], operands[1], Some(operands[2]), *eps, true),
         Op::RmsNorm { eps } => layer_norm(dtype, operands[0], operands[1], None, *eps, false),
         Op::Softmax { axis } => softmax(dtype, operands[0], *axis),
+        Op::Attention { causal, scale } => attention::attention(dtype, operands, *causal, *scale, false),
+        Op::AttentionLse { causal, scale } => attention::attention(dtype, operands, *causal, *scale, true),
+        Op::AttentionGrad { causal, scale, wrt } => attention::attention_grad(dtype, operands, *causal, *scale, *wrt),
     };
     Ok(HostTensor::new(shape.clone(), data)?)
 }

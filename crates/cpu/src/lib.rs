@@ -51,6 +51,11 @@
 //! `exp(x - max) / Σ exp(x - max)` along the axis, max NaN-propagating, so a row holding NaN or
 //! +inf, or only -inf, is all NaN.
 //!
+//! **attention {causal, scale}(q, k, v)** per `[B, H]` pair, each row in f64: `softmax(scale q
+//! k^T) v` with keys after the query left out when causal; **attention_lse** is the row's
+//! `ln sum exp` of those scores (f32); **attention_grad {wrt}** the gradient of q, k or v from
+//! the given lse and `delta = rowsum(dout * out)` (see `attention.rs`).
+//!
 //! **constant** is a scalar of the node's dtype (converted from its f64 value with cast
 //! semantics); **input** is the bound input.
 //!
@@ -59,6 +64,7 @@
 //! butterflies combine them), so fusion's indexing is testable without a GPU. [`mod@compare`] and [`random`] hold the checks and reproducible test data the other crates'
 //! tests use.
 
+mod attention;
 pub mod compare;
 mod error;
 mod eval;

@@ -154,3 +154,54 @@ fn softmax_special_rows() {
     let actual = run(|g, ids| g.add(Op::Softmax { axis: 1 }, ids, None).unwrap(), &[f32s(&[3, 0], &[])]);
     assert_identical(&actual, &f32s(&[3, 0], &[]), "softmax over empty rows");
 }
+
+/// `softmax(q k^T scale) v` written as loops (keys after the query left out when causal), and
+/// the rows' logsumexp.
+fn attention_loops(q: &HostTensor, k: &HostTensor, v: &HostTensor, causal: bool, scale: f64) -> (Vec<f64>, Vec<f64>) {
+    let d = q.shape().dims();
+    let (bh, t, dim) = (d[0] * d[1], d[2], d[3]);
+    let (q, k, v) = (vals(q), vals(k), vals(v));
+    let (mut out, mut lse) = (vec![0.0; bh * t * dim], vec![0.0; bh * t]);
+    for b in 0..bh {
+        for i in 0..t {
+            let allowed = if causal { i + 1 } else { t };
+            let s: Vec<f64> = (0..allowed)
+                .map(|j| scale * (0..dim).map(|c| q[(b * t + i) * dim + c] * k[(b * t + j) * dim + c]).sum::<f64>())
+                .collect();
+            let max = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let total: f64 = s.iter().map(|x| (x - max).exp()).sum();
+            lse[b * t + i] = max + total.ln();
+            for (j, sj) in s.iter().enumerate() {
+                for c in 0..dim {
+                    out[(b * t + i) * dim + c] += (sj - max).exp() / total * v[(b * t + j) * dim + c];
+                }
+            }
+        }
+    }
+    (out, lse)
+}
+
+#[test]
+fn attention_and_its_logsumexp_against_loops() {
+    for (shape, causal) in [([1, 1, 1, 4], true), ([2, 3, 5, 4], false), ([1, 2, 9, 3], true), ([1, 1, 0, 2], true)] {
+        let q = braze_cpu::random_tensor(DType::F32, shape, 1);
+        let k = braze_cpu::random_tensor(DType::F32, shape, 2);
+        let v = braze_cpu::random_tensor(DType::F32, shape, 3);
+        let (out, lse) = attention_loops(&q, &k, &v, causal, 0.4);
+        let inputs = [q.clone(), k.clone(), v];
+        check(Op::Attention { causal, scale: 0.4 }, &inputs, f32s(&shape, &out));
+        check(Op::AttentionLse { causal, scale: 0.4 }, &inputs[..2], f32s(&shape[..3], &lse));
+    }
+}
+
+#[test]
+fn attention_propagates_nan_through_its_row() {
+    let mut qv = vec![0.5f64; 2 * 3];
+    qv[3] = f64::NAN; // query row 1
+    let q = f32s(&[1, 1, 2, 3], &qv);
+    let k = f32s(&[1, 1, 2, 3], &[0.1, 0.2, 0.3, 0.4, 0.5, 0.6]);
+    let out = run(|g, ids| g.add(Op::Attention { causal: true, scale: 1.0 }, ids, None).unwrap(), &[q, k.clone(), k]);
+    let got = vals(&out);
+    assert!(got[..3].iter().all(|x| x.is_finite()), "row 0 is finite: {got:?}");
+    assert!(got[3..].iter().all(|x| x.is_nan()), "row 1 is NaN: {got:?}");
+}

@@ -298,7 +298,83 @@ pub fn infer(op: &Op, operands: &[(DType, &Shape)], declared: Option<Declared<'_
             check_axis(name, *axis, shape.rank())?;
             Ok((dt, shape.clone()))
         }
+        Op::Attention { scale, .. } => {
+            check_scale(name, *scale)?;
+            let (dt, shape) = check_attention_operands(name, &operands[..3])?;
+            Ok((dt, shape))
+        }
+        Op::AttentionLse { scale, .. } => {
+            check_scale(name, *scale)?;
+            let (_, shape) = check_attention_operands(name, &operands[..2])?;
+            Ok((DType::F32, attention_rows(&shape)))
+        }
+        Op::AttentionGrad { scale, .. } => {
+            check_scale(name, *scale)?;
+            let (dt, shape) = check_attention_operands(name, &[operands[0], operands[1], operands[2], operands[5]])?;
+            let rows = attention_rows(&shape);
+            for (i, what) in [(3, "lse"), (4, "delta")] {
+                let (d, s) = operands[i];
+                if d != DType::F32 {
+                    return Err(IrError::DTypeMismatch {
+                        op: name.into(),
+                        operand: i,
+                        expected: "f32".into(),
+                        actual: d,
+                    });
+                }
+                if *s != rows {
+                    return Err(IrError::ShapeMismatch {
+                        op: name.into(),
+                        detail: format!("operand {i} ({what}) has shape {s}, expected {rows}"),
+                    });
+                }
+            }
+            Ok((dt, shape))
+        }
     }
+}
+
+/// A finite, positive softmax scale.
+fn check_scale(op: &str, scale: f64) -> Result<()> {
+    if !(scale.is_finite() && scale > 0.0) {
+        return Err(IrError::ShapeMismatch {
+            op: op.into(),
+            detail: format!("scale must be finite and positive, got {scale}"),
+        });
+    }
+    Ok(())
+}
+
+/// Attention operands (q, k, v, dout: as many as given) are `[B, H, T, D]` of one float dtype
+/// and one shape; returns that dtype and shape.
+fn check_attention_operands(op: &str, operands: &[(DType, &Shape)]) -> Result<(DType, Shape)> {
+    let (dt, shape) = operands[0];
+    if !dt.is_float() {
+        return Err(IrError::UnsupportedDType { op: op.into(), dtype: dt });
+    }
+    if shape.rank() != 4 {
+        return Err(IrError::ShapeMismatch {
+            op: op.into(),
+            detail: format!("the query must be [batch, heads, sequence, head_dim], got {shape}"),
+        });
+    }
+    for (i, (d, s)) in operands.iter().enumerate().skip(1) {
+        if *d != dt {
+            return Err(IrError::DTypeMismatch { op: op.into(), operand: i, expected: dt.to_string(), actual: *d });
+        }
+        if *s != shape {
+            return Err(IrError::ShapeMismatch {
+                op: op.into(),
+                detail: format!("operand {i} has shape {s}, expected the query's shape {shape}"),
+            });
+        }
+    }
+    Ok((dt, shape.clone()))
+}
+
+/// `[B, H, T]` of a `[B, H, T, D]` attention operand: one value per query row.
+pub fn attention_rows(shape: &Shape) -> Shape {
+    Shape(shape.0[..3].to_vec())
 }
 
 fn check_arity(op: &Op, n: usize) -> Result<()> {

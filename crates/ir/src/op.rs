@@ -48,6 +48,30 @@ impl ReduceOp {
     }
 }
 
+/// Which operand of an attention an [`Op::AttentionGrad`] is the gradient of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttentionInput {
+    Query,
+    Key,
+    Value,
+}
+
+impl AttentionInput {
+    pub fn name(self) -> &'static str {
+        match self {
+            AttentionInput::Query => "query",
+            AttentionInput::Key => "key",
+            AttentionInput::Value => "value",
+        }
+    }
+
+    /// The operand index of this input in `attention(q, k, v)` (and in `attention_grad`).
+    pub fn operand(self) -> usize {
+        self as usize
+    }
+}
+
 /// One IR operation. Operand counts and meanings are listed per variant.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -114,6 +138,27 @@ pub enum Op {
     Softmax {
         axis: usize,
     },
+    /// `softmax(q k^T scale [+ causal mask]) v` per batch and head, as PyTorch's
+    /// `scaled_dot_product_attention`; operands q, k, v, each `[B, H, T, D]` of one float dtype.
+    /// `causal` masks key `j > i` for query `i` (the mask is never a tensor).
+    Attention {
+        causal: bool,
+        scale: f64,
+    },
+    /// The per-row natural logsumexp of the attention's masked, scaled scores, f32 `[B, H, T]`;
+    /// operands q, k (what the backward needs besides the output).
+    AttentionLse {
+        causal: bool,
+        scale: f64,
+    },
+    /// The gradient of an attention with respect to operand `wrt`: operands q, k, v, lse (f32
+    /// `[B, H, T]`), delta = `rowsum(dout * out)` (f32 `[B, H, T]`) and dout; the result has
+    /// the shape and dtype of q (k, v).
+    AttentionGrad {
+        causal: bool,
+        scale: f64,
+        wrt: AttentionInput,
+    },
 }
 
 impl Op {
@@ -137,6 +182,9 @@ impl Op {
             Op::LayerNorm { .. } => "layer_norm",
             Op::RmsNorm { .. } => "rms_norm",
             Op::Softmax { .. } => "softmax",
+            Op::Attention { .. } => "attention",
+            Op::AttentionLse { .. } => "attention_lse",
+            Op::AttentionGrad { .. } => "attention_grad",
         }
     }
 
@@ -146,8 +194,9 @@ impl Op {
             Op::Input { .. } | Op::Constant { .. } => Some(0),
             Op::Cast | Op::Unary { .. } | Op::Reduce { .. } | Op::Reshape | Op::BroadcastTo => Some(1),
             Op::Permute { .. } | Op::Slice { .. } | Op::Softmax { .. } => Some(1),
-            Op::Binary { .. } | Op::MatMul | Op::RmsNorm { .. } => Some(2),
-            Op::Where | Op::LayerNorm { .. } => Some(3),
+            Op::Binary { .. } | Op::MatMul | Op::RmsNorm { .. } | Op::AttentionLse { .. } => Some(2),
+            Op::Where | Op::LayerNorm { .. } | Op::Attention { .. } => Some(3),
+            Op::AttentionGrad { .. } => Some(6),
             Op::Concat { .. } | Op::Stack { .. } => None,
         }
     }
@@ -176,6 +225,12 @@ impl Op {
                 format!("axis={axis}")
             }
             Op::LayerNorm { eps } | Op::RmsNorm { eps } => format!("eps={}", format_f64(*eps)),
+            Op::Attention { causal, scale } | Op::AttentionLse { causal, scale } => {
+                format!("scale={}{}", format_f64(*scale), if *causal { ", causal" } else { "" })
+            }
+            Op::AttentionGrad { causal, scale, wrt } => {
+                format!("wrt={}, scale={}{}", wrt.name(), format_f64(*scale), if *causal { ", causal" } else { "" })
+            }
             _ => String::new(),
         }
     }

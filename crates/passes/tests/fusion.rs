@@ -5,7 +5,7 @@
 
 mod support;
 
-use braze_ir::{BinaryOp, DType, Graph, NodeId, Op, ReduceOp, UnaryOp};
+use braze_ir::{AttentionInput, BinaryOp, DType, Graph, NodeId, Op, ReduceOp, UnaryOp};
 use braze_passes::{compile_to_plan, optimize, FusionOptions};
 use braze_plan::{Body, Expr, KernelKind, Plan};
 use braze_workloads::{graph, multisum_sizes};
@@ -32,7 +32,10 @@ fn check_invariants(name: &str, graph: &Graph, plan: &Plan) {
             KernelKind::MultiReduce(mr) => (mr.reductions.iter().map(|r| &r.prologue).collect(), false),
             KernelKind::Column(col) => (vec![&col.body], true),
             KernelKind::MultiPointwise(multi) => (multi.members.iter().map(|m| &m.body).collect(), true),
-            KernelKind::MatMul(_) | KernelKind::Concat(_) => continue,
+            KernelKind::MatMul(_)
+            | KernelKind::Concat(_)
+            | KernelKind::Attention(_)
+            | KernelKind::AttentionBackward(_) => continue,
         };
         for body in bodies {
             let mut views = HashSet::new();
@@ -586,4 +589,78 @@ fn a_widened_bf16_intermediate_is_stored_narrow() {
     let read = plan.buffer(column.inputs[0]);
     assert_eq!(read.dtype, DType::BF16, "{plan}");
     check("widened_intermediate_stored_narrow", g, defaults(), 2);
+}
+
+/// `attention(q, k, v)` of `[B, H, T, D]` f32 operands and, when `lse`, its logsumexp.
+fn attention_graph(q_from_rows: bool, lse: bool) -> (Graph, Vec<NodeId>) {
+    let mut g = Graph::new();
+    let shape = [2, 3, 5, 8];
+    let q = if q_from_rows {
+        // q as a projection gives it: [B, T, H, D] seen as [B, H, T, D] (not contiguous).
+        let rows = g.input(DType::F32, [2, 5, 3, 8]);
+        op(&mut g, Op::Permute { perm: vec![0, 2, 1, 3] }, &[rows])
+    } else {
+        g.input(DType::F32, shape)
+    };
+    let k = g.input(DType::F32, shape);
+    let v = g.input(DType::F32, shape);
+    let out = op(&mut g, Op::Attention { causal: true, scale: 0.3 }, &[q, k, v]);
+    let mut outputs = vec![out];
+    if lse {
+        outputs.push(op(&mut g, Op::AttentionLse { causal: true, scale: 0.3 }, &[q, k]));
+    }
+    (g, outputs)
+}
+
+#[test]
+fn attention_and_its_lse_share_one_kernel() {
+    let (mut g, outputs) = attention_graph(false, true);
+    g.set_outputs(outputs);
+    check("attention_with_lse", g.clone(), FusionOptions::default(), 1);
+    // Unfused, each op is a kernel of its own.
+    let unfused = compile_to_plan(&g, &FusionOptions { fuse: false, ..FusionOptions::default() }).unwrap();
+    assert_eq!(unfused.kernel_count(), 2, "{unfused}");
+}
+
+#[test]
+fn a_permuted_attention_operand_is_materialized_once() {
+    let (mut g, outputs) = attention_graph(true, true);
+    g.set_outputs(outputs);
+    check("attention_permuted_query", g, FusionOptions::default(), 2);
+}
+
+#[test]
+fn attentions_of_one_query_and_key_but_other_values_stay_apart() {
+    let (mut g, mut outputs) = attention_graph(false, false);
+    let node = g.node(outputs[0]).clone();
+    let other_v = g.input(DType::F32, [2, 3, 5, 8]);
+    let second = op(&mut g, node.op.clone(), &[node.operands[0], node.operands[1], other_v]);
+    outputs.push(second);
+    let lse = op(&mut g, Op::AttentionLse { causal: true, scale: 0.3 }, &node.operands[..2]);
+    outputs.push(lse);
+    g.set_outputs(outputs);
+    let plan = compile_to_plan(&g, &FusionOptions::default()).unwrap();
+    let families: Vec<&str> = plan.kernels.iter().map(|k| k.kind.family()).collect();
+    assert_eq!(families, ["attention", "attention"], "{plan}");
+    let results: Vec<usize> = plan.kernels.iter().map(|k| k.outputs.len()).collect();
+    assert_eq!(results.iter().sum::<usize>(), 3, "one lse for the two: {plan}");
+}
+
+#[test]
+fn attention_gradients_fuse_into_a_dq_and_a_dk_dv_kernel() {
+    let (mut g, outputs) = attention_graph(false, false);
+    let node = g.node(outputs[0]).clone();
+    let dout = g.input(DType::F32, [2, 3, 5, 8]);
+    // What autodiff's rule appends: the lse, delta = rowsum(dout * out), one gradient per operand.
+    let (q, k, v) = (node.operands[0], node.operands[1], node.operands[2]);
+    let lse = op(&mut g, Op::AttentionLse { causal: true, scale: 0.3 }, &[q, k]);
+    let products = mul(&mut g, dout, outputs[0]);
+    let delta = sum(&mut g, products, &[3], false);
+    let grads: Vec<NodeId> = [AttentionInput::Query, AttentionInput::Key, AttentionInput::Value]
+        .into_iter()
+        .map(|wrt| op(&mut g, Op::AttentionGrad { causal: true, scale: 0.3, wrt }, &[q, k, v, lse, delta, dout]))
+        .collect();
+    g.set_outputs(grads);
+    // The forward with its lse, delta's row reduction, dq, and dk with dv.
+    check("attention_backward", g, FusionOptions::default(), 4);
 }

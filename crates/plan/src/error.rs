@@ -103,6 +103,16 @@ pub enum Rule {
     /// stored by exactly one store of one member, from a value of the buffer's dtype that fills
     /// it with that member's elements.
     MultiPointwise,
+    /// An attention kernel's dtype is a float; it reads q, k, v of that dtype holding `batch *
+    /// seq * head_dim` elements each; its results are `Out` and/or `Lse`, in that order, each
+    /// once, one per output slot: `Out` of the dtype and the operands' size, `Lse` f32 with
+    /// `batch * seq` elements; its scale is finite and positive.
+    Attention,
+    /// An attention backward kernel reads q, k, v (the dtype, `batch * seq * head_dim`
+    /// elements), lse and delta (f32, `batch * seq`) and dout (as q); its grads are `[Query]` or
+    /// a nonempty run of `Key`, `Value` in that order, one output slot each, of the dtype and
+    /// q's size; its dtype is a float and its scale finite and positive.
+    AttentionBackward,
 }
 
 impl fmt::Display for Rule {

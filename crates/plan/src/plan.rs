@@ -11,7 +11,7 @@
 //! dtype. Integers compute in their own width, bools as bools. Op semantics are those of
 //! `braze-cpu`'s reference (NaN-propagating max/min, relu(-0.0) = +0.0, int x/0 = 0, ...).
 
-use braze_ir::{BinaryOp, DType, Literal, ReduceOp, Shape, SourceLoc, UnaryOp};
+use braze_ir::{AttentionInput, BinaryOp, DType, Literal, ReduceOp, Shape, SourceLoc, UnaryOp};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -102,6 +102,8 @@ pub enum KernelKind {
     Concat(Concat),
     Column(ColumnKernel),
     MultiPointwise(MultiPointwise),
+    Attention(Attention),
+    AttentionBackward(AttentionBackward),
 }
 
 impl KernelKind {
@@ -114,6 +116,8 @@ impl KernelKind {
             KernelKind::Concat(_) => "concat",
             KernelKind::Column(_) => "column",
             KernelKind::MultiPointwise(_) => "multi_pointwise",
+            KernelKind::Attention(_) => "attention",
+            KernelKind::AttentionBackward(_) => "attention_backward",
         }
     }
 }
@@ -379,6 +383,75 @@ impl MatMul {
     pub const EPILOGUE_ACTIVATIONS: &'static [UnaryOp] = &[UnaryOp::Relu, UnaryOp::GeluTanh];
 }
 
+/// The sizes every attention kernel shares: `batch` independent (batch, head) pairs of
+/// `seq x head_dim` matrices, each contiguous and row-major (`[B, H, T, D]` with `batch = B H`).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AttentionShape {
+    pub batch: usize,
+    pub seq: usize,
+    pub head_dim: usize,
+    /// The storage dtype of q, k, v, the output and the gradients (a float).
+    pub dtype: DType,
+    /// Keys after the query are masked out (computed from the indices, never stored).
+    pub causal: bool,
+    /// Multiplies `q . k` before the softmax.
+    pub scale: f64,
+}
+
+impl AttentionShape {
+    /// Elements of one `[batch, seq, head_dim]` operand.
+    pub fn operand_numel(&self) -> usize {
+        self.batch * self.seq * self.head_dim
+    }
+
+    /// Query rows over all (batch, head) pairs: the elements of an lse or delta.
+    pub fn rows(&self) -> usize {
+        self.batch * self.seq
+    }
+
+    /// Multiply-adds of `q k^T` and `p v` (half of them for causal), for reporting FLOP rates.
+    pub fn pair_count(&self) -> usize {
+        let pairs = if self.causal { self.seq * (self.seq + 1) / 2 } else { self.seq * self.seq };
+        self.batch * pairs
+    }
+}
+
+/// What an attention kernel's output slot holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AttentionResult {
+    /// `softmax(scale q k^T) v`, `[batch, seq, head_dim]` of the dtype.
+    Out,
+    /// The natural logsumexp of each query row's scaled scores, f32 `[batch, seq]` (what the
+    /// backward recomputes the probabilities from).
+    Lse,
+}
+
+/// Flash-attention forward: inputs q, k, v (`[batch, seq, head_dim]` each); each output slot
+/// holds one of `results` (`Out` before `Lse`, each at most once). No `seq x seq` matrix is
+/// ever stored: a block keeps a tile of query rows and folds key tiles in with an online
+/// softmax, accumulating in f32.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Attention {
+    pub shape: AttentionShape,
+    pub results: Vec<AttentionResult>,
+}
+
+/// Flash-attention backward: inputs q, k, v, lse, delta (`rowsum(dout * out)`, f32 `[batch,
+/// seq]`) and dout; each output slot holds the gradient of one of `grads`: either `[Query]`
+/// (a kernel over query tiles) or `Key` and/or `Value` in that order (a kernel over key tiles).
+/// Two kernels rather than one so that every gradient element is summed by one thread in one
+/// order (no atomics: the results have the same bits on every run).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AttentionBackward {
+    pub shape: AttentionShape,
+    pub grads: Vec<AttentionInput>,
+}
+
+impl AttentionBackward {
+    /// Kernel input slots, in order.
+    pub const INPUTS: [&'static str; 6] = ["q", "k", "v", "lse", "delta", "dout"];
+}
+
 /// Joins contiguous inputs along `axis`: input `i` has shape `shape` except `extents[i]` along
 /// `axis`. Output 0 has `shape`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -465,7 +538,9 @@ impl Kernel {
             | KernelKind::Column(_)
             | KernelKind::MultiReduce(_)
             | KernelKind::MatMul(_)
-            | KernelKind::Concat(_) => false,
+            | KernelKind::Concat(_)
+            | KernelKind::Attention(_)
+            | KernelKind::AttentionBackward(_) => false,
         }
     }
 }

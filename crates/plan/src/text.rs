@@ -143,6 +143,15 @@ impl Plan {
             KernelKind::MultiPointwise(multi) => {
                 format!("multi_pointwise: {}, {} elements", plural(multi.members.len(), "member"), multi.numel())
             }
+            KernelKind::Attention(att) => {
+                let results: Vec<&str> =
+                    att.results.iter().map(|r| if *r == crate::AttentionResult::Out { "out" } else { "lse" }).collect();
+                format!("attention: {} -> {}", attention_shape(&att.shape), results.join(","))
+            }
+            KernelKind::AttentionBackward(back) => {
+                let grads: Vec<String> = back.grads.iter().map(|g| format!("d{}", g.name())).collect();
+                format!("attention_backward: {} -> {}", attention_shape(&back.shape), grads.join(","))
+            }
             KernelKind::Concat(cat) => {
                 format!(
                     "concat: shape={} axis={} extents={} {}",
@@ -187,9 +196,25 @@ impl Plan {
                 }
                 Ok(())
             }
-            KernelKind::MatMul(_) | KernelKind::Concat(_) => Ok(()),
+            KernelKind::MatMul(_)
+            | KernelKind::Concat(_)
+            | KernelKind::Attention(_)
+            | KernelKind::AttentionBackward(_) => Ok(()),
         }
     }
+}
+
+/// `batch=24 seq=17 head_dim=64 bf16 scale=0.125 causal`
+fn attention_shape(s: &crate::AttentionShape) -> String {
+    format!(
+        "batch={} seq={} head_dim={} {} scale={}{}",
+        s.batch,
+        s.seq,
+        s.head_dim,
+        s.dtype,
+        braze_ir::format_f64(s.scale),
+        if s.causal { " causal" } else { "" }
+    )
 }
 
 impl RowKernel {

@@ -198,7 +198,98 @@ impl Plan {
             KernelKind::MatMul(mm) => self.validate_matmul(kernel, mm),
             KernelKind::Concat(cat) => self.validate_concat(kernel, cat),
             KernelKind::MultiPointwise(multi) => self.validate_multi_pointwise(kernel, multi),
+            KernelKind::Attention(att) => self.validate_attention(kernel, att),
+            KernelKind::AttentionBackward(back) => self.validate_attention_backward(kernel, back),
         }
+    }
+
+    /// Dtype and size of every buffer slot of an attention kernel, against `wanted`.
+    fn check_slots(&self, rule: Rule, kind: &str, ids: &[BufferId], wanted: &[(&str, DType, usize)]) -> KernelResult {
+        if ids.len() != wanted.len() {
+            return Err(broken(rule, format!("has {} {kind} slots, expected {}", ids.len(), wanted.len())));
+        }
+        for (slot, (&id, &(what, dtype, numel))) in ids.iter().zip(wanted).enumerate() {
+            let buffer = self.buffer(id);
+            if buffer.dtype != dtype || buffer.numel != numel {
+                return Err(broken(
+                    rule,
+                    format!(
+                        "{kind} {slot} ({what}) is {id}: {} x {}, expected {numel} x {dtype}",
+                        buffer.numel, buffer.dtype
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn check_attention_shape(rule: Rule, shape: &crate::plan::AttentionShape) -> KernelResult {
+        if !shape.dtype.is_float() {
+            return Err(broken(rule, format!("dtype {} is not a float", shape.dtype)));
+        }
+        if !(shape.scale.is_finite() && shape.scale > 0.0) {
+            return Err(broken(rule, format!("scale {} is not finite and positive", shape.scale)));
+        }
+        let fits = shape.batch.checked_mul(shape.seq).and_then(|r| r.checked_mul(shape.head_dim)).is_some();
+        if !fits {
+            return Err(broken(rule, "batch x seq x head_dim overflows"));
+        }
+        Ok(())
+    }
+
+    fn validate_attention(&self, kernel: &Kernel, att: &crate::plan::Attention) -> KernelResult {
+        use crate::plan::AttentionResult;
+        let rule = Rule::Attention;
+        let s = &att.shape;
+        Self::check_attention_shape(rule, s)?;
+        let operand = s.operand_numel();
+        self.check_slots(
+            rule,
+            "input",
+            &kernel.inputs,
+            &[("q", s.dtype, operand), ("k", s.dtype, operand), ("v", s.dtype, operand)],
+        )?;
+        let ordered = matches!(
+            att.results.as_slice(),
+            [AttentionResult::Out] | [AttentionResult::Lse] | [AttentionResult::Out, AttentionResult::Lse]
+        );
+        if !ordered {
+            return Err(broken(rule, format!("results {:?} are not Out and/or Lse in that order", att.results)));
+        }
+        let wanted: Vec<(&str, DType, usize)> = att
+            .results
+            .iter()
+            .map(|r| match r {
+                AttentionResult::Out => ("out", s.dtype, operand),
+                AttentionResult::Lse => ("lse", DType::F32, s.rows()),
+            })
+            .collect();
+        self.check_slots(rule, "output", &kernel.outputs, &wanted)
+    }
+
+    fn validate_attention_backward(&self, kernel: &Kernel, back: &crate::plan::AttentionBackward) -> KernelResult {
+        use braze_ir::AttentionInput::{Key, Query, Value};
+        let rule = Rule::AttentionBackward;
+        let s = &back.shape;
+        Self::check_attention_shape(rule, s)?;
+        let operand = s.operand_numel();
+        let inputs = [
+            ("q", s.dtype, operand),
+            ("k", s.dtype, operand),
+            ("v", s.dtype, operand),
+            ("lse", DType::F32, s.rows()),
+            ("delta", DType::F32, s.rows()),
+            ("dout", s.dtype, operand),
+        ];
+        self.check_slots(rule, "input", &kernel.inputs, &inputs)?;
+        if !matches!(back.grads.as_slice(), [Query] | [Key] | [Value] | [Key, Value]) {
+            return Err(broken(
+                rule,
+                format!("grads {:?} are not [Query] or Key and/or Value in that order", back.grads),
+            ));
+        }
+        let outputs: Vec<(&str, DType, usize)> = back.grads.iter().map(|g| (g.name(), s.dtype, operand)).collect();
+        self.check_slots(rule, "output", &kernel.outputs, &outputs)
     }
 
     /// Value order, typing, loads and reductions of a body over `domain`; `runs(i)` tells

@@ -831,3 +831,93 @@ fn in_place_of_a_missing_input_of_another_type_or_twice_breaks_in_place() {
     returned.outputs.push(output(0, &[2, 3]));
     check(&returned, Some(Rule::InPlace));
 }
+
+/// A bf16 attention over 2 (batch, head) pairs of `[3, 4]`: q, k, v in, out and lse out; then
+/// its dk/dv backward reading q, k, v, lse, delta (an input here) and dout.
+fn attention() -> Plan {
+    use braze_plan::{Attention, AttentionBackward, AttentionResult, AttentionShape};
+    let bf = DType::BF16;
+    let shape = AttentionShape { batch: 2, seq: 3, head_dim: 4, dtype: bf, causal: true, scale: 0.5 };
+    Plan {
+        buffers: vec![
+            buffer(bf, 24, BufferRole::Input(0)),
+            buffer(bf, 24, BufferRole::Input(1)),
+            buffer(bf, 24, BufferRole::Input(2)),
+            buffer(F, 6, BufferRole::Input(3)),
+            buffer(bf, 24, BufferRole::Input(4)),
+            buffer(bf, 24, BufferRole::Output),
+            buffer(F, 6, BufferRole::Intermediate),
+            buffer(bf, 24, BufferRole::Output),
+            buffer(bf, 24, BufferRole::Output),
+        ],
+        inputs: ids(&[0, 1, 2, 3, 4]),
+        outputs: vec![output(5, &[2, 3, 4]), output(7, &[2, 3, 4]), output(8, &[2, 3, 4])],
+        kernels: vec![
+            kernel(
+                "attention",
+                KernelKind::Attention(Attention { shape, results: vec![AttentionResult::Out, AttentionResult::Lse] }),
+                &[0, 1, 2],
+                &[5, 6],
+            ),
+            kernel(
+                "attention_backward",
+                KernelKind::AttentionBackward(AttentionBackward {
+                    shape,
+                    grads: vec![braze_ir::AttentionInput::Key, braze_ir::AttentionInput::Value],
+                }),
+                &[0, 1, 2, 6, 3, 4],
+                &[7, 8],
+            ),
+        ],
+    }
+}
+
+fn attention_shape(plan: &mut Plan, kernel: usize) -> &mut braze_plan::AttentionShape {
+    match &mut plan.kernels[kernel].kind {
+        KernelKind::Attention(att) => &mut att.shape,
+        KernelKind::AttentionBackward(back) => &mut back.shape,
+        _ => unreachable!(),
+    }
+}
+
+#[test]
+fn attention_rules() {
+    use braze_ir::AttentionInput::{Key, Query, Value};
+    use braze_plan::AttentionResult::{Lse, Out};
+    let set_results = |p: &mut Plan, results: Vec<braze_plan::AttentionResult>| {
+        if let KernelKind::Attention(att) = &mut p.kernels[0].kind {
+            att.results = results;
+        }
+    };
+    let set_grads = |p: &mut Plan, grads: Vec<braze_ir::AttentionInput>| {
+        if let KernelKind::AttentionBackward(back) = &mut p.kernels[1].kind {
+            back.grads = grads;
+        }
+    };
+    check(&attention(), None);
+    // Results in order, each once, matching the output slots.
+    check(&with(attention(), |p| set_results(p, vec![Lse, Out])), Some(Rule::Attention));
+    check(&with(attention(), |p| set_results(p, vec![Out, Out])), Some(Rule::Attention));
+    check(&with(attention(), |p| set_results(p, vec![Out])), Some(Rule::Attention));
+    // Operand sizes and dtypes follow the shape.
+    check(&with(attention(), |p| attention_shape(p, 0).seq = 4), Some(Rule::Attention));
+    check(&with(attention(), |p| p.buffers[2].dtype = F), Some(Rule::Attention));
+    check(&with(attention(), |p| p.buffers[6].dtype = DType::BF16), Some(Rule::Attention));
+    check(&with(attention(), |p| attention_shape(p, 0).scale = f64::NAN), Some(Rule::Attention));
+    check(&with(attention(), |p| attention_shape(p, 0).scale = 0.0), Some(Rule::Attention));
+    // The backward: dq alone, or dk and/or dv in that order.
+    check(&with(attention(), |p| set_grads(p, vec![Value, Key])), Some(Rule::AttentionBackward));
+    check(&with(attention(), |p| set_grads(p, vec![Query, Key])), Some(Rule::AttentionBackward));
+    check(&with(attention(), |p| set_grads(p, vec![Key])), Some(Rule::AttentionBackward));
+    check(
+        &with(attention(), |p| {
+            set_grads(p, vec![Value]);
+            p.kernels[1].outputs.pop();
+            p.outputs.pop();
+            p.buffers.pop();
+        }),
+        None,
+    );
+    check(&with(attention(), |p| p.kernels[1].inputs.swap(3, 5)), Some(Rule::AttentionBackward));
+    check(&with(attention(), |p| attention_shape(p, 1).dtype = DType::I32), Some(Rule::AttentionBackward));
+}

@@ -6,6 +6,7 @@
 //! steps instead, given `--torch-weights`. `--sweep rows|pointwise` times a sweep of sizes and
 //! dtypes instead (`sweep.rs`), in default and max-autotune mode, at fewer repetitions.
 
+mod attention;
 mod cases;
 mod measure;
 mod report;
@@ -28,8 +29,18 @@ pub use sweep::SweepKind;
 pub const REP_MS: f64 = 200.0;
 pub const SWEEP_REP_MS: f64 = 40.0;
 
-const SECTIONS: [&str; 9] =
-    ["copy", "ln_relu_res", "ew_chain", "multisum", "tiny_block", "mlp_block", "mlp_step", "coldstart", "overhead"];
+const SECTIONS: [&str; 10] = [
+    "copy",
+    "ln_relu_res",
+    "ew_chain",
+    "multisum",
+    "tiny_block",
+    "mlp_block",
+    "attention",
+    "mlp_step",
+    "coldstart",
+    "overhead",
+];
 
 /// What `braze bench` was asked to do.
 pub struct Options<'a> {
@@ -143,6 +154,7 @@ pub fn run(options: &Options) -> Result<()> {
             ("multisum", Box::new(|b| b.multisum(10_000, 100, 10_000, 0))),
             ("tiny_block", Box::new(|b| b.tiny_block(16))),
             ("mlp_block", Box::new(|b| b.mlp_block(8192, 1024))),
+            ("attention", Box::new(|b| b.attention(16, 12, 1024, 64))),
             ("mlp_step", Box::new(move |b| b.mlp_step(8192, 1024, torch_weights))),
             ("coldstart", Box::new(|b| b.coldstart())),
             ("overhead", Box::new(|b| b.host_overhead())),

@@ -5,7 +5,7 @@
 
 #![allow(dead_code)]
 
-use braze_ir::{BinaryOp, DType, Graph, NodeId, Op, ReduceOp, Shape, SourceLoc, UnaryOp};
+use braze_ir::{AttentionInput, BinaryOp, DType, Graph, NodeId, Op, ReduceOp, Shape, SourceLoc, UnaryOp};
 use braze_passes::{compile_to_plan, FusionOptions};
 use braze_plan::{
     Body, Buffer, BufferId, BufferRole, ItemReduction, Kernel, KernelKind, MultiReduce, Plan, PlanOutput, SourceOp,
@@ -472,6 +472,33 @@ pub fn column_any_positive(rows: usize, cols: usize) -> Plan {
     g.compile(&[any])
 }
 
+/// `attention(q, k, v)` and its lse over `[batch, heads, seq, head_dim]` operands, default scale:
+/// one flash forward kernel storing both.
+pub fn attention_forward(dtype: DType, shape: [usize; 4], causal: bool) -> Plan {
+    let mut g = GraphBuilder::default();
+    let qkv: Vec<NodeId> = (0..3).map(|_| g.input(dtype, &shape)).collect();
+    let scale = 1.0 / (shape[3] as f64).sqrt();
+    let out = g.op(Op::Attention { causal, scale }, &qkv);
+    let lse = g.op(Op::AttentionLse { causal, scale }, &qkv[..2]);
+    g.compile(&[out, lse])
+}
+
+/// The attention gradients `wrt` from given q, k, v, lse, delta and dout: the dq kernel, or
+/// the dk/dv kernel.
+pub fn attention_backward(dtype: DType, shape: [usize; 4], causal: bool, wrt: &[AttentionInput]) -> Plan {
+    let mut g = GraphBuilder::default();
+    let qkv: Vec<NodeId> = (0..3).map(|_| g.input(dtype, &shape)).collect();
+    let lse = g.input(DType::F32, &shape[..3]);
+    let delta = g.input(DType::F32, &shape[..3]);
+    let dout = g.input(dtype, &shape);
+    let scale = 1.0 / (shape[3] as f64).sqrt();
+    let grads: Vec<NodeId> = wrt
+        .iter()
+        .map(|&wrt| g.op(Op::AttentionGrad { causal, scale, wrt }, &[qkv[0], qkv[1], qkv[2], lse, delta, dout]))
+        .collect();
+    g.compile(&grads)
+}
+
 /// Every fixture plan, named as its snapshot.
 pub fn all_plans() -> Vec<(&'static str, Plan)> {
     vec![
@@ -507,5 +534,24 @@ pub fn all_plans() -> Vec<(&'static str, Plan)> {
         ("column_max_odd_columns", column_max(65_536, 7)),
         ("column_any_positive", column_any_positive(1000, 300)),
         ("multi_pointwise_sgd_updates", sgd_updates()),
+        ("attention_causal_bf16_d64", attention_forward(DType::BF16, [16, 12, 1024, 64], true)),
+        ("attention_f32_d128_t1000", attention_forward(DType::F32, [2, 3, 1000, 128], false)),
+        ("attention_f16_t17", attention_forward(DType::F16, [1, 2, 17, 64], true)),
+        (
+            "attention_backward_dq_causal_bf16_d64",
+            attention_backward(DType::BF16, [16, 12, 1024, 64], true, &[AttentionInput::Query]),
+        ),
+        (
+            "attention_backward_dk_dv_causal_bf16_d64",
+            attention_backward(DType::BF16, [16, 12, 1024, 64], true, &[AttentionInput::Key, AttentionInput::Value]),
+        ),
+        (
+            "attention_backward_dk_dv_f32_d128",
+            attention_backward(DType::F32, [1, 2, 1000, 128], false, &[AttentionInput::Key, AttentionInput::Value]),
+        ),
+        (
+            "attention_backward_dv_only_f16",
+            attention_backward(DType::F16, [1, 1, 17, 128], false, &[AttentionInput::Value]),
+        ),
     ]
 }

@@ -6,6 +6,7 @@
 //! to f16/bf16 rounds, a store narrows); integers compute in their own width (i64 wrapped to
 //! i32 for i32 values); bools are bools.
 
+mod attention;
 mod column;
 
 use crate::scalar;
@@ -110,6 +111,8 @@ fn run_kernel(plan: &Plan, kernel: &Kernel, inputs: &[&HostData]) -> Vec<HostDat
                 run_pointwise(member, inputs, &mut outputs);
             }
         }
+        KernelKind::Attention(att) => attention::run_attention(att, inputs, &mut outputs),
+        KernelKind::AttentionBackward(back) => attention::run_attention_backward(back, inputs, &mut outputs),
     }
     outputs
 }

@@ -91,6 +91,7 @@ impl Fuser<'_> {
                     self.new_group(GroupKind::Concat { node: n }, n, Space::Element);
                 }
                 Op::Reduce { .. } => self.place_reduce(n),
+                Op::Attention { .. } | Op::AttentionLse { .. } | Op::AttentionGrad { .. } => self.place_attention(n),
                 op if op.is_elementwise() => self.place_elementwise(n),
                 _ => return Err(lowering_error(self.g, n, "composite ops must be decomposed before fusion")),
             }

@@ -250,6 +250,7 @@ impl Fuser<'_> {
             GroupKind::MatMul(mm) => vec![mm.result],
             GroupKind::Concat { node } => vec![*node],
             GroupKind::MultiReduce(_) => self.stored_multi_reduce_values(gid),
+            GroupKind::Attention | GroupKind::AttentionBackward => self.attention_results(gid),
             GroupKind::Pointwise { .. } | GroupKind::Row(_) | GroupKind::Column(_) => self
                 .sorted_members(gid)
                 .into_iter()
@@ -313,6 +314,7 @@ impl Fuser<'_> {
                     activation: mm.activation,
                 })
             }
+            GroupKind::Attention | GroupKind::AttentionBackward => self.lower_attention(gid, &mut bb)?,
             GroupKind::Concat { node } => {
                 let n = self.node(*node);
                 let Op::Concat { axis } = n.op else { return Err(lowering_error(self.g, *node, "not a concat")) };
@@ -564,6 +566,26 @@ impl Fuser<'_> {
             }
             GroupKind::Concat { node } => {
                 (if self.origins.get(node) == Some(&"stack") { "stack" } else { "concat" }, Vec::new())
+            }
+            GroupKind::Attention => {
+                let causal = members.iter().any(|&m| {
+                    matches!(
+                        self.node(m).op,
+                        Op::Attention { causal: true, .. } | Op::AttentionLse { causal: true, .. }
+                    )
+                });
+                if causal {
+                    parts.push("causal".into());
+                }
+                ("attention", Vec::new())
+            }
+            GroupKind::AttentionBackward => {
+                for &m in stored {
+                    if let Op::AttentionGrad { wrt, .. } = self.node(m).op {
+                        parts.push(format!("d{}", &wrt.name()[..1]));
+                    }
+                }
+                ("attention_backward", Vec::new())
             }
         };
         let major: Vec<NodeId> = nodes.iter().copied().filter(|&m| !minor(m)).collect();

@@ -17,6 +17,8 @@
 //! | elementwise op of the shape of an operand's pointwise group | pointwise |
 //! | a smaller elementwise group that only this kernel reads | broadcast side values |
 //! | concat | concat |
+//! | attention, and the attention_lse of the same q, k, mask and scale | attention (flash forward) |
+//! | attention_grad of q; of k and v with the same operands | attention backward (dq; dk and dv) |
 //!
 //! Then, across the kernels formed: an intermediate stored as the f32 cast of a bf16/f16 value is
 //! stored narrow and widened by its readers as they load it (`narrow_stores.rs`); pointwise
@@ -30,6 +32,7 @@
 //! reductions, or when a value the kernel must store could not be stored in its family's layout.
 
 mod access;
+mod attention;
 mod column;
 mod cycles;
 mod grouping;
@@ -142,6 +145,10 @@ enum GroupKind {
     Concat {
         node: NodeId,
     },
+    /// An attention and/or its lse (see `attention.rs`).
+    Attention,
+    /// The dq, or the dk and dv, of one attention.
+    AttentionBackward,
 }
 
 #[derive(Clone, Debug)]

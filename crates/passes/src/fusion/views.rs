@@ -93,6 +93,11 @@ impl Fuser<'_> {
                     let operands = &self.node(n).operands;
                     needed.extend(operands.iter().copied().filter(|&x| self.matmul_operand(n, x).is_none()));
                 }
+                // Attention kernels read each operand as one contiguous `[B H, T, D]` buffer.
+                Op::Attention { .. } | Op::AttentionLse { .. } | Op::AttentionGrad { .. } => {
+                    let operands = &self.node(n).operands;
+                    needed.extend(operands.iter().copied().filter(|&x| !self.reads_contiguously(x)));
+                }
                 Op::Concat { .. } if !self.group_of.contains_key(&n) => {
                     let operands = &self.node(n).operands;
                     needed.extend(operands.iter().copied().filter(|&x| !self.reads_contiguously(x)));

@@ -1,0 +1,267 @@
+//! The flash-attention forward on tensor cores (sm_80 and later, bf16/f16, head dims that are
+//! multiples of 16 up to 128): `mma.sync.aligned.m16n8k16` with f32 accumulators, operands
+//! staged into shared memory by `cp.async` (16-byte copies, zero-filled past the sequence) and
+//! read into fragments by `ldmatrix` (`.trans` for V, whose fragments run down its columns).
+//!
+//! A warp owns 16 query rows and a block `warps * 16`; key tiles are 64 keys. Per tile each warp
+//! computes its `16 x 64` scores as 8 accumulator tiles (`Q` fragments loaded once, `K`
+//! fragments per tile), masks and scales them in the base-2 domain, folds them into the running
+//! max and sum of its two rows per thread (quad shuffles), rounds the probabilities to the
+//! operand dtype as the A fragments of `P V` (the accumulator layout of two score tiles is the
+//! A layout of one 16 x 16 block), and accumulates `P V` into `head_dim / 8` tiles. Shared rows
+//! are padded by 8 elements (16 bytes) so `ldmatrix`'s eight row addresses hit distinct banks.
+
+use crate::cuda::f32_literal;
+use crate::error::{invalid_config, Result};
+use crate::index::IndexWidth;
+use crate::writer::CodeWriter;
+use crate::{Emitted, Launch, Unit};
+use braze_ir::DType;
+use braze_plan::{Attention, AttentionResult};
+
+/// Keys a step folds in.
+const KEY_TILE: usize = 64;
+
+/// Whether the tensor-core forward can run `att` on `unit`'s target.
+pub(crate) fn supports(unit: &Unit<'_>, att: &Attention) -> bool {
+    let d = att.shape.head_dim;
+    unit.target.compute_capability >= (8, 0)
+        && matches!(att.shape.dtype, DType::BF16 | DType::F16)
+        && d > 0
+        && d.is_multiple_of(16)
+        && d <= 128
+}
+
+pub(crate) fn generate(unit: &mut Unit<'_>, att: &Attention, warps: u32) -> Result<Emitted> {
+    let name = unit.name().to_string();
+    let s = att.shape;
+    if !supports(unit, att) {
+        return Err(invalid_config(
+            &name,
+            format!("tensor cores need sm_80+, bf16 or f16 and a head dim that is a multiple of 16 up to 128 (got {} on {})", s.dtype, unit.target.arch()),
+        ));
+    }
+    if !(1..=8).contains(&warps) {
+        return Err(invalid_config(&name, format!("warps {warps} must be in 1..=8")));
+    }
+    let rows = 16 * warps as usize;
+    let stride = s.head_dim + 8;
+    let shared_bytes = (rows + 2 * KEY_TILE) * stride * 2;
+    if shared_bytes > unit.target.shared_memory_per_block_optin as usize {
+        return Err(invalid_config(&name, format!("{shared_bytes} bytes of shared memory a block")));
+    }
+    let (ty, cvt) = match s.dtype {
+        DType::BF16 => ("bf16", "cvt.rn.bf16x2.f32"),
+        _ => ("f16", "cvt.rn.f16x2.f32"),
+    };
+    let out_slot = att.results.iter().position(|r| *r == AttentionResult::Out);
+    let lse_slot = att.results.iter().position(|r| *r == AttentionResult::Lse);
+    let width = IndexWidth::for_largest(unit.largest_buffer());
+    let (declared, params) = unit.buffer_params();
+    let tiles = s.seq.div_ceil(rows);
+
+    let mut w = CodeWriter::new();
+    w.line("// Two f32 values as one register of two 16-bit floats, `lo` in the low half.");
+    w.open("__device__ __forceinline__ unsigned pack_half2(float lo, float hi)");
+    w.line("unsigned r;");
+    w.line(format!("asm(\"{cvt} %0, %1, %2;\" : \"=r\"(r) : \"f\"(hi), \"f\"(lo));"));
+    w.line("return r;");
+    w.close();
+    w.line("");
+    w.open("__device__ __forceinline__ void mma_16816(float* c, const unsigned* a, unsigned b0, unsigned b1)");
+    w.line(format!(
+        "asm volatile(\"mma.sync.aligned.m16n8k16.row.col.f32.{ty}.{ty}.f32 {{%0,%1,%2,%3}}, {{%4,%5,%6,%7}}, {{%8,%9}}, {{%0,%1,%2,%3}};\""
+    ));
+    w.line("    : \"+f\"(c[0]), \"+f\"(c[1]), \"+f\"(c[2]), \"+f\"(c[3])");
+    w.line("    : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b0), \"r\"(b1));");
+    w.close();
+    w.line("");
+    w.open("__device__ __forceinline__ void ldmatrix_x4(unsigned* r, const void* p)");
+    w.line("const unsigned a = (unsigned)__cvta_generic_to_shared(p);");
+    w.line("asm volatile(\"ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\" : \"=r\"(r[0]), \"=r\"(r[1]), \"=r\"(r[2]), \"=r\"(r[3]) : \"r\"(a));");
+    w.close();
+    w.line("");
+    w.open("__device__ __forceinline__ void ldmatrix_x4_trans(unsigned* r, const void* p)");
+    w.line("const unsigned a = (unsigned)__cvta_generic_to_shared(p);");
+    w.line("asm volatile(\"ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\" : \"=r\"(r[0]), \"=r\"(r[1]), \"=r\"(r[2]), \"=r\"(r[3]) : \"r\"(a));");
+    w.close();
+    w.line("");
+    w.line("// 16 bytes from global to shared memory, zeros where `bytes` is 0 (rows past the sequence).");
+    w.open("__device__ __forceinline__ void cp_async_16(void* dst, const void* src, unsigned bytes)");
+    w.line("const unsigned d = (unsigned)__cvta_generic_to_shared(dst);");
+    w.line("asm volatile(\"cp.async.cg.shared.global [%0], [%1], 16, %2;\" :: \"r\"(d), \"l\"(src), \"r\"(bytes));");
+    w.close();
+    w.line("");
+    w.line(format!("extern \"C\" __global__ void __launch_bounds__({}) {name}({})", warps * 32, declared.join(", ")));
+    w.open("");
+    w.line(format!(
+        "constexpr int SEQ = {}, DIM = {}, ROWS = {rows}, KT = {KEY_TILE}, STRIDE = {stride};",
+        s.seq, s.head_dim
+    ));
+    w.line("constexpr int KSTEPS = DIM / 16, DTILES = DIM / 8, CHUNKS = DIM / 8;");
+    w.line(format!("constexpr float SCALE_LOG2 = {};", f32_literal((s.scale * std::f64::consts::LOG2_E) as f32)));
+    w.line(format!("constexpr bool CAUSAL = {};", s.causal));
+    w.line("const float NEG_INF = __int_as_float(0xff800000);");
+    w.line("const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;");
+    w.line("const int g = lane >> 2, t = lane & 3;  // the accumulator row (and row + 8) and column pair");
+    w.line(format!("const int tiles = {tiles};"));
+    w.line(
+        "const int tile = tiles - 1 - (int)(blockIdx.x % tiles);  // latest rows first: under a mask they do the most",
+    );
+    w.line("const idx_t bh = blockIdx.x / tiles;");
+    w.line("const int row0 = tile * ROWS;");
+    w.line("const idx_t base = bh * (idx_t)SEQ * DIM;");
+    w.line("extern __shared__ uint4 smem_words[];");
+    w.line("unsigned short* qs = reinterpret_cast<unsigned short*>(smem_words);  // ROWS x STRIDE");
+    w.line("unsigned short* ks = qs + ROWS * STRIDE;                              // KT x STRIDE");
+    w.line("unsigned short* vs = ks + KT * STRIDE;                                // KT x STRIDE");
+    let stage = |w: &mut CodeWriter, dst: &str, src: &str, first: &str, count: &str| {
+        w.open(format!("for (int e = threadIdx.x; e < {count} * CHUNKS; e += blockDim.x)"));
+        w.line(format!("const int r = e / CHUNKS, c = e - r * CHUNKS, row = {first} + r;"));
+        w.line(format!(
+            "cp_async_16({dst} + r * STRIDE + c * 8, {src} + base + (idx_t)min(row, SEQ - 1) * DIM + c * 8, row < SEQ ? 16u : 0u);"
+        ));
+        w.close();
+        w.line("asm volatile(\"cp.async.commit_group;\" ::);");
+    };
+    stage(&mut w, "qs", "in0", "row0", "ROWS");
+    w.line("asm volatile(\"cp.async.wait_group 0;\" ::);");
+    w.line("__syncthreads();");
+    w.line("// The warp's Q fragments: 16 rows x DIM, one A fragment per 16 columns.");
+    w.line("unsigned qf[KSTEPS][4];");
+    w.line("#pragma unroll");
+    w.open("for (int kk = 0; kk < KSTEPS; ++kk)");
+    w.line("const int m = lane >> 3;");
+    w.line("ldmatrix_x4(qf[kk], qs + (warp * 16 + (lane & 7) + (m & 1) * 8) * STRIDE + kk * 16 + (m >> 1) * 8);");
+    w.close();
+    w.line("float o[DTILES][4];");
+    w.line("#pragma unroll");
+    w.line("for (int j = 0; j < DTILES; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;");
+    w.line("float row_max[2] = {NEG_INF, NEG_INF}, row_sum[2] = {0.0f, 0.0f};  // sums: this thread's columns only");
+    w.line("const int qrow[2] = {row0 + warp * 16 + g, row0 + warp * 16 + g + 8};");
+    w.line("const int key_end = CAUSAL ? min(SEQ, row0 + ROWS) : SEQ;");
+    w.open("for (int k0 = 0; k0 < key_end; k0 += KT)");
+    w.line("__syncthreads();  // the previous tile is no longer read");
+    stage(&mut w, "ks", "in1", "k0", "KT");
+    stage(&mut w, "vs", "in2", "k0", "KT");
+    w.line("asm volatile(\"cp.async.wait_group 0;\" ::);");
+    w.line("__syncthreads();");
+    w.line("float sc[KT / 8][4];");
+    w.line("#pragma unroll");
+    w.line("for (int j = 0; j < KT / 8; ++j) sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;");
+    w.line("#pragma unroll");
+    w.open("for (int kk = 0; kk < KSTEPS; ++kk)");
+    w.line("#pragma unroll");
+    w.open("for (int np = 0; np < KT / 16; ++np)");
+    w.line("unsigned kf[4];  // B fragments of key tiles 2 np and 2 np + 1");
+    w.line("const int m = lane >> 3;");
+    w.line("ldmatrix_x4(kf, ks + (np * 16 + (lane & 7) + (m >> 1) * 8) * STRIDE + kk * 16 + (m & 1) * 8);");
+    w.line("mma_16816(sc[2 * np], qf[kk], kf[0], kf[1]);");
+    w.line("mma_16816(sc[2 * np + 1], qf[kk], kf[2], kf[3]);");
+    w.close();
+    w.close();
+    w.line("float tile_max[2] = {NEG_INF, NEG_INF};");
+    w.line("#pragma unroll");
+    w.open("for (int j = 0; j < KT / 8; ++j)");
+    w.line("#pragma unroll");
+    w.open("for (int c = 0; c < 4; ++c)");
+    w.line("const int key = k0 + j * 8 + 2 * t + (c & 1), h = c >> 1;");
+    w.line("const bool valid = key < SEQ && (!CAUSAL || key <= qrow[h]);");
+    w.line("sc[j][c] = valid ? sc[j][c] * SCALE_LOG2 : NEG_INF;");
+    w.line("tile_max[h] = fmaxf(tile_max[h], sc[j][c]);");
+    w.close();
+    w.close();
+    w.line("float rescale[2], shift[2];");
+    w.line("#pragma unroll");
+    w.open("for (int h = 0; h < 2; ++h)");
+    w.line("tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));");
+    w.line("tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));");
+    w.line("const float new_max = fmaxf(row_max[h], tile_max[h]);");
+    w.line("shift[h] = new_max == NEG_INF ? 0.0f : new_max;  // no -inf - -inf");
+    w.line("rescale[h] = exp2f(row_max[h] - shift[h]);");
+    w.line("row_max[h] = new_max;");
+    w.line("row_sum[h] *= rescale[h];");
+    w.close();
+    w.line("#pragma unroll");
+    w.open("for (int j = 0; j < DTILES; ++j)");
+    w.line("o[j][0] *= rescale[0]; o[j][1] *= rescale[0]; o[j][2] *= rescale[1]; o[j][3] *= rescale[1];");
+    w.close();
+    w.line("#pragma unroll");
+    w.open("for (int j = 0; j < KT / 8; ++j)");
+    w.line("#pragma unroll");
+    w.open("for (int c = 0; c < 4; ++c)");
+    w.line("sc[j][c] = exp2f(sc[j][c] - shift[c >> 1]);");
+    w.line("row_sum[c >> 1] += sc[j][c];");
+    w.close();
+    w.close();
+    w.line("// P V: two score tiles are one A fragment of 16 keys.");
+    w.line("#pragma unroll");
+    w.open("for (int kk = 0; kk < KT / 16; ++kk)");
+    w.line(
+        "const unsigned pf[4] = {pack_half2(sc[2 * kk][0], sc[2 * kk][1]), pack_half2(sc[2 * kk][2], sc[2 * kk][3]),",
+    );
+    w.line("                        pack_half2(sc[2 * kk + 1][0], sc[2 * kk + 1][1]), pack_half2(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};");
+    w.line("#pragma unroll");
+    w.open("for (int dn = 0; dn < DTILES / 2; ++dn)");
+    w.line("unsigned vf[4];  // B fragments of value columns 16 dn .. 16 dn + 15");
+    w.line("const int m = lane >> 3;");
+    w.line("ldmatrix_x4_trans(vf, vs + (kk * 16 + (lane & 7) + (m & 1) * 8) * STRIDE + dn * 16 + (m >> 1) * 8);");
+    w.line("mma_16816(o[2 * dn], pf, vf[0], vf[1]);");
+    w.line("mma_16816(o[2 * dn + 1], pf, vf[2], vf[3]);");
+    w.close();
+    w.close();
+    w.close();
+    w.line("#pragma unroll");
+    w.open("for (int h = 0; h < 2; ++h)");
+    w.line("row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 1);");
+    w.line("row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 2);");
+    w.line("const int i = qrow[h];");
+    w.line("if (i >= SEQ) continue;");
+    if let Some(slot) = out_slot {
+        w.line("const float inv = 1.0f / row_sum[h];");
+        w.line("#pragma unroll");
+        w.open("for (int j = 0; j < DTILES; ++j)");
+        w.line(format!(
+            "*reinterpret_cast<unsigned*>(out{slot} + base + (idx_t)i * DIM + j * 8 + 2 * t) = pack_half2(o[j][2 * h] * inv, o[j][2 * h + 1] * inv);"
+        ));
+        w.close();
+    }
+    if let Some(slot) = lse_slot {
+        w.line(format!(
+            "if (t == 0) out{slot}[bh * SEQ + i] = (row_max[h] + log2f(row_sum[h])) * {};",
+            f32_literal(std::f32::consts::LN_2)
+        ));
+    }
+    w.close();
+    w.close();
+
+    let launches = if s.batch * tiles == 0 {
+        Vec::new()
+    } else {
+        vec![Launch {
+            entry: name.clone(),
+            grid: [(s.batch * tiles) as u32, 1, 1],
+            block: [warps * 32, 1, 1],
+            shared_bytes: shared_bytes as u32,
+            params,
+        }]
+    };
+    Ok(Emitted {
+        summary: format!(
+            "flash attention forward on tensor cores, {} x [{}, {}] {}{}",
+            s.batch,
+            s.seq,
+            s.head_dim,
+            s.dtype,
+            if s.causal { ", causal" } else { "" }
+        ),
+        notes: vec![format!(
+            "{rows} query rows a block ({warps} warps x 16), key tiles of {KEY_TILE}, {shared_bytes} bytes of shared memory; mma.sync m16n8k16, ldmatrix, cp.async"
+        )],
+        width: Some(width),
+        code: w.finish(),
+        launches,
+        scratch: Vec::new(),
+        tables: Vec::new(),
+    })
+}
