@@ -168,6 +168,39 @@ const CASES: &[Case] = &[
     },
     Case { name: "softmax_backward", build: || softmax_backward(40, 72), inputs: Inputs::Random, kernels: &["row"] },
     Case {
+        name: "log_softmax_last_axis",
+        build: || log_softmax(DType::F32, 64, 1000),
+        inputs: Inputs::WithSpecials,
+        kernels: &["row"],
+    },
+    // Random i64 targets and classes in -8..=8: rows with one class, several or none (NaN),
+    // and rows ignored (target -8).
+    Case {
+        name: "cross_entropy_backward",
+        build: || cross_entropy_backward(DType::F32, 16, 40),
+        inputs: Inputs::Random,
+        kernels: &["row", "row", "row"],
+    },
+    Case {
+        name: "cross_entropy_vocab_backward_bf16",
+        build: || cross_entropy_backward(DType::BF16, 4, 50_304),
+        inputs: Inputs::Random,
+        kernels: &["row", "row", "row"],
+    },
+    Case {
+        name: "dropout_backward_bf16",
+        build: || dropout_backward(DType::BF16, 8, 33),
+        inputs: Inputs::Random,
+        kernels: &["pointwise"],
+    },
+    // GPT-2's vocabulary: rows longer than a block's cache, read in chunks.
+    Case {
+        name: "log_softmax_vocab_backward_bf16",
+        build: || log_softmax_backward(DType::BF16, 4, 50_257),
+        inputs: Inputs::Random,
+        kernels: &["row"],
+    },
+    Case {
         name: "linear_backward",
         build: || linear_backward(24, 40, 56),
         inputs: Inputs::Random,
@@ -352,6 +385,70 @@ fn softmax(rows: usize, cols: usize, axis: usize) -> Graph {
     let x = b.input(DType::F32, [rows, cols]);
     let y = b.op(Op::Softmax { axis }, &[x]);
     b.finish(vec![y])
+}
+
+fn log_softmax(dtype: DType, rows: usize, cols: usize) -> Graph {
+    let mut b = Builder::new();
+    let x = b.input(dtype, [rows, cols]);
+    let y = b.op(Op::LogSoftmax { axis: 1 }, &[x]);
+    b.finish(vec![y])
+}
+
+/// `log_softmax(x, axis=1)` and its gradient for an incoming gradient `dy`.
+fn log_softmax_backward(dtype: DType, rows: usize, cols: usize) -> Graph {
+    let mut b = Builder::new();
+    let x = b.input(dtype, [rows, cols]);
+    let y = b.op(Op::LogSoftmax { axis: 1 }, &[x]);
+    let dy = b.input(dtype, [rows, cols]);
+    let mut g = gradients(b, &[(y, dy)], &[x]);
+    let mut outputs = vec![y];
+    outputs.extend(g.outputs().iter().copied());
+    g.set_outputs(outputs);
+    g
+}
+
+/// `Tensor::dropout(0.25)` of `x [rows, cols]` as the frontend records it (Philox bits at counter
+/// `offset + row_lane + col_lane` under `seed`, kept where at least round(0.25 * 2^32)), and its
+/// gradient for an incoming `dy`.
+fn dropout_backward(dtype: DType, rows: usize, cols: usize) -> Graph {
+    let mut b = Builder::new();
+    let x = b.input(dtype, [rows, cols]);
+    let seed = b.input(DType::I64, []);
+    let offset = b.input(DType::I64, []);
+    let row_lane = b.input(DType::I64, [rows, 1]);
+    let col_lane = b.input(DType::I64, [1, cols]);
+    let counter = b.bin(BinaryOp::Add, offset, row_lane);
+    let counter = b.bin(BinaryOp::Add, counter, col_lane);
+    let bits = b.bin(BinaryOp::Philox, counter, seed);
+    let threshold = b.constant(1_073_741_824.0, DType::I64);
+    let keep = b.bin(BinaryOp::Ge, bits, threshold);
+    let wide = b.cast(x, DType::F32);
+    let scale = b.constant(1.0 / 0.75, DType::F32);
+    let scaled = b.bin(BinaryOp::Mul, wide, scale);
+    let zero = b.constant(0.0, DType::F32);
+    let kept = b.op(Op::Where, &[keep, scaled, zero]);
+    let y = b.cast(kept, dtype);
+    let dy = b.input(dtype, [rows, cols]);
+    let mut g = gradients(b, &[(y, dy)], &[x]);
+    let mut outputs = vec![y];
+    outputs.extend(g.outputs().iter().copied());
+    g.set_outputs(outputs);
+    g
+}
+
+/// The mean cross entropy of `logits [rows, classes]` and its gradient for an incoming `dloss`.
+fn cross_entropy_backward(dtype: DType, rows: usize, classes: usize) -> Graph {
+    let mut b = Builder::new();
+    let logits = b.input(dtype, [rows, classes]);
+    let targets = b.input(DType::I64, [rows]);
+    let class_ids = b.input(DType::I64, [classes]);
+    let loss = b.op(Op::CrossEntropy { ignore_index: -8 }, &[logits, targets, class_ids]);
+    let dloss = b.input(dtype, []);
+    let mut g = gradients(b, &[(loss, dloss)], &[logits]);
+    let mut outputs = vec![loss];
+    outputs.extend(g.outputs().iter().copied());
+    g.set_outputs(outputs);
+    g
 }
 
 /// `relu(x * s + col * row) * 0.5`, with a scalar `s`, `col: [rows, 1]` and `row: [1, cols]`.

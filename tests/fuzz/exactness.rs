@@ -24,7 +24,8 @@ pub fn exact_result(op: &Op, dtype: DType) -> bool {
         Op::Unary { op } => op.def().exactness.exact_in(dtype),
         Op::Binary { op } => op.def().exactness.exact_in(dtype),
         Op::Reduce { op: ReduceOp::Sum | ReduceOp::Mean, .. } => !dtype.is_float(),
-        Op::Softmax { .. } | Op::LayerNorm { .. } | Op::RmsNorm { .. } | Op::MatMul => false,
+        Op::Softmax { .. } | Op::LogSoftmax { .. } | Op::CrossEntropy { .. } => false,
+        Op::LayerNorm { .. } | Op::RmsNorm { .. } | Op::MatMul => false,
         _ => true,
     }
 }

@@ -8,6 +8,25 @@ use std::collections::{BTreeMap, HashSet};
 
 const DIMS: [usize; 9] = [0, 1, 2, 3, 5, 7, 8, 16, 33];
 const MAX_RANK: usize = 4;
+/// The binary ops the generator draws from: the table as it was when the fixed regression range
+/// was recorded (ops added to the table since, such as philox, would change its graphs).
+const REGRESSION_BINARY_OPS: &[BinaryOp] = &[
+    BinaryOp::Add,
+    BinaryOp::Sub,
+    BinaryOp::Mul,
+    BinaryOp::Div,
+    BinaryOp::Max,
+    BinaryOp::Min,
+    BinaryOp::Pow,
+    BinaryOp::Eq,
+    BinaryOp::Ne,
+    BinaryOp::Lt,
+    BinaryOp::Le,
+    BinaryOp::Gt,
+    BinaryOp::Ge,
+    BinaryOp::And,
+    BinaryOp::Or,
+];
 /// Largest tensor a graph holds, so a debug build runs a thousand graphs in a few minutes.
 const MAX_NUMEL: usize = 4096;
 pub const MAX_OPS: usize = 32;
@@ -58,6 +77,9 @@ struct Generator {
     cap: usize,
     /// Ends of independent chains, each a graph output (else nothing would keep them).
     chain_ends: Vec<NodeId>,
+    /// Whether draws include the model ops (log_softmax, cross_entropy, philox): a mode of its
+    /// own, so the graphs of the regression range stay what they were.
+    model_ops: bool,
 }
 
 impl Generator {
@@ -69,6 +91,45 @@ impl Generator {
             exact: HashSet::new(),
             cap: MAX_NUMEL,
             chain_ends: Vec::new(),
+            model_ops: false,
+        }
+    }
+
+    /// One of the model ops on `x`: log_softmax of a float, cross_entropy of float `[N, V]`
+    /// logits with new integer targets and classes (values in -8..=8: rows with one class,
+    /// several, none, or the ignored one), philox of an integer.
+    fn draw_model_op(&mut self, x: NodeId) -> Result<NodeId, Skip> {
+        let (dtype, shape) = (self.g.node(x).dtype, self.g.node(x).shape.clone());
+        let rank = shape.rank();
+        match self.rng.below(3) {
+            0 => {
+                if !dtype.is_float() || rank == 0 {
+                    return Err(Skip::IllTyped);
+                }
+                let axis = self.rng.below(rank);
+                self.commit(Op::LogSoftmax { axis }, &[Arg::Value(x)], None)
+            }
+            1 => {
+                if !dtype.is_float() || rank != 2 {
+                    return Err(Skip::IllTyped);
+                }
+                let index = self.rng.pick(&[DType::I32, DType::I64]);
+                let ignore_index = self.rng.pick(&[-100, 0, 3]);
+                let targets = Arg::Input(index, Shape(vec![shape.dims()[0]]));
+                let classes = Arg::Input(index, Shape(vec![shape.dims()[1]]));
+                self.commit(Op::CrossEntropy { ignore_index }, &[Arg::Value(x), targets, classes], None)
+            }
+            _ => {
+                if !dtype.is_int() {
+                    return Err(Skip::IllTyped);
+                }
+                let key = if self.rng.chance(0.5) {
+                    Arg::Const(self.rng.pick(&[0.0, 1.0, -1.0, 12345.0]), dtype)
+                } else {
+                    Arg::Input(dtype, self.broadcast_partner(&shape))
+                };
+                self.commit(Op::Binary { op: BinaryOp::Philox }, &[Arg::Value(x), key], None)
+            }
         }
     }
 
@@ -208,6 +269,9 @@ impl Generator {
         let rank = shape.rank();
         let float = dtype.is_float();
         let need = |ok: bool| if ok { Ok(()) } else { Err(Skip::IllTyped) };
+        if self.model_ops && self.rng.chance(0.25) {
+            return self.draw_model_op(x);
+        }
         match self.rng.below(108) {
             0..=14 => {
                 let ops: Vec<UnaryOp> =
@@ -216,7 +280,7 @@ impl Generator {
                 self.commit(Op::Unary { op }, &[Arg::Value(x)], None)
             }
             15..=31 => {
-                let op = self.rng.pick(BinaryOp::ALL);
+                let op = self.rng.pick(REGRESSION_BINARY_OPS);
                 let other = self.partner(x);
                 let args = if self.rng.chance(0.5) { [Arg::Value(x), other] } else { [other, Arg::Value(x)] };
                 self.commit(Op::Binary { op }, &args, None)
@@ -540,7 +604,16 @@ impl Generator {
 
 /// The graph of `seed`: 1-32 ops over one or two starting inputs.
 pub fn random_graph(seed: u64, counts: &mut Counts) -> Graph {
-    let mut gen = Generator::new(seed);
+    generate(Generator::new(seed), counts)
+}
+
+/// A graph of [`random_graph`]'s kind that also draws the model ops (log_softmax, cross_entropy,
+/// philox).
+pub fn random_model_graph(seed: u64, counts: &mut Counts) -> Graph {
+    generate(Generator { model_ops: true, ..Generator::new(seed) }, counts)
+}
+
+fn generate(mut gen: Generator, counts: &mut Counts) -> Graph {
     for _ in 0..1 + gen.rng.below(2) {
         let (dtype, shape) = (gen.random_dtype(), gen.random_shape());
         gen.new_input(dtype, shape);
@@ -597,6 +670,25 @@ fn the_generator_is_deterministic_and_covers_the_op_set() {
         "const",
     ] {
         assert!(ops.contains(op), "no `{op}` in 200 graphs");
+    }
+}
+
+#[test]
+fn the_model_mode_draws_the_model_ops_and_leaves_the_regression_range_alone() {
+    let mut ops: HashSet<&'static str> = HashSet::new();
+    for seed in 0..300 {
+        let graph = random_model_graph(seed, &mut Counts::default());
+        assert_eq!(graph.to_text(), random_model_graph(seed, &mut Counts::default()).to_text(), "seed {seed}");
+        graph.verify().unwrap();
+        ops.extend(graph.node_ids().into_iter().map(|id| graph.node(id).op.name()));
+        let regression = random_graph(seed, &mut Counts::default());
+        assert!(regression.node_ids().into_iter().all(|id| !matches!(
+            regression.node(id).op,
+            Op::LogSoftmax { .. } | Op::CrossEntropy { .. } | Op::Binary { op: BinaryOp::Philox }
+        )));
+    }
+    for op in ["log_softmax", "cross_entropy", "philox"] {
+        assert!(ops.contains(op), "no `{op}` in 300 model-mode graphs");
     }
 }
 

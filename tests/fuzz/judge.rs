@@ -178,7 +178,9 @@ fn combined(graph: &Graph, id: NodeId) -> usize {
     let input = graph.node(node.operands[0]).shape.dims();
     match &node.op {
         Op::Reduce { axes, .. } => axes.iter().map(|&a| input[a]).product(),
-        Op::Softmax { axis } => input[*axis],
+        Op::Softmax { axis } | Op::LogSoftmax { axis } => input[*axis],
+        // A row's log-sum-exp, then the mean over the rows.
+        Op::CrossEntropy { .. } => input.iter().product(),
         Op::LayerNorm { .. } | Op::RmsNorm { .. } | Op::MatMul => input.last().copied().unwrap_or(1),
         _ => 1,
     }

@@ -69,8 +69,9 @@ mod rng;
 mod run;
 mod shrink;
 
+use braze_ir::Graph;
 use common::{nvrtc_enabled, random_inputs};
-use generator::{random_graph, Counts};
+use generator::{random_graph, random_model_graph, Counts};
 use gpu_fuzz::gpu_fuzz;
 use run::{install_quiet_panic_hook, run_graph, run_graph_on, Stage, STAGES};
 use shrink::{shrink, Repro};
@@ -90,6 +91,11 @@ fn env_u64(name: &str) -> Option<u64> {
 /// Runs `graphs` random graphs from seed `first` through the pipeline, prints what they produced
 /// and the shrunk failures, and fails if any graph failed.
 fn fuzz(first: u64, graphs: u64) {
+    fuzz_with(random_graph, first, graphs);
+}
+
+/// [`fuzz`] over the graphs `generate` draws.
+fn fuzz_with(generate: fn(u64, &mut Counts) -> Graph, first: u64, graphs: u64) {
     install_quiet_panic_hook();
     let nvrtc = nvrtc_enabled();
     let mut counts = Counts::default();
@@ -101,7 +107,7 @@ fn fuzz(first: u64, graphs: u64) {
     // the most in one output.
     let (mut wide, mut widened, mut widened_graphs, mut most_widened, mut unstable) = (0, 0, 0, 0, 0);
     for seed in first..first + graphs {
-        let graph = random_graph(seed, &mut counts);
+        let graph = generate(seed, &mut counts);
         let specials = seed % 3 != 0;
         let compile_this = nvrtc && seed % NVRTC_EVERY == 0;
         match run_graph(&graph, seed, specials, compile_this) {
@@ -164,6 +170,14 @@ fn fuzz(first: u64, graphs: u64) {
 #[test]
 fn random_graphs_match_the_reference() {
     fuzz(env_u64("BRAZE_FUZZ_SEED").unwrap_or(0), env_u64("BRAZE_FUZZ_GRAPHS").unwrap_or(1000));
+}
+
+/// Graphs that also draw the model ops (log_softmax, cross_entropy, philox), a generator mode of
+/// their own: `BRAZE_FUZZ_MODEL_GRAPHS` graphs (default 200) from `BRAZE_FUZZ_SEED` (default 0).
+#[test]
+fn random_model_graphs_match_the_reference() {
+    let graphs = env_u64("BRAZE_FUZZ_MODEL_GRAPHS").unwrap_or(200);
+    fuzz_with(random_model_graph, env_u64("BRAZE_FUZZ_SEED").unwrap_or(0), graphs);
 }
 
 /// A range no run has drawn before, from the clock, so every CI run fuzzes new graphs; printed

@@ -88,6 +88,14 @@ impl<'g> Emit<'g> {
         Ok(self.g.add_declared(Op::Cast, &[x], dtype, shape, self.loc.clone())?)
     }
 
+    /// `x` as `dtype`, adding a cast only when it differs.
+    pub(crate) fn cast_if_needed(&mut self, x: NodeId, dtype: DType) -> Result<NodeId> {
+        if self.g.node(x).dtype == dtype {
+            return Ok(x);
+        }
+        self.cast(x, dtype)
+    }
+
     pub(crate) fn reshape(&mut self, x: NodeId, shape: &Shape) -> Result<NodeId> {
         if &self.shape(x) == shape {
             return Ok(x);

@@ -115,8 +115,66 @@ pub(crate) fn operand_grads(e: &mut Emit<'_>, id: NodeId, grad: NodeId) -> Resul
         Op::AttentionLse { .. } | Op::AttentionGrad { .. } => {
             return Err(AutodiffError::NoRule { node: id.to_string(), op: node.op.name() })
         }
+        Op::LogSoftmax { axis } => in_f32(e, &node.operands, grad, |e, x, g| {
+            // g - softmax(x) sum(g) along the axis, the softmax recomputed as exp(y) from the
+            // widened output (the backward of a row kernel, no saved probabilities).
+            let y = widened(e, id)?;
+            let p = e.unary(UnaryOp::Exp, y)?;
+            let total = e.reduce(ReduceOp::Sum, g, &[*axis], true)?;
+            let spread = e.mul(p, total)?;
+            Ok(vec![(x[0], e.sub(g, spread)?)])
+        })?,
+        Op::CrossEntropy { ignore_index } => {
+            let wide = widened(e, x)?;
+            let g = widened(e, grad)?;
+            let dx = e.with_dtype(DType::F32, |e| {
+                cross_entropy_grad(e, wide, node.operands[1], node.operands[2], g, *ignore_index)
+            })?;
+            vec![(x, e.cast_if_needed(dx, node.dtype)?)]
+        }
     };
     Ok(grads)
+}
+
+/// `(hits * softmax(x) - onehot(target)) * g / count` on rows whose target is not
+/// `ignore_index` (`hits`, the row's columns of the target class, is 1 for classes `0..V`; a row
+/// without one is NaN, as its loss), 0 on the others, in f32: one pass over each row once its
+/// max and sum of exponentials are known (the same nodes as the forward's decomposition
+/// computes, so they are shared), the probabilities never stored.
+fn cross_entropy_grad(
+    e: &mut Emit<'_>,
+    x: NodeId,
+    targets: NodeId,
+    classes: NodeId,
+    g: NodeId,
+    ignore_index: i64,
+) -> Result<NodeId> {
+    let shape = e.shape(x);
+    let (rows, cols) = (shape.dims()[0], shape.dims()[1]);
+    let max = e.reduce(ReduceOp::Max, x, &[1], true)?;
+    let shifted = e.sub(x, max)?;
+    let exp = e.unary(UnaryOp::Exp, shifted)?;
+    let sum = e.reduce(ReduceOp::Sum, exp, &[1], true)?;
+    let p = e.div(exp, sum)?;
+    let target_dtype = e.graph().node(targets).dtype;
+    let column_of = e.reshape(targets, &Shape(vec![rows, 1]))?;
+    let class_row = e.reshape(classes, &Shape(vec![1, cols]))?;
+    let onehot = e.binary(BinaryOp::Eq, column_of, class_row)?;
+    let ignored = e.constant_of(ignore_index as f64, target_dtype);
+    let valid = e.binary(BinaryOp::Ne, column_of, ignored)?;
+    let counted = e.cast(valid, DType::F32)?;
+    let count = e.reduce(ReduceOp::Sum, counted, &[0, 1], false)?;
+    let scale = e.div(g, count)?;
+    let hot = e.cast(onehot, DType::F32)?;
+    let hits = e.reduce(ReduceOp::Sum, hot, &[1], true)?;
+    let hit = e.reduce(ReduceOp::Max, onehot, &[1], true)?;
+    let spread = e.mul(hits, p)?;
+    let diff = e.sub(spread, hot)?;
+    let nan = e.constant(f64::NAN);
+    let diff = e.select(hit, diff, nan)?;
+    let zero = e.constant(0.0);
+    let kept = e.select(valid, diff, zero)?;
+    e.mul(kept, scale)
 }
 
 /// The gradient of a reduction: spread back over the reduced dims (divided by their count for a

@@ -146,7 +146,8 @@ fn unary_ops() {
 #[test]
 fn binary_ops_with_broadcasting() {
     for &b in BinaryOp::ALL {
-        if b.def().yields != braze_ir::elementwise::Yields::Same {
+        // Predicates and integer-only ops (philox) take no float operands.
+        if b.def().yields != braze_ir::elementwise::Yields::Same || !b.def().accepts.allows(DType::F32) {
             continue;
         }
         let range = if b == BinaryOp::Pow { P } else { A };
@@ -202,6 +203,24 @@ fn norms_and_softmax() {
     check(&case("rms_norm", &[(&[2, 3, 5], A), (&[5], A)], op(Op::RmsNorm { eps: 1e-6 })));
     check(&case("softmax last", &[(&[3, 5], A)], op(Op::Softmax { axis: 1 })));
     check(&case("softmax first", &[(&[3, 5], A)], op(Op::Softmax { axis: 0 })));
+    check(&case("log_softmax last", &[(&[3, 5], A)], op(Op::LogSoftmax { axis: 1 })));
+    check(&case("log_softmax first", &[(&[4, 3], A)], op(Op::LogSoftmax { axis: 0 })));
+}
+
+/// A rank-1 i64 tensor of `values` built from constants (the case's inputs are f32).
+fn indices(g: &mut Graph, values: &[i64]) -> NodeId {
+    let scalars: Vec<NodeId> = values.iter().map(|&v| g.constant(v as f64, DType::I64)).collect();
+    g.add(Op::Stack { axis: 0 }, &scalars, None).unwrap()
+}
+
+#[test]
+fn cross_entropy_with_ignored_rows() {
+    // Row 1 is ignored: its logits get no gradient, and it is not counted in the mean.
+    check(&case("cross_entropy", &[(&[4, 5], A)], |g, x| {
+        let targets = indices(g, &[1, -100, 4, 0]);
+        let classes = indices(g, &[0, 1, 2, 3, 4]);
+        op(Op::CrossEntropy { ignore_index: -100 })(g, &[x[0], targets, classes])
+    }));
 }
 
 #[test]

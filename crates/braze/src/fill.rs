@@ -1,8 +1,9 @@
 //! Tensors filled with one value (`full`, `zeros`, `ones`): a recorded constant inside a trace,
-//! host or device data outside.
+//! host or device data outside; `arange`: host or device data everywhere.
 
 use crate::tensor::caller;
-use crate::{trace, Device, Result, Tensor};
+use crate::{trace, Device, Error, Result, Tensor};
+use braze_ir::HostTensor;
 use braze_ir::{DType, Shape};
 
 impl Tensor {
@@ -21,5 +22,23 @@ impl Tensor {
     #[track_caller]
     pub fn ones(shape: impl Into<Shape>, dtype: DType, device: Device) -> Result<Tensor> {
         trace::full("ones", shape.into(), 1.0, dtype, device, caller())
+    }
+
+    /// `[0, 1, .., n - 1]` as a rank-1 tensor of `dtype` (a number or float; f16/bf16 round the
+    /// values past their integer range as a cast would). The IR has no index op: inside a
+    /// compiled function this is data made at trace time, captured as a graph input.
+    #[track_caller]
+    pub fn arange(n: usize, dtype: DType, device: Device) -> Result<Tensor> {
+        let loc = caller();
+        device.check_available("arange")?;
+        if dtype == DType::Bool {
+            return Err(Error::invalid("arange", &loc, "expected a number dtype (f32, f16, bf16, i32, i64), got bool"));
+        }
+        if dtype == DType::I32 && n > i32::MAX as usize + 1 {
+            return Err(Error::invalid("arange", &loc, format!("{n} values do not fit i32 (at most 2^31)")));
+        }
+        let values: Vec<f64> = (0..n).map(|i| i as f64).collect();
+        let host = HostTensor::from_f64(dtype, [n], &values).map_err(|e| Error::ir("arange", &loc, e))?;
+        Tensor::from_host(host).to_device(device)
     }
 }

@@ -23,7 +23,8 @@
 //!
 //! Code map, in the order a call goes through it:
 //! - `tensor`, `ops`: the [`Tensor`] handle and every op as a method, each recording the caller's
-//!   `file:line:col`.
+//!   `file:line:col`; `promotion`: PyTorch's type promotion of mixed-dtype operands (casts
+//!   inserted before the op, so the IR stays strictly typed); `display`: printing as PyTorch's.
 //! - `trace`: the thread-local trace that ops record into inside a compiled function, and eager
 //!   execution outside one.
 //! - `breaks`, `custom_op`: everything that needs values on the host ([`BreakKind`]);
@@ -45,6 +46,7 @@ mod compile;
 mod cuda;
 mod custom_op;
 mod device;
+mod display;
 mod error;
 mod explain;
 mod fill;
@@ -54,6 +56,7 @@ mod mode;
 mod ops;
 pub mod optim;
 mod profile;
+mod promotion;
 mod signature;
 mod sync_debug;
 mod tensor;

@@ -2,13 +2,15 @@
 //! eagerly outside a compiled function and records into the trace inside one.
 //!
 //! Axes are `i64` and may be negative (counted from the end). A scalar argument becomes a
-//! constant of the tensor's dtype (converted as a cast would).
+//! constant; operands of different dtypes are promoted as PyTorch's (`promotion`).
 
+use crate::promotion;
 use crate::tensor::caller;
 use crate::trace::apply;
+use crate::trace::OpBuilder;
 use crate::{Error, Result, Tensor};
 use braze_ir::infer::normalize_axis;
-use braze_ir::{BinaryOp, DType, IrError, Op, ReduceOp, Shape, SourceLoc, UnaryOp};
+use braze_ir::{BinaryOp, DType, IrError, NodeId, Op, ReduceOp, Shape, SourceLoc, UnaryOp};
 
 /// A `Tensor` method per unary op of the op table (`braze_ir::elementwise`).
 macro_rules! unary_methods {
@@ -33,13 +35,14 @@ macro_rules! binary_methods {
         impl Tensor {
             $(
                 $(#[doc = $doc])*
-                /// Operands broadcast together and must share a dtype.
+                /// Operands broadcast together; different dtypes promote as PyTorch's do.
                 #[track_caller]
                 pub fn $name(&self, other: &Tensor) -> Result<Tensor> {
                     self.binary(stringify!($name), BinaryOp::$op, other, caller())
                 }
 
-                #[doc = concat!("`", stringify!($name), "` with a scalar of this tensor's dtype.")]
+                #[doc = concat!("`", stringify!($name), "` with a host scalar (a whole number is an integer scalar, ",
+                    "anything else a float scalar that makes an integer or bool tensor f32).")]
                 #[track_caller]
                 pub fn $scalar(&self, value: f64) -> Result<Tensor> {
                     self.binary_scalar(stringify!($scalar), BinaryOp::$op, value, caller())
@@ -88,14 +91,22 @@ impl Tensor {
         apply(name, &[self], loc, |b, x| b.op(Op::Unary { op }, &[x[0]]))
     }
 
+    /// Operands of different dtypes are cast to their promoted dtype first (`promotion`); logical
+    /// ops take bools as they are.
     fn binary(&self, name: &'static str, op: BinaryOp, other: &Tensor, loc: SourceLoc) -> Result<Tensor> {
-        apply(name, &[self, other], loc, |b, x| b.op(Op::Binary { op }, &[x[0], x[1]]))
+        apply(name, &[self, other], loc, |b, x| {
+            let x = if promotes(op) { promote(b, x)? } else { x.to_vec() };
+            b.op(Op::Binary { op }, &[x[0], x[1]])
+        })
     }
 
+    /// The scalar is a constant of the dtype the tensor and it promote to.
     fn binary_scalar(&self, name: &'static str, op: BinaryOp, value: f64, loc: SourceLoc) -> Result<Tensor> {
         apply(name, &[self], loc, |b, x| {
-            let scalar = b.constant(value, b.dtype(x[0]));
-            b.op(Op::Binary { op }, &[x[0], scalar])
+            let dtype = if promotes(op) { promotion::with_scalar(b.dtype(x[0]), value) } else { b.dtype(x[0]) };
+            let operand = b.cast_if_needed(x[0], dtype)?;
+            let scalar = b.constant(value, dtype);
+            b.op(Op::Binary { op }, &[operand, scalar])
         })
     }
 
@@ -118,10 +129,14 @@ impl Tensor {
         })
     }
 
-    /// `cond ? a : b` elementwise, all three broadcast together; `cond` is bool.
+    /// `cond ? a : b` elementwise, all three broadcast together; `cond` is bool, `a` and `b` are
+    /// promoted to a common dtype.
     #[track_caller]
     pub fn where_(cond: &Tensor, a: &Tensor, b: &Tensor) -> Result<Tensor> {
-        apply("where_", &[cond, a, b], caller(), |g, x| g.op(Op::Where, &[x[0], x[1], x[2]]))
+        apply("where_", &[cond, a, b], caller(), |g, x| {
+            let values = promote(g, &x[1..])?;
+            g.op(Op::Where, &[x[0], values[0], values[1]])
+        })
     }
 
     /// Converts to `dtype` (floats to ints truncate toward zero; anything to bool is `!= 0`).
@@ -243,6 +258,102 @@ impl Tensor {
         })
     }
 
+    /// `log(softmax(x))` along `axis`, computed as `x - max - log(sum(exp(x - max)))` (no
+    /// underflow to `-inf` where a probability rounds to 0).
+    #[track_caller]
+    pub fn log_softmax(&self, axis: i64) -> Result<Tensor> {
+        apply("log_softmax", &[self], caller(), |b, x| {
+            let axis = normalize_axis("log_softmax", axis, b.shape(x[0]).rank())?;
+            b.op(Op::LogSoftmax { axis }, &[x[0]])
+        })
+    }
+
+    /// PyTorch's `cross_entropy(logits, targets, ignore_index=..)` with the mean reduction: self
+    /// is logits `[N, V]` (float), `targets` `[N]` (i32 or i64) class indices. Rows whose target
+    /// is `ignore_index` (PyTorch's default is -100) count for nothing and get zero gradients; the
+    /// mean over no rows is NaN. A target outside `0..V` is an error eagerly (the targets are
+    /// read on the host, a host sync); compiled (where they stay on the device) it makes the
+    /// loss NaN. Compiled, the forward is a row
+    /// kernel and a sum over the rows, the backward one pass writing `(softmax - onehot) * g /
+    /// count` per row; f16/bf16 logits compute in f32.
+    #[track_caller]
+    pub fn cross_entropy(&self, targets: &Tensor, ignore_index: i64) -> Result<Tensor> {
+        let loc = caller();
+        let dims = self.shape().dims().to_vec();
+        let classes = dims.get(1).copied().unwrap_or(0);
+        if !crate::trace::is_active() && dims.len() == 2 && targets.dtype().is_int() && !targets.is_traced() {
+            check_targets(targets, classes, ignore_index, &loc)?;
+        }
+        let index_dtype = if targets.dtype().is_int() { targets.dtype() } else { DType::I64 };
+        let class_ids = Tensor::arange(classes, index_dtype, self.device())?;
+        apply("cross_entropy", &[self, targets, &class_ids], loc, |b, x| {
+            b.op(Op::CrossEntropy { ignore_index }, &[x[0], x[1], x[2]])
+        })
+    }
+
+    /// PyTorch's `dropout(x, p, training)`: each element zeroed with probability `p`, the others
+    /// scaled by `1 / (1 - p)`; the identity when `training` is false. The mask is drawn by
+    /// Philox 4x32-10 (the `philox` op) with counter `offset + i` at element `i` (row-major)
+    /// under key `seed`, both rank-0 i64 tensors: device values, so a step that advances
+    /// `offset` (by at least the element count) draws a new mask on every call without
+    /// retracing, even replayed as a CUDA graph. Every backend draws the same bits, and the
+    /// backward recomputes the mask from the counter instead of storing it.
+    #[track_caller]
+    pub fn dropout(&self, p: f64, seed: &Tensor, offset: &Tensor, training: bool) -> Result<Tensor> {
+        let loc = caller();
+        if !(0.0..=1.0).contains(&p) {
+            return Err(Error::invalid("dropout", &loc, format!("p must be in [0, 1], got {p}")));
+        }
+        for (name, t) in [("seed", seed), ("offset", offset)] {
+            if t.dtype() != DType::I64 || t.rank() != 0 {
+                return Err(Error::invalid(
+                    "dropout",
+                    &loc,
+                    format!("{name} must be a rank-0 i64 tensor, got {}{}", t.dtype(), t.shape()),
+                ));
+            }
+        }
+        if !self.dtype().is_float() {
+            return Err(Error::invalid("dropout", &loc, format!("expected a float tensor, got {}", self.dtype())));
+        }
+        if !training {
+            return Ok(self.clone());
+        }
+        // The flat element index as a sum of one small broadcast vector per dim (`i * stride`).
+        let dims = self.shape().dims().to_vec();
+        let mut lanes = Vec::with_capacity(dims.len());
+        for (d, &n) in dims.iter().enumerate() {
+            let stride: usize = dims[d + 1..].iter().product();
+            let values: Vec<f64> = (0..n).map(|i| (i * stride) as f64).collect();
+            let mut shape = vec![1; dims.len()];
+            shape[d] = n;
+            let host = braze_ir::HostTensor::from_f64(DType::I64, shape, &values)
+                .map_err(|e| Error::ir("dropout", &loc, e))?;
+            lanes.push(Tensor::from_host(host).to_device(self.device())?);
+        }
+        let mut operands = vec![self, seed, offset];
+        operands.extend(lanes.iter());
+        // P(r < threshold) = threshold / 2^32 for the 32-bit word r.
+        let threshold = (p * 4_294_967_296.0).round();
+        let scale = if p < 1.0 { 1.0 / (1.0 - p) } else { 0.0 };
+        apply("dropout", &operands, loc, |b, x| {
+            let mut counter = x[2];
+            for &lane in &x[3..] {
+                counter = b.op(Op::Binary { op: BinaryOp::Add }, &[counter, lane])?;
+            }
+            let bits = b.op(Op::Binary { op: BinaryOp::Philox }, &[counter, x[1]])?;
+            let threshold = b.constant(threshold, DType::I64);
+            let keep = b.op(Op::Binary { op: BinaryOp::Ge }, &[bits, threshold])?;
+            let dtype = b.dtype(x[0]);
+            let wide = b.cast_if_needed(x[0], DType::F32)?;
+            let scale = b.constant(scale, DType::F32);
+            let scaled = b.op(Op::Binary { op: BinaryOp::Mul }, &[wide, scale])?;
+            let zero = b.constant(0.0, DType::F32);
+            let kept = b.op(Op::Where, &[keep, scaled, zero])?;
+            b.cast_if_needed(kept, dtype)
+        })
+    }
+
     /// `min(max(x, min), max)` with scalar bounds of this tensor's dtype, as `torch.clamp`:
     /// NaN stays NaN, and `min > max` gives `max` everywhere.
     #[track_caller]
@@ -265,6 +376,39 @@ impl Tensor {
             b.op(Op::Reduce { op: ReduceOp::Max, axes: (0..rank).collect(), keepdim: false }, &[nan])
         })
     }
+}
+
+/// Every target is a class of `0..classes` or `ignore_index` (an eager check on the host).
+fn check_targets(targets: &Tensor, classes: usize, ignore_index: i64, loc: &SourceLoc) -> Result<()> {
+    let host = crate::trace::host_value(targets, crate::BreakKind::HostRead, "cross_entropy", loc.clone())?;
+    let values: Vec<i64> = match host.data() {
+        braze_ir::HostData::I32(v) => v.iter().map(|&t| t.into()).collect(),
+        braze_ir::HostData::I64(v) => v.clone(),
+        _ => return Ok(()), // not indices: the op's typing reports it
+    };
+    let bad = values.into_iter().enumerate().find(|&(_, t)| t != ignore_index && (t < 0 || t as u64 >= classes as u64));
+    match bad {
+        Some((row, target)) => Err(Error::invalid(
+            "cross_entropy",
+            loc,
+            format!(
+                "target {target} of row {row} is out of range: expected 0..{classes} or ignore_index {ignore_index}"
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Whether `op` promotes mixed dtypes: logical and/or are defined on bools only.
+fn promotes(op: BinaryOp) -> bool {
+    !matches!(op, BinaryOp::And | BinaryOp::Or)
+}
+
+/// The operands cast to their common dtype (unchanged where they share one already).
+fn promote(b: &mut OpBuilder<'_>, x: &[NodeId]) -> braze_ir::Result<Vec<NodeId>> {
+    let typed: Vec<(DType, usize)> = x.iter().map(|&id| (b.dtype(id), b.shape(id).rank())).collect();
+    let dtype = promotion::result_type(&typed);
+    x.iter().map(|&id| b.cast_if_needed(id, dtype)).collect()
 }
 
 /// Resolves negative axes, rejects repeats, and sorts.

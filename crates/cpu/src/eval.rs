@@ -127,10 +127,12 @@ fn eval_node(node: &Node, operands: &[&HostTensor]) -> Result<HostTensor> {
         Op::MatMul => matmul(dtype, shape, operands[0], operands[1]),
         Op::LayerNorm { eps } => layer_norm(dtype, operands[0], operands[1], Some(operands[2]), *eps, true),
         Op::RmsNorm { eps } => layer_norm(dtype, operands[0], operands[1], None, *eps, false),
-        Op::Softmax { axis } => softmax(dtype, operands[0], *axis),
         Op::Attention { causal, scale } => attention::attention(dtype, operands, *causal, *scale, false),
         Op::AttentionLse { causal, scale } => attention::attention(dtype, operands, *causal, *scale, true),
         Op::AttentionGrad { causal, scale, wrt } => attention::attention_grad(dtype, operands, *causal, *scale, *wrt),
+        Op::Softmax { axis } => softmax(dtype, operands[0], *axis, false),
+        Op::LogSoftmax { axis } => softmax(dtype, operands[0], *axis, true),
+        Op::CrossEntropy { ignore_index } => cross_entropy(dtype, operands, *ignore_index),
     };
     Ok(HostTensor::new(shape.clone(), data)?)
 }
@@ -302,8 +304,37 @@ fn layer_norm(
     out
 }
 
-/// `exp(x - max) / sum(exp(x - max))` along `axis` in f64, max NaN-propagating, sum in order.
-fn softmax(dtype: DType, x: &HostTensor, axis: usize) -> HostData {
+/// The mean over rows whose target is not `ignore_index` of the sum of `logsumexp(row) - x` over
+/// the row's logits `x` whose class is the target, in f64; a row with no such logit is NaN, no
+/// rows is NaN.
+fn cross_entropy(dtype: DType, operands: &[&HostTensor], ignore_index: i64) -> HostData {
+    let (logits, targets, classes) = (operands[0], operands[1], operands[2]);
+    let cols = logits.shape().dims()[1];
+    let int = |t: &HostTensor, i: usize| match Scalar::read(t.data(), i) {
+        Scalar::Int(v) => v,
+        other => unreachable!("typed as an integer: {other:?}"),
+    };
+    let (mut total, mut count) = (0.0f64, 0usize);
+    for n in 0..targets.numel() {
+        let target = int(targets, n);
+        if target == ignore_index {
+            continue;
+        }
+        let row: Vec<f64> = (0..cols).map(|j| Scalar::read(logits.data(), n * cols + j).to_f64()).collect();
+        let max = row.iter().fold(f64::NEG_INFINITY, |m, &x| nan_max(m, x));
+        let lse = max + row.iter().map(|x| (x - max).exp()).sum::<f64>().ln();
+        let picked: Vec<f64> = (0..cols).filter(|&j| int(classes, j) == target).map(|j| row[j]).collect();
+        total += if picked.is_empty() { f64::NAN } else { picked.iter().map(|x| lse - x).sum::<f64>() };
+        count += 1;
+    }
+    let mut out = empty_data(dtype, 1);
+    push(&mut out, Scalar::Float(total / count as f64));
+    out
+}
+
+/// `exp(x - max) / sum(exp(x - max))` along `axis` in f64, max NaN-propagating, sum in order;
+/// with `log`, `x - max - ln(sum(exp(x - max)))`.
+fn softmax(dtype: DType, x: &HostTensor, axis: usize, log: bool) -> HostData {
     let dims = x.shape().dims();
     let len = dims[axis];
     let inner: usize = dims[axis + 1..].iter().product();
@@ -323,7 +354,8 @@ fn softmax(dtype: DType, x: &HostTensor, axis: usize) -> HostData {
     let mut out = empty_data(dtype, x.numel());
     for flat in 0..x.numel() {
         let lane = (flat / (len * inner)) * inner + flat % inner;
-        let y = (read(flat) - lane_max[lane]).exp() / lane_sum[lane];
+        let shifted = read(flat) - lane_max[lane];
+        let y = if log { shifted - lane_sum[lane].ln() } else { shifted.exp() / lane_sum[lane] };
         push(&mut out, Scalar::Float(y));
     }
     out

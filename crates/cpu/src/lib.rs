@@ -49,7 +49,7 @@
 //! dim is `(x - mean) / sqrt(var + eps) * w + b` with the biased variance (divided by n);
 //! `rms_norm {eps}(x, w)` is `x / sqrt(mean(x²) + eps) * w`; `softmax {axis}` is
 //! `exp(x - max) / Σ exp(x - max)` along the axis, max NaN-propagating, so a row holding NaN or
-//! +inf, or only -inf, is all NaN.
+//! +inf, or only -inf, is all NaN; `log_softmax {axis}` is `x - max - ln Σ exp(x - max)`.
 //!
 //! **attention {causal, scale}(q, k, v)** per `[B, H]` pair, each row in f64: `softmax(scale q
 //! k^T) v` with keys after the query left out when causal; **attention_lse** is the row's

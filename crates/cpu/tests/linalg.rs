@@ -146,6 +146,40 @@ fn softmax_along_each_axis() {
 }
 
 #[test]
+fn log_softmax_keeps_the_digits_softmax_underflows() {
+    // exp(-1000 - 1000) underflows to 0 in a softmax; its log is still -2000.
+    let xv = [1.0, 2.0, 3.0, -1000.0, 0.0, 1000.0];
+    let mut expected = Vec::new();
+    for row in xv.chunks(3) {
+        let max = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let sum: f64 = row.iter().map(|v| (v - max).exp()).sum();
+        expected.extend(row.iter().map(|v| v - max - sum.ln()));
+    }
+    assert_eq!(expected[3], -2000.0);
+    check(Op::LogSoftmax { axis: 1 }, &[f32s(&[2, 3], &xv)], f32s(&[2, 3], &expected));
+    let x = f32s(&[3, 2], &[-INF, 0.0, NAN, 1.0, INF, 1.0]);
+    let actual = run(|g, ids| g.add(Op::LogSoftmax { axis: 1 }, ids, None).unwrap(), &[x]);
+    assert_identical(&actual, &f32s(&[3, 2], &[-INF, 0.0, NAN, NAN, NAN, NAN]), "log_softmax special rows");
+}
+
+#[test]
+fn cross_entropy_is_the_mean_over_counted_rows() {
+    let logits = [1.0, 2.0, 3.0, 0.5, -0.5, 0.0, 7.0, 7.0, 7.0];
+    let lse = |row: &[f64]| {
+        let max = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        max + row.iter().map(|v| (v - max).exp()).sum::<f64>().ln()
+    };
+    // Row 1 is ignored; rows 0 and 2 pick classes 2 and 0.
+    let want = ((lse(&logits[0..3]) - 3.0) + (lse(&logits[6..9]) - 7.0)) / 2.0;
+    let op = Op::CrossEntropy { ignore_index: -1 };
+    let classes = i64s(&[3], &[0, 1, 2]);
+    check(op.clone(), &[f32s(&[3, 3], &logits), i64s(&[3], &[2, -1, 0]), classes.clone()], f32s(&[], &[want]));
+    // Every row ignored: a mean over nothing. A target that is no class: NaN.
+    check(op.clone(), &[f32s(&[3, 3], &logits), i64s(&[3], &[-1, -1, -1]), classes.clone()], f32s(&[], &[NAN]));
+    check(op, &[f32s(&[3, 3], &logits), i64s(&[3], &[2, 3, 0]), classes], f32s(&[], &[NAN]));
+}
+
+#[test]
 fn softmax_special_rows() {
     let x = f32s(&[4, 2], &[-INF, 0.0, -INF, -INF, NAN, 1.0, INF, 1.0]);
     let expected = f32s(&[4, 2], &[0.0, 1.0, NAN, NAN, NAN, NAN, NAN, NAN]);

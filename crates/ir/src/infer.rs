@@ -290,7 +290,49 @@ pub fn infer(op: &Op, operands: &[(DType, &Shape)], declared: Option<Declared<'_
             }
             Ok((dt, shape.clone()))
         }
-        Op::Softmax { axis } => {
+        Op::CrossEntropy { .. } => {
+            let [(dl, sl), (dt, st), (dc, sc)] = [operands[0], operands[1], operands[2]];
+            if !dl.is_float() {
+                return Err(IrError::UnsupportedDType { op: name.into(), dtype: dl });
+            }
+            if sl.rank() != 2 {
+                return Err(IrError::ShapeMismatch {
+                    op: name.into(),
+                    detail: format!("logits must be [rows, classes], got shape {sl}"),
+                });
+            }
+            if !dt.is_int() {
+                return Err(IrError::DTypeMismatch {
+                    op: name.into(),
+                    operand: 1,
+                    expected: "i32 or i64".into(),
+                    actual: dt,
+                });
+            }
+            if dc != dt {
+                return Err(IrError::DTypeMismatch {
+                    op: name.into(),
+                    operand: 2,
+                    expected: dt.to_string(),
+                    actual: dc,
+                });
+            }
+            let (rows, classes) = (Shape(vec![sl.dims()[0]]), Shape(vec![sl.dims()[1]]));
+            if *st != rows {
+                return Err(IrError::ShapeMismatch {
+                    op: name.into(),
+                    detail: format!("targets have shape {st}, expected {rows} (one per row of logits {sl})"),
+                });
+            }
+            if *sc != classes {
+                return Err(IrError::ShapeMismatch {
+                    op: name.into(),
+                    detail: format!("classes have shape {sc}, expected {classes} (one per column of logits {sl})"),
+                });
+            }
+            Ok((dl, Shape::scalar()))
+        }
+        Op::Softmax { axis } | Op::LogSoftmax { axis } => {
             let (dt, shape) = operands[0];
             if !dt.is_float() {
                 return Err(IrError::UnsupportedDType { op: name.into(), dtype: dt });

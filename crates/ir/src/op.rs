@@ -1,4 +1,4 @@
-//! The operation set: a small list of primitives plus composites (norms, softmax) that the
+//! The operation set: a small list of primitives plus composites (norms, softmax, cross entropy) that the
 //! passes either match whole or decompose into primitives.
 
 use crate::literal::format_f64;
@@ -159,6 +159,21 @@ pub enum Op {
         scale: f64,
         wrt: AttentionInput,
     },
+    /// `x - max - log(sum(exp(x - max)))` along `axis`: the log of a softmax without its
+    /// rounding or underflow.
+    LogSoftmax {
+        axis: usize,
+    },
+    /// The mean over rows of `-log_softmax(logits[n])[target[n]]`, as PyTorch's `cross_entropy`;
+    /// operands logits `[N, V]` (float), targets `[N]` (i32 or i64) and classes `[V]` of the
+    /// targets' dtype, the class of each column (the frontend passes `0..V`: the IR has no index
+    /// op; a row's loss sums `-log_softmax` over every column whose class is its target). Rows
+    /// whose target is `ignore_index` are left out of the sum and the count; a row whose target
+    /// is no column's class has a NaN loss (so the mean is NaN), and a mean over no rows is NaN,
+    /// as PyTorch's. The result is a scalar of the logits' dtype.
+    CrossEntropy {
+        ignore_index: i64,
+    },
 }
 
 impl Op {
@@ -185,6 +200,8 @@ impl Op {
             Op::Attention { .. } => "attention",
             Op::AttentionLse { .. } => "attention_lse",
             Op::AttentionGrad { .. } => "attention_grad",
+            Op::LogSoftmax { .. } => "log_softmax",
+            Op::CrossEntropy { .. } => "cross_entropy",
         }
     }
 
@@ -193,9 +210,9 @@ impl Op {
         match self {
             Op::Input { .. } | Op::Constant { .. } => Some(0),
             Op::Cast | Op::Unary { .. } | Op::Reduce { .. } | Op::Reshape | Op::BroadcastTo => Some(1),
-            Op::Permute { .. } | Op::Slice { .. } | Op::Softmax { .. } => Some(1),
+            Op::Permute { .. } | Op::Slice { .. } | Op::Softmax { .. } | Op::LogSoftmax { .. } => Some(1),
             Op::Binary { .. } | Op::MatMul | Op::RmsNorm { .. } | Op::AttentionLse { .. } => Some(2),
-            Op::Where | Op::LayerNorm { .. } | Op::Attention { .. } => Some(3),
+            Op::Where | Op::LayerNorm { .. } | Op::CrossEntropy { .. } | Op::Attention { .. } => Some(3),
             Op::AttentionGrad { .. } => Some(6),
             Op::Concat { .. } | Op::Stack { .. } => None,
         }
@@ -207,7 +224,14 @@ impl Op {
     }
 
     pub fn is_composite(&self) -> bool {
-        matches!(self, Op::LayerNorm { .. } | Op::RmsNorm { .. } | Op::Softmax { .. })
+        matches!(
+            self,
+            Op::LayerNorm { .. }
+                | Op::RmsNorm { .. }
+                | Op::Softmax { .. }
+                | Op::LogSoftmax { .. }
+                | Op::CrossEntropy { .. }
+        )
     }
 
     /// Attributes printed after the operands in the text form, e.g. `axes=[1], keepdim`.
@@ -221,7 +245,7 @@ impl Op {
             }
             Op::Permute { perm } => format!("perm=[{}]", list(perm)),
             Op::Slice { axis, start, end, step } => format!("axis={axis}, {start}:{end}:{step}"),
-            Op::Concat { axis } | Op::Stack { axis } | Op::Softmax { axis } => {
+            Op::Concat { axis } | Op::Stack { axis } | Op::Softmax { axis } | Op::LogSoftmax { axis } => {
                 format!("axis={axis}")
             }
             Op::LayerNorm { eps } | Op::RmsNorm { eps } => format!("eps={}", format_f64(*eps)),
@@ -231,6 +255,7 @@ impl Op {
             Op::AttentionGrad { causal, scale, wrt } => {
                 format!("wrt={}, scale={}{}", wrt.name(), format_f64(*scale), if *causal { ", causal" } else { "" })
             }
+            Op::CrossEntropy { ignore_index } => format!("ignore_index={ignore_index}"),
             _ => String::new(),
         }
     }

@@ -1,4 +1,4 @@
-//! Composites to primitives, so fusion sees through them: layer_norm, rms_norm, softmax and mean
+//! Composites to primitives, so fusion sees through them: layer_norm, rms_norm, (log_)softmax and mean
 //! become sums, maxima and elementwise ops, and an integer or bool sum (an i64) becomes a sum of
 //! its operand cast to i64, so every reduction after this pass reduces values of its own dtype.
 //! Every node a decomposition creates carries the composite's source location. f16/bf16
@@ -37,6 +37,8 @@ fn decomposed_name(g: &Graph, id: NodeId) -> Option<&'static str> {
         Op::LayerNorm { .. } => Some("layer_norm"),
         Op::RmsNorm { .. } => Some("rms_norm"),
         Op::Softmax { .. } => Some("softmax"),
+        Op::LogSoftmax { .. } => Some("log_softmax"),
+        Op::CrossEntropy { .. } => Some("cross_entropy"),
         Op::Reduce { op: ReduceOp::Mean, .. } => Some("mean"),
         Op::Reduce { op: ReduceOp::Sum, .. } if g.node(node.operands[0]).dtype != node.dtype => Some("sum"),
         _ => None,
@@ -138,6 +140,16 @@ impl Builder<'_> {
                 let sum = self.reduce(ReduceOp::Sum, exp, axes, true)?;
                 self.binary(BinaryOp::Div, exp, sum)?
             }
+            Op::LogSoftmax { axis } => {
+                let axes = vec![*axis];
+                let max = self.reduce(ReduceOp::Max, x, axes.clone(), true)?;
+                let shifted = self.binary(BinaryOp::Sub, x, max)?;
+                let exp = self.unary(UnaryOp::Exp, shifted)?;
+                let sum = self.reduce(ReduceOp::Sum, exp, axes, true)?;
+                let log_sum = self.unary(UnaryOp::Log, sum)?;
+                self.binary(BinaryOp::Sub, shifted, log_sum)?
+            }
+            Op::CrossEntropy { ignore_index } => self.cross_entropy(x, operands[1], operands[2], *ignore_index)?,
             // `x` was cast to the i64 of the result.
             Op::Reduce { op: ReduceOp::Sum, axes, keepdim } => self.reduce(ReduceOp::Sum, x, axes.clone(), *keepdim)?,
             Op::Reduce { axes, keepdim, .. } => {
@@ -187,6 +199,57 @@ impl Builder<'_> {
         let zero = self.constant(0.0, dtype);
         let var = self.binary(BinaryOp::Max, var, zero)?;
         Ok((centered, var))
+    }
+
+    /// Per row `hits * log(sum(exp(x - max))) - sum(where(class == target, x - max, 0))` (NaN where
+    /// no class is the target; `hits` is how many are, 1 for classes `0..V`), summed over the rows
+    /// whose target is not `ignore_index` and divided by their count: a row kernel and a
+    /// reduction over the rows. The target logit is taken relative to the max, as a log-softmax
+    /// would (`max + log(sum) - x` loses the loss to rounding where logits are large).
+    fn cross_entropy(&mut self, x: NodeId, targets: NodeId, classes: NodeId, ignore_index: i64) -> Result<NodeId> {
+        let dims = self.shape(x).dims().to_vec();
+        let (rows, cols) = (dims[0], dims[1]);
+        let compute = self.g.node(x).dtype;
+        let max = self.reduce(ReduceOp::Max, x, vec![1], true)?;
+        let shifted = self.binary(BinaryOp::Sub, x, max)?;
+        let exp = self.unary(UnaryOp::Exp, shifted)?;
+        let sum = self.reduce(ReduceOp::Sum, exp, vec![1], true)?;
+        let log_sum = self.unary(UnaryOp::Log, sum)?;
+        let target_dtype = self.g.node(targets).dtype;
+        let column_of = self.reshape(targets, Shape(vec![rows, 1]))?;
+        let class_row = self.reshape(classes, Shape(vec![1, cols]))?;
+        let onehot = self.binary(BinaryOp::Eq, column_of, class_row)?;
+        let zero = self.constant(0.0, compute);
+        let picked = self.where_(onehot, shifted, zero)?;
+        let target_logit = self.reduce(ReduceOp::Sum, picked, vec![1], true)?;
+        let hot = self.cast(onehot, compute)?;
+        let hits = self.reduce(ReduceOp::Sum, hot, vec![1], true)?;
+        let hit = self.reduce(ReduceOp::Max, onehot, vec![1], true)?;
+        let scaled_log_sum = self.binary(BinaryOp::Mul, hits, log_sum)?;
+        let row_loss = self.binary(BinaryOp::Sub, scaled_log_sum, target_logit)?;
+        let nan = self.constant(f64::NAN, compute);
+        let row_loss = self.where_(hit, row_loss, nan)?;
+        let ignored = self.constant(ignore_index as f64, target_dtype);
+        let valid = self.binary(BinaryOp::Ne, column_of, ignored)?;
+        let zero = self.constant(0.0, compute);
+        let counted_loss = self.where_(valid, row_loss, zero)?;
+        let total = self.reduce(ReduceOp::Sum, counted_loss, vec![0, 1], false)?;
+        let counted = self.cast(valid, compute)?;
+        let count = self.reduce(ReduceOp::Sum, counted, vec![0, 1], false)?;
+        self.binary(BinaryOp::Div, total, count)
+    }
+
+    fn where_(&mut self, cond: NodeId, a: NodeId, b: NodeId) -> Result<NodeId> {
+        let id = self.g.add(Op::Where, &[cond, a, b], self.loc.clone())?;
+        Ok(self.tag(id))
+    }
+
+    fn reshape(&mut self, x: NodeId, shape: Shape) -> Result<NodeId> {
+        if self.shape(x) == shape {
+            return Ok(x);
+        }
+        let id = self.g.reshape(x, shape)?;
+        Ok(self.tag(id))
     }
 
     /// `sum(x, axes, keepdim) * (1/n)`.

@@ -7,6 +7,11 @@
 //! more elementwise pass in the backward, which fusion joins to the backward's other elementwise
 //! work on `h` where it can.
 //!
+//! Integer and bool elementwise values (index arithmetic, random bits, masks) are recomputed the
+//! same way, with the whole chain of such values behind them, where that chain starts from graph
+//! inputs and constants only: a dropout's mask is drawn again from its counter in the backward
+//! instead of being stored between the passes.
+//!
 //! Forward and backward are told apart by the backward mark autodiff puts on the source
 //! locations of the ops it appends ([`braze_ir::SourceLoc::backward`]); a graph without marked
 //! ops is left alone. Runs once, after common subexpressions (which would merge the copy back).
@@ -30,6 +35,17 @@ impl Pass for Recompute {
         let mut copies: HashMap<NodeId, NodeId> = HashMap::new();
         for id in g.topo_order() {
             let node = g.node(id);
+            if is_index_or_mask(g, id) && !is_backward(g, id) && !g.is_output(id) {
+                let backward: Vec<NodeId> = g.users(id).into_iter().filter(|&u| is_backward(g, u)).collect();
+                let forward_reads = g.users(id).iter().any(|&u| !is_backward(g, u));
+                if !backward.is_empty() && forward_reads && from_inputs(g, id, &is_backward) {
+                    let copy = copy_chain(g, id, &mut copies)?;
+                    for user in backward {
+                        g.replace_uses_in(user, id, copy);
+                    }
+                }
+                continue;
+            }
             if !matches!(node.op, Op::Unary { .. } | Op::Cast) || is_backward(g, id) || g.is_output(id) {
                 continue;
             }
@@ -55,4 +71,39 @@ impl Pass for Recompute {
         }
         Ok(!copies.is_empty())
     }
+}
+
+/// A forward integer or bool elementwise value.
+fn is_index_or_mask(g: &Graph, id: NodeId) -> bool {
+    let node = g.node(id);
+    !node.dtype.is_float() && matches!(node.op, Op::Unary { .. } | Op::Binary { .. } | Op::Where | Op::Cast)
+}
+
+/// Whether `id` is computed by integer and bool elementwise forward ops from graph inputs and
+/// constants alone.
+fn from_inputs(g: &Graph, id: NodeId, is_backward: &impl Fn(&Graph, NodeId) -> bool) -> bool {
+    let node = g.node(id);
+    match node.op {
+        Op::Input { .. } | Op::Constant { .. } => true,
+        _ if is_index_or_mask(g, id) && !is_backward(g, id) => {
+            node.operands.iter().all(|&operand| from_inputs(g, operand, is_backward))
+        }
+        _ => false,
+    }
+}
+
+/// The backward's copy of `id` (checked by [`from_inputs`]), copying its chain as needed.
+fn copy_chain(g: &mut Graph, id: NodeId, copies: &mut HashMap<NodeId, NodeId>) -> Result<NodeId> {
+    let node = g.node(id).clone();
+    if matches!(node.op, Op::Input { .. } | Op::Constant { .. }) {
+        return Ok(id);
+    }
+    if let Some(&copy) = copies.get(&id) {
+        return Ok(copy);
+    }
+    let sources = node.operands.iter().map(|&operand| copy_chain(g, operand, copies)).collect::<Result<Vec<_>>>()?;
+    let loc = node.loc.as_ref().map(|l| l.backward_of());
+    let copy = g.add_declared(node.op.clone(), &sources, node.dtype, node.shape.clone(), loc)?;
+    copies.insert(id, copy);
+    Ok(copy)
 }

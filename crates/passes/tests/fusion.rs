@@ -113,6 +113,35 @@ fn softmax_is_one_kernel() {
 }
 
 #[test]
+fn log_softmax_is_one_row_kernel_with_or_without_its_backward() {
+    let mut g = Graph::new();
+    let x = g.input(DType::BF16, [512, 50_257]);
+    let y = op(&mut g, Op::LogSoftmax { axis: 1 }, &[x]);
+    g.set_outputs(vec![y]);
+    check("log_softmax_bf16", g.clone(), defaults(), 1);
+    let seed = g.input(DType::BF16, [512, 50_257]);
+    let grads = braze_autodiff::backward(&mut g, &[(y, seed)], &[x]).unwrap();
+    g.set_outputs(vec![y, grads[0].unwrap()]);
+    // The backward's sum of the incoming gradient and exp(y) join the forward's row kernel.
+    check("log_softmax_bf16_backward", g, defaults(), 1);
+}
+
+#[test]
+fn cross_entropy_is_a_row_kernel_and_a_mean_and_its_backward_one_pass() {
+    let mut g = Graph::new();
+    let logits = g.input(DType::BF16, [64, 50_304]);
+    let targets = g.input(DType::I64, [64]);
+    let classes = g.input(DType::I64, [50_304]);
+    let loss = op(&mut g, Op::CrossEntropy { ignore_index: -100 }, &[logits, targets, classes]);
+    g.set_outputs(vec![loss]);
+    check("cross_entropy_bf16", g.clone(), defaults(), 2);
+    let one = g.constant(1.0, DType::BF16);
+    let grads = braze_autodiff::backward(&mut g, &[(loss, one)], &[logits]).unwrap();
+    g.set_outputs(vec![loss, grads[0].unwrap()]);
+    check("cross_entropy_bf16_backward", g, defaults(), 3);
+}
+
+#[test]
 fn broadcast_chain_is_one_pointwise_kernel() {
     let mut g = Graph::new();
     let x = g.input(DType::F32, [64, 32, 256]);

@@ -55,6 +55,14 @@ impl OpBuilder<'_> {
         Ok(id)
     }
 
+    /// `x` as `dtype`: a cast only where it differs.
+    pub(crate) fn cast_if_needed(&mut self, x: NodeId, dtype: DType) -> braze_ir::Result<NodeId> {
+        if self.dtype(x) == dtype {
+            return Ok(x);
+        }
+        self.cast(x, dtype)
+    }
+
     pub(crate) fn reshape(&mut self, x: NodeId, shape: Shape) -> braze_ir::Result<NodeId> {
         let id = self.graph.reshape(x, shape)?;
         self.graph.set_loc(id, Some(self.loc.clone()));

@@ -257,6 +257,15 @@ pub fn softmax(rows: usize, cols: usize) -> Plan {
     g.compile(&[y, m])
 }
 
+/// `log_softmax(x)` over the last dim of `[rows, cols]` of `dtype`: at GPT-2's vocabulary a row is
+/// longer than a block's cache and is read in chunks.
+pub fn log_softmax(dtype: DType, rows: usize, cols: usize) -> Plan {
+    let mut g = GraphBuilder::default();
+    let x = g.input(dtype, &[rows, cols]);
+    let y = g.op(Op::LogSoftmax { axis: 1 }, &[x]);
+    g.compile(&[y])
+}
+
 /// `mean(x, axis=1)` of `x` `[a, r, c]` bf16: a reduction over a non-trailing axis, so the row
 /// domain is `outer [a, c]`, `inner [r]` with column stride `c`.
 pub fn mean_middle_axis(a: usize, r: usize, c: usize) -> Plan {
@@ -518,6 +527,8 @@ pub fn all_plans() -> Vec<(&'static str, Plan)> {
         ("row_softmax", softmax(1024, 1000)),
         ("row_mean_middle_axis", mean_middle_axis(32, 1000, 64)),
         ("row_softmax_zero_columns", softmax(4, 0)),
+        ("row_log_softmax_f32", log_softmax(DType::F32, 1024, 1000)),
+        ("row_log_softmax_vocab_bf16", log_softmax(DType::BF16, 64, 50_257)),
         ("row_rms_norm_per_row_scale_bf16", rms_norm_scaled(4096, 2048)),
         ("row_int_count_and_max", count_below_max(1000, 300)),
         ("multi_reduce_sum_5", multi_sum(&[100_000, 0, 37, 5000, 16_385], DType::F32)),

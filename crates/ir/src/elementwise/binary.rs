@@ -78,6 +78,26 @@ fn arithmetic_c(a: &str, symbol: &str, b: &str, ty: CType) -> Option<CudaExpr> {
     }
 }
 
+static PHILOX: CudaHelper = CudaHelper {
+    name: "philox",
+    source: &[
+        "// Philox 4x32-10, first word, at counter (lo, hi, 0, 0) under key (lo, hi): the reference's stream.",
+        "__device__ __forceinline__ long long philox(long long counter, long long key) {",
+        "  unsigned c0 = (unsigned)counter, c1 = (unsigned)((unsigned long long)counter >> 32), c2 = 0u, c3 = 0u;",
+        "  unsigned k0 = (unsigned)key, k1 = (unsigned)((unsigned long long)key >> 32);",
+        "  #pragma unroll",
+        "  for (int round = 0; round < 10; ++round) {",
+        "    if (round > 0) { k0 += 0x9E3779B9u; k1 += 0xBB67AE85u; }",
+        "    const unsigned hi0 = __umulhi(0xD2511F53u, c0), lo0 = 0xD2511F53u * c0;",
+        "    const unsigned hi1 = __umulhi(0xCD9E8D57u, c2), lo1 = 0xCD9E8D57u * c2;",
+        "    c0 = hi1 ^ c1 ^ k0; c1 = lo1; c2 = hi0 ^ c3 ^ k1; c3 = lo0;",
+        "  }",
+        "  return (long long)c0;",
+        "}",
+    ],
+    requires: &[],
+};
+
 static MAX_F32: CudaHelper = CudaHelper {
     name: "max_f32",
     source: &[
@@ -177,7 +197,7 @@ fn pow_gradients(d: &mut dyn DerivativeBuilder, a: DVal, b: DVal, y: DVal, g: DV
 impl BinaryOp {
     /// The op's entry in the table.
     pub fn def(self) -> BinaryDef {
-        use Accepts::{Any, Bool, Float, Numeric};
+        use Accepts::{Any, Bool, Float, Integer, Numeric};
         use Exactness::{Approximate, CorrectlyRounded, Exact};
         let comparison = |name, semantics, cuda, commutative| BinaryDef {
             name,
@@ -316,6 +336,23 @@ impl BinaryOp {
                 commutative: true,
                 semantics: semantics!((B(a), B(b)) => B(a && b)),
                 cuda: |a, b, ty| (ty == CType::Bool).then(|| CudaExpr::plain(format!("{a} && {b}"))),
+                partials: Partials::NotDifferentiable,
+            },
+            BinaryOp::Philox => BinaryDef {
+                name: "philox",
+                accepts: Integer,
+                yields: Yields::Same,
+                exactness: Exact,
+                continuous: false,
+                commutative: false,
+                semantics: semantics!((I(a), I(b)) => I(super::philox_word(a, b))),
+                cuda: |a, b, ty| match ty {
+                    CType::I64 => Some(CudaExpr::call(&PHILOX, &[a, b])),
+                    CType::I32 => Some(
+                        CudaExpr::plain(format!("(int)philox((long long){a}, (long long){b})")).with_helper(&PHILOX),
+                    ),
+                    CType::Float | CType::Bool => None,
+                },
                 partials: Partials::NotDifferentiable,
             },
             BinaryOp::Or => BinaryDef {

@@ -14,11 +14,13 @@
 mod binary;
 mod derivative;
 mod ops;
+mod philox;
 mod real;
 mod unary;
 
 pub use derivative::{DVal, Derivative, DerivativeBuilder, GradientsFormula, Partials};
 pub use ops::{BinaryOp, UnaryOp};
+pub use philox::{philox4x32_10, philox_word};
 pub use real::{nan_max, nan_min, Real};
 
 use crate::DType;
@@ -41,6 +43,8 @@ pub enum Accepts {
     Float,
     /// Floats and integers.
     Numeric,
+    /// i32 and i64.
+    Integer,
     /// Bool only.
     Bool,
     /// Every dtype.
@@ -52,6 +56,7 @@ impl Accepts {
         match self {
             Accepts::Float => dtype.is_float(),
             Accepts::Numeric => dtype != DType::Bool,
+            Accepts::Integer => dtype.is_int(),
             Accepts::Bool => dtype == DType::Bool,
             Accepts::Any => true,
         }
@@ -168,6 +173,10 @@ pub struct CudaExpr {
 impl CudaExpr {
     fn plain(text: String) -> CudaExpr {
         CudaExpr { text, helper: None }
+    }
+
+    fn with_helper(self, helper: &'static CudaHelper) -> CudaExpr {
+        CudaExpr { helper: Some(helper), ..self }
     }
 
     fn call(helper: &'static CudaHelper, args: &[&str]) -> CudaExpr {

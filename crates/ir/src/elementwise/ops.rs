@@ -125,6 +125,9 @@ macro_rules! for_each_binary_op {
             And logical_and, logical_and_scalar;
             /// Logical or of bools.
             Or logical_or, logical_or_scalar;
+            /// Random bits of integers: the first word of Philox 4x32-10 at this counter under
+            /// `other` as the key (both as 64-bit patterns), in `0..2^32` (i32: its bits).
+            Philox philox, philox_scalar;
         }
     };
 }

@@ -1,0 +1,166 @@
+//! The model ops on a CUDA device against the CPU reference: type promotion, log_softmax,
+//! arange, cross_entropy at GPT-2's vocabularies and dropout (the GPU's Philox bits against the
+//! reference's), compiled in every mode and eagerly, with their gradients. Outputs are poisoned
+//! (NaN-filled before every run) so an element no kernel wrote cannot pass. Skips without a GPU
+//! (fails instead when `BRAZE_REQUIRE_CUDA=1`).
+
+mod common;
+
+use braze::{compile, value_and_grad, DType, Mode, Result, Tensor};
+use braze_cpu::compare::{assert_close_bounded, Bounds};
+use common::gpu;
+
+type F = fn(&[Tensor]) -> Result<Vec<Tensor>>;
+
+const MODES: [Mode; 3] = [Mode::Default, Mode::ReduceOverhead, Mode::MaxAutotune];
+
+/// Runs `f` eagerly on the CPU (the reference) and on the inputs widened to f32 (the wide
+/// reference: kernels keep narrow intermediates in f32), then compiled in every mode (three
+/// calls each) and eagerly on the GPU, each output judged with the tolerance of `narrowest`.
+fn check(name: &str, f: F, inputs: &[Tensor], narrowest: DType) {
+    let Some(gpu) = gpu() else { return };
+    let want: Vec<_> = f(inputs).unwrap().iter().map(|t| t.to_host().unwrap()).collect();
+    let wide_inputs: Vec<Tensor> =
+        inputs.iter().map(|t| if t.dtype().is_float() { t.cast(DType::F32).unwrap() } else { t.clone() }).collect();
+    let wide: Vec<_> = f(&wide_inputs)
+        .unwrap()
+        .iter()
+        .zip(&want)
+        .map(|(t, w)| t.cast(w.dtype()).unwrap().to_host().unwrap())
+        .collect();
+    let on_gpu: Vec<Tensor> = inputs.iter().map(|t| t.to_device(gpu).unwrap()).collect();
+    let compare = |label: &str, got: Vec<Tensor>| {
+        assert_eq!(got.len(), want.len(), "{name} {label}");
+        for (j, ((g, w), wide)) in got.iter().zip(&want).zip(&wide).enumerate() {
+            assert_eq!(g.device(), gpu, "{name} {label}: result left the GPU");
+            let bounds = Bounds::for_rounding(w.dtype(), [narrowest], w.numel());
+            let g = g.to_host().unwrap();
+            assert_close_bounded(&g, w, Some(wide), &bounds)
+                .unwrap_or_else(|e| panic!("{name} {label} output {j}: {e}"));
+        }
+    };
+    for mode in MODES {
+        let compiled = compile(f).fullgraph(true).mode(mode);
+        for call in 0..3 {
+            compare(&format!("{mode:?} call {call}"), compiled.call(&on_gpu).unwrap());
+        }
+    }
+    compare("eager", f(&on_gpu).unwrap());
+}
+
+fn randn(shape: &[usize], dtype: DType, seed: u64) -> Tensor {
+    Tensor::randn(shape.to_vec(), dtype, seed).unwrap()
+}
+
+fn indices(values: &[i64], dtype: DType) -> Tensor {
+    Tensor::from_slice(values, [values.len()]).unwrap().cast(dtype).unwrap()
+}
+
+#[test]
+fn gpu_type_promotion() {
+    let f: F = |a| Ok(vec![a[0].add(&a[1])?, a[2].add(&a[3])?, a[2].mul_scalar(0.5)?, a[1].mul(&a[3])?]);
+    let inputs = [
+        randn(&[33, 65], DType::F32, 1),
+        randn(&[65], DType::BF16, 2),
+        indices(&[1, -2, 3], DType::I32),
+        indices(&[1 << 40, 5, -7], DType::I64).reshape([3, 1]).unwrap(),
+    ];
+    let Some(gpu) = gpu() else { return };
+    let out = compile(f).fullgraph(true).call(&inputs.iter().map(|t| t.to_device(gpu).unwrap()).collect::<Vec<_>>());
+    let dtypes: Vec<DType> = out.unwrap().iter().map(|t| t.dtype()).collect();
+    assert_eq!(dtypes, [DType::F32, DType::I64, DType::F32, DType::BF16]);
+    check("promotion", f, &inputs, DType::BF16);
+}
+
+#[test]
+fn gpu_log_softmax_and_its_gradient_at_gpt2_vocabulary() {
+    let f: F = |a| {
+        let (loss, grads) = value_and_grad(|b| b[0].log_softmax(-1)?.mul(&a[1])?.sum_all(), &[a[0].clone()])?;
+        Ok(vec![a[0].log_softmax(1)?, loss, grads[0].clone()])
+    };
+    for dtype in [DType::F32, DType::BF16] {
+        let inputs = [randn(&[6, 50_257], dtype, 10).mul_scalar(3.0).unwrap(), randn(&[6, 50_257], dtype, 11)];
+        check(&format!("log_softmax {dtype}"), f, &inputs, dtype);
+    }
+}
+
+#[test]
+fn gpu_arange_and_printing() {
+    let Some(gpu) = gpu() else { return };
+    let t = Tensor::arange(5, DType::I64, gpu).unwrap();
+    assert_eq!(t.device(), gpu);
+    assert_eq!(t.to_string(), "tensor([0, 1, 2, 3, 4], device='cuda:0')");
+    let f = compile(|a: &[Tensor]| Ok(vec![a[0].mul(&Tensor::arange(4, DType::F32, a[0].device())?)?])).fullgraph(true);
+    let x = Tensor::ones([4], DType::F32, gpu).unwrap();
+    assert_eq!(f.call(&[x]).unwrap()[0].to_vec::<f32>().unwrap(), [0.0, 1.0, 2.0, 3.0]);
+}
+
+#[test]
+fn gpu_cross_entropy_at_gpt2_vocabularies() {
+    let f: F = |a| {
+        let (loss, grads) = value_and_grad(|b| b[0].cross_entropy(&a[1], -100), &[a[0].clone()])?;
+        Ok(vec![loss, grads[0].clone()])
+    };
+    for vocab in [50_257usize, 50_304] {
+        for (dtype, index) in [(DType::F32, DType::I64), (DType::BF16, DType::I32)] {
+            let rows = 8;
+            let targets: Vec<i64> =
+                (0..rows as i64).map(|n| if n == 3 { -100 } else { (n * 7919) % vocab as i64 }).collect();
+            let inputs = [randn(&[rows, vocab], dtype, 20).mul_scalar(2.0).unwrap(), indices(&targets, index)];
+            check(&format!("cross_entropy vocab {vocab} {dtype} {index}"), f, &inputs, dtype);
+            // The ignored row's gradients are exact zeros.
+            let Some(gpu) = gpu() else { return };
+            let on_gpu: Vec<Tensor> = inputs.iter().map(|t| t.to_device(gpu).unwrap()).collect();
+            let grad = compile(f).fullgraph(true).call(&on_gpu).unwrap()[1].to_host().unwrap().to_f64_vec();
+            assert!(grad[3 * vocab..4 * vocab].iter().all(|&g| g == 0.0), "vocab {vocab} {dtype}");
+        }
+    }
+}
+
+#[test]
+fn gpu_cross_entropy_out_of_range_target_is_nan() {
+    let Some(gpu) = gpu() else { return };
+    let logits = randn(&[2, 50_257], DType::BF16, 3).to_device(gpu).unwrap();
+    let targets = indices(&[5, 50_257], DType::I64).to_device(gpu).unwrap();
+    let f = compile(|a: &[Tensor]| Ok(vec![a[0].cross_entropy(&a[1], -100)?])).fullgraph(true);
+    assert!(f.call(&[logits.clone(), targets.clone()]).unwrap()[0]
+        .cast(DType::F32)
+        .unwrap()
+        .item::<f32>()
+        .unwrap()
+        .is_nan());
+    assert!(logits.cross_entropy(&targets, -100).is_err(), "eager reads the targets and refuses");
+}
+
+#[test]
+fn gpu_dropout_draws_the_reference_bits() {
+    let Some(gpu) = gpu() else { return };
+    let step = |a: &[Tensor]| {
+        let (loss, grads) =
+            value_and_grad(|b| b[0].dropout(0.1, &a[1], &a[2], true)?.mul(&b[0])?.sum_all(), &[a[0].clone()])?;
+        Ok(vec![a[0].dropout(0.1, &a[1], &a[2], true)?, loss, grads[0].clone()])
+    };
+    let x = randn(&[2, 512, 768], DType::BF16, 7);
+    let seed = Tensor::scalar(20_260_101i64);
+    let offsets = [0i64, 786_432, 1 << 33];
+    let wants: Vec<Vec<Tensor>> =
+        offsets.iter().map(|&o| step(&[x.clone(), seed.clone(), Tensor::scalar(o)]).unwrap()).collect();
+    let on_gpu = x.to_device(gpu).unwrap();
+    for mode in MODES {
+        let compiled = compile(step).fullgraph(true).mode(mode);
+        // A replayed graph draws a new mask when the offset advances.
+        for (call, (&offset, want)) in offsets.iter().zip(&wants).enumerate() {
+            let args = [on_gpu.clone(), seed.to_device(gpu).unwrap(), Tensor::scalar(offset).to_device(gpu).unwrap()];
+            let got = compiled.call(&args).unwrap();
+            // The mask and the kept values are exact: the same bits, and x * (1 / 0.9) rounded once.
+            assert_eq!(got[0].to_host().unwrap(), want[0].to_host().unwrap(), "{mode:?} call {call}: dropout");
+            let (g, w) = (got[2].to_host().unwrap().to_f64_vec(), want[2].to_host().unwrap().to_f64_vec());
+            for (i, (g, w)) in g.iter().zip(&w).enumerate() {
+                assert_eq!(*g == 0.0, *w == 0.0, "{mode:?} call {call}: gradient mask at {i}");
+                assert!((g - w).abs() <= 2f64.powi(-7) * w.abs(), "{mode:?} call {call}: gradient {i}: {g} vs {w}");
+            }
+        }
+    }
+    let eval = x.to_device(gpu).unwrap();
+    assert!(eval.dropout(0.1, &seed, &seed, false).unwrap().same_tensor(&eval));
+}
