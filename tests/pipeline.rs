@@ -193,7 +193,7 @@ const CASES: &[Case] = &[
         name: "embedding_backward_bf16",
         build: || embedding_backward(DType::BF16, 50, 16, [4, 8]),
         inputs: Inputs::Random,
-        kernels: &["pointwise", "pointwise", "index_add", "pointwise"],
+        kernels: &["multi_pointwise", "index_add", "multi_pointwise"],
     },
     Case {
         name: "dropout_backward_bf16",

@@ -28,7 +28,9 @@ pub(crate) fn generate(unit: &mut Unit<'_>, ia: &IndexAdd, block: u32) -> Result
     let (declared, params) = unit.buffer_params();
     let value = value_type(dtype);
     let mut w = CodeWriter::new();
-    w.open(format!("extern \"C\" __global__ void __launch_bounds__({block}) {name}({})", declared.join(", ")));
+    // `, 1`: few blocks per SM are enough for a loop bound by its loads, and ptxas otherwise
+    // holds the kernel to 32 registers and spills.
+    w.open(format!("extern \"C\" __global__ void __launch_bounds__({block}, 1) {name}({})", declared.join(", ")));
     if columns == 0 || ia.size == 0 {
         w.line("// no output elements: nothing to do");
         w.close();
