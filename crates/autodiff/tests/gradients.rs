@@ -365,7 +365,7 @@ fn index_select_with_repeated_size_one_and_empty_indices() {
         (0, vec![4, 2], vec![]),
     ] {
         let name = format!("index_select axis {axis} of {shape:?} at {picked:?}");
-        check(&case(name, &[(&shape, A)], |g, x| {
+        check(&case(name, &[(&shape, A)], move |g, x| {
             let at = if picked.is_empty() {
                 // An empty i64 vector: a slice of nothing.
                 let one = indices(g, &[0]);
