@@ -37,7 +37,6 @@ fn file_dtype(dtype: DType) -> Dtype {
     }
 }
 
-
 fn file_error(path: &Path, detail: impl std::fmt::Display) -> Error {
     Error::File { path: path.display().to_string(), detail: detail.to_string() }
 }

@@ -35,7 +35,10 @@ pub(crate) fn lookup(weight: &Tensor, indices: &Tensor) -> Result<Tensor> {
     }
     let dims = weight.shape().dims().to_vec();
     if dims.len() != 2 {
-        return Err(Error::invalid("embedding", format!("weight must be [num_embeddings, dim], got {}", weight.shape())));
+        return Err(Error::invalid(
+            "embedding",
+            format!("weight must be [num_embeddings, dim], got {}", weight.shape()),
+        ));
     }
     let mut column = indices.shape().dims().to_vec();
     column.push(1);
