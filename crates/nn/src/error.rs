@@ -35,3 +35,13 @@ impl Error {
         Error::InvalidArgument { op: op.into(), detail: detail.into() }
     }
 }
+
+/// Layers are called inside compiled functions, whose closures return braze's errors.
+impl From<Error> for braze::Error {
+    fn from(e: Error) -> braze::Error {
+        match e {
+            Error::Tensor(e) => e,
+            other => braze::Error::InvalidArgument { op: "braze-nn".into(), loc: None, detail: other.to_string() },
+        }
+    }
+}

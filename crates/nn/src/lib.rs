@@ -27,6 +27,7 @@ mod mlp;
 mod module;
 mod norm;
 mod optim;
+mod train;
 
 pub use attention::CausalSelfAttention;
 pub use block::Block;
@@ -39,3 +40,4 @@ pub use mlp::Mlp;
 pub use module::Module;
 pub use norm::{LayerNorm, RmsNorm};
 pub use optim::{Gpt2Optimizer, OptimizerConfig};
+pub use train::Trainer;

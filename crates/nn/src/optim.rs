@@ -78,6 +78,27 @@ impl Gpt2Optimizer {
         &self.decay
     }
 
+    /// The optimizer's state under names of its own: each group's step count
+    /// (`optimizer.decay.step`, `optimizer.no_decay.step`) and each parameter's moments
+    /// (`optimizer.exp_avg.{name}`, `optimizer.exp_avg_sq.{name}`), for a checkpoint to save
+    /// and assign back.
+    pub fn state(&self, model: &impl Module) -> Vec<(String, Tensor)> {
+        let named = model.named_parameters();
+        let (decay_names, no_decay_names): (Vec<_>, Vec<_>) = named.iter().partition(|(_, p)| p.rank() >= 2);
+        let mut out = Vec::new();
+        let groups = [("decay", Some(&self.decay), decay_names), ("no_decay", self.no_decay.as_ref(), no_decay_names)];
+        for (group, adamw, names) in groups {
+            let Some(adamw) = adamw else { continue };
+            out.push((format!("optimizer.{group}.step"), adamw.steps().clone()));
+            let (m, v) = adamw.moments();
+            for (((name, _), m), v) in names.iter().zip(m).zip(v) {
+                out.push((format!("optimizer.exp_avg.{name}"), m.clone()));
+                out.push((format!("optimizer.exp_avg_sq.{name}"), v.clone()));
+            }
+        }
+        out
+    }
+
     /// Every parameter it updates, in the model's order.
     pub fn parameters(&self) -> &[Tensor] {
         &self.params

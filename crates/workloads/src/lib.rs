@@ -14,10 +14,12 @@
 //! other form is derived from them.
 
 pub mod definition;
+pub mod gpt2;
 pub mod graph;
 mod sizes;
 mod workload;
 
+pub use gpt2::Gpt2Sizes;
 pub use sizes::{multisum_sizes, Mt19937};
 pub use workload::{
     build, ew_chain, ln_relu_res, mlp_block, mlp_step, mlp_training_step, multisum, sync_demo, tiny_block,
