@@ -8,6 +8,7 @@
 
 mod attention;
 mod cases;
+mod gpt2;
 mod measure;
 mod report;
 mod startup;
@@ -29,7 +30,7 @@ pub use sweep::SweepKind;
 pub const REP_MS: f64 = 200.0;
 pub const SWEEP_REP_MS: f64 = 40.0;
 
-const SECTIONS: [&str; 10] = [
+const SECTIONS: [&str; 13] = [
     "copy",
     "ln_relu_res",
     "ew_chain",
@@ -38,6 +39,9 @@ const SECTIONS: [&str; 10] = [
     "mlp_block",
     "attention",
     "mlp_step",
+    "block_fwd",
+    "block_step",
+    "gpt2_step",
     "coldstart",
     "overhead",
 ];
@@ -156,6 +160,9 @@ pub fn run(options: &Options) -> Result<()> {
             ("mlp_block", Box::new(|b| b.mlp_block(8192, 1024))),
             ("attention", Box::new(|b| b.attention(16, 12, 1024, 64))),
             ("mlp_step", Box::new(move |b| b.mlp_step(8192, 1024, torch_weights))),
+            ("block_fwd", Box::new(|b| b.gpt2_workload("block_fwd"))),
+            ("block_step", Box::new(|b| b.gpt2_workload("block_step"))),
+            ("gpt2_step", Box::new(|b| b.gpt2_workload("gpt2_step"))),
             ("coldstart", Box::new(|b| b.coldstart())),
             ("overhead", Box::new(|b| b.host_overhead())),
         ],
