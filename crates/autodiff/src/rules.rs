@@ -132,6 +132,18 @@ pub(crate) fn operand_grads(e: &mut Emit<'_>, id: NodeId, grad: NodeId) -> Resul
             })?;
             vec![(x, e.cast_if_needed(dx, node.dtype)?)]
         }
+        Op::IndexSelect { axis } => {
+            // A scatter-add of the gradient into the selected rows, in f32 for f16/bf16 (many
+            // indices may hit one row); the indices get none.
+            let g = widened(e, grad)?;
+            let size = shapes[0].dims()[*axis];
+            let dx = e.op(Op::IndexAdd { axis: *axis, size }, &[g, node.operands[1]])?;
+            vec![(x, e.cast_if_needed(dx, node.dtype)?)]
+        }
+        Op::IndexAdd { axis, .. } => {
+            // Each source slice went to one row: its gradient is that row's gradient.
+            vec![(x, e.op(Op::IndexSelect { axis: *axis }, &[grad, node.operands[1]])?)]
+        }
     };
     Ok(grads)
 }

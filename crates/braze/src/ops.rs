@@ -291,6 +291,54 @@ impl Tensor {
         })
     }
 
+    /// PyTorch's `index_select(x, axis, indices)`: the slices of self at `indices` (a 1-D i32 or
+    /// i64 tensor) along `axis`, in their order (repeats allowed). An index outside
+    /// `0..shape[axis]` is an error naming it: eagerly the indices are read on the host (a host
+    /// sync); compiled the read is clamped and the call returns the error after running. The
+    /// gradient is a deterministic scatter-add into the selected slices.
+    #[track_caller]
+    pub fn index_select(&self, axis: i64, indices: &Tensor) -> Result<Tensor> {
+        let loc = caller();
+        if indices.rank() != 1 {
+            return Err(Error::invalid(
+                "index_select",
+                &loc,
+                format!("indices must be 1-D, got shape {}", indices.shape()),
+            ));
+        }
+        self.gather("index_select", axis, indices, loc)
+    }
+
+    /// PyTorch's `F.embedding(indices, weight)` with self the weight `[V, C]`: row `indices[..]`
+    /// of the weight for every index (i32 or i64, any shape), `[.., C]`. Out-of-range indices
+    /// are errors as in [`Tensor::index_select`]; compiled, the row read is a load inside the
+    /// pointwise kernel that uses it (an embedding, a positional add and a cast are one
+    /// kernel). The weight's gradient sums the rows' gradients per index in a fixed order (the
+    /// same bits on every run), added to any other use of the weight (tied weights).
+    #[track_caller]
+    pub fn embedding(&self, indices: &Tensor) -> Result<Tensor> {
+        let loc = caller();
+        if self.rank() != 2 {
+            return Err(Error::invalid(
+                "embedding",
+                &loc,
+                format!("the weight must be [num_embeddings, dim], got shape {}", self.shape()),
+            ));
+        }
+        self.gather("embedding", 0, indices, loc)
+    }
+
+    fn gather(&self, name: &'static str, axis: i64, indices: &Tensor, loc: SourceLoc) -> Result<Tensor> {
+        if !indices.dtype().is_int() {
+            return Err(Error::invalid(name, &loc, format!("indices must be i32 or i64, got {}", indices.dtype())));
+        }
+        let axis_index = normalize_axis(name, axis, self.rank()).map_err(|e| Error::ir(name, &loc, e))?;
+        if !crate::trace::is_active() && !indices.is_traced() && !self.is_traced() {
+            check_indices(name, indices, self.shape().dims()[axis_index], &loc)?;
+        }
+        apply(name, &[self, indices], loc, |b, x| b.op(Op::IndexSelect { axis: axis_index }, &[x[0], x[1]]))
+    }
+
     /// PyTorch's `dropout(x, p, training)`: each element zeroed with probability `p`, the others
     /// scaled by `1 / (1 - p)`; the identity when `training` is false. The mask is drawn by
     /// Philox 4x32-10 (the `philox` op) with counter `offset + i` at element `i` (row-major)
@@ -394,6 +442,24 @@ fn check_targets(targets: &Tensor, classes: usize, ignore_index: i64, loc: &Sour
             format!(
                 "target {target} of row {row} is out of range: expected 0..{classes} or ignore_index {ignore_index}"
             ),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Every index is in `0..bound` (an eager check on the host).
+fn check_indices(op: &str, indices: &Tensor, bound: usize, loc: &SourceLoc) -> Result<()> {
+    let host = crate::trace::host_value(indices, crate::BreakKind::HostRead, op, loc.clone())?;
+    let values: Vec<i64> = match host.data() {
+        braze_ir::HostData::I32(v) => v.iter().map(|&t| t.into()).collect(),
+        braze_ir::HostData::I64(v) => v.clone(),
+        _ => return Ok(()),
+    };
+    match values.into_iter().enumerate().find(|&(_, i)| i < 0 || i as u64 >= bound as u64) {
+        Some((at, index)) => Err(Error::invalid(
+            op,
+            loc,
+            format!("index {index} (at position {at} of the indices) is out of range: expected 0..{bound}"),
         )),
         None => Ok(()),
     }

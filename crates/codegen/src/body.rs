@@ -128,6 +128,7 @@ pub(crate) fn render_value(
             let cond = cast(helpers, operand_dtype(cond), DType::Bool, &names[cond.0]);
             Ok(format!("{cond} ? {} : {}", names[a.0], names[b.0]))
         }
+        Expr::Gather { .. } => Err(unsupported(kernel, "gathers".to_string())),
         Expr::Load { .. } | Expr::Reduce { .. } => unreachable!("loads and reductions are rendered by the family"),
     }
 }

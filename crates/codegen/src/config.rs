@@ -73,6 +73,10 @@ pub enum KernelConfig {
         warps: u32,
         rows_per_warp: u32,
     },
+    /// Scatter-add of an index_select's gradient: `block` threads per block.
+    IndexAdd {
+        block: u32,
+    },
     /// The kernel is a library call (cuBLASLt); nothing to configure.
     Library,
 }
@@ -89,6 +93,7 @@ impl KernelConfig {
             KernelConfig::MultiPointwise { .. } => "multi_pointwise",
             KernelConfig::Attention { .. } => "attention",
             KernelConfig::AttentionBackward { .. } => "attention_backward",
+            KernelConfig::IndexAdd { .. } => "index_add",
             KernelConfig::Library => "matmul",
         }
     }
@@ -107,6 +112,7 @@ impl fmt::Display for KernelConfig {
             ),
             KernelConfig::MultiReduce { block, chunk } => write!(f, "multi_reduce block={block} chunk={chunk}"),
             KernelConfig::Concat { block } => write!(f, "concat block={block}"),
+            KernelConfig::IndexAdd { block } => write!(f, "index_add block={block}"),
             KernelConfig::Column { col_threads, row_threads, vec, rows_per_block } => write!(
                 f,
                 "column col_threads={col_threads} row_threads={row_threads} vec={vec} rows_per_block={rows_per_block}"
@@ -151,6 +157,7 @@ pub fn candidate_configs(plan: &Plan, kernel: usize, target: &Target) -> Vec<Ker
             .collect(),
         KernelKind::Concat(_) => [256, 128, 512].into_iter().map(|block| KernelConfig::Concat { block }).collect(),
         KernelKind::MatMul(_) => vec![KernelConfig::Library],
+        KernelKind::IndexAdd(_) => vec![KernelConfig::IndexAdd { block: 256 }],
         KernelKind::Column(col) => column_candidates(&unit, col),
         KernelKind::MultiPointwise(multi) => multi_pointwise_candidates(&unit, multi),
         KernelKind::Attention(att) => {

@@ -185,6 +185,12 @@ pub fn generate(plan: &Plan, kernel: usize, config: &KernelConfig, target: &Targ
         (KernelKind::AttentionBackward(back), KernelConfig::AttentionBackward { warps, rows_per_warp }) => {
             attention::generate_backward(&mut unit, back, warps, rows_per_warp)?
         }
+        (KernelKind::IndexAdd(_), KernelConfig::IndexAdd { .. }) => {
+            return Err(CodegenError::Unsupported {
+                kernel: k.name.clone(),
+                reason: "index_add kernels have no CUDA code yet".into(),
+            })
+        }
         _ => return Err(mismatch()),
     };
     Ok(KernelCode::Cuda(assemble(unit, config, emitted)))

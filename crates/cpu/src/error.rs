@@ -12,6 +12,9 @@ pub enum CpuError {
     InputMismatch { index: usize, expected: String, actual: String },
     #[error(transparent)]
     Ir(#[from] IrError),
+    /// An index of an `index_select` (or a plan's gather) outside `0..bound`.
+    #[error("{op}: index {index} is out of range for a dimension of size {bound}")]
+    IndexOutOfRange { op: String, index: i64, bound: usize },
     /// A plan that breaks a rule of [`braze_plan::Plan::validate`]; the message names the
     /// kernel and the rule.
     #[error(transparent)]

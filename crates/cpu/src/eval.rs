@@ -133,6 +133,8 @@ fn eval_node(node: &Node, operands: &[&HostTensor]) -> Result<HostTensor> {
         Op::Softmax { axis } => softmax(dtype, operands[0], *axis, false),
         Op::LogSoftmax { axis } => softmax(dtype, operands[0], *axis, true),
         Op::CrossEntropy { ignore_index } => cross_entropy(dtype, operands, *ignore_index),
+        Op::IndexSelect { axis } => index_select(dtype, operands[0], operands[1], *axis)?,
+        Op::IndexAdd { axis, size } => index_add(dtype, operands[0], operands[1], *axis, *size),
     };
     Ok(HostTensor::new(shape.clone(), data)?)
 }
@@ -357,6 +359,71 @@ fn softmax(dtype: DType, x: &HostTensor, axis: usize, log: bool) -> HostData {
         let shifted = read(flat) - lane_max[lane];
         let y = if log { shifted - lane_sum[lane].ln() } else { shifted.exp() / lane_sum[lane] };
         push(&mut out, Scalar::Float(y));
+    }
+    out
+}
+
+/// The indices as i64, checked against `0..bound`.
+fn checked_indices(op: &str, indices: &HostTensor, bound: usize) -> Result<Vec<i64>> {
+    let values: Vec<i64> = (0..indices.numel())
+        .map(|i| match Scalar::read(indices.data(), i) {
+            Scalar::Int(v) => v,
+            other => unreachable!("indices are typed as integers: {other:?}"),
+        })
+        .collect();
+    match values.iter().find(|&&v| v < 0 || v as u64 >= bound as u64) {
+        Some(&index) => Err(CpuError::IndexOutOfRange { op: op.into(), index, bound }),
+        None => Ok(values),
+    }
+}
+
+/// `x[.., indices[j], ..]` for every index `j` in order: the blocks of `inner` elements after
+/// `axis` copied for each position before it.
+fn index_select(dtype: DType, x: &HostTensor, indices: &HostTensor, axis: usize) -> Result<HostData> {
+    let dims = x.shape().dims();
+    let (outer, len, inner) =
+        (dims[..axis].iter().product::<usize>(), dims[axis], dims[axis + 1..].iter().product::<usize>());
+    let picked = checked_indices("index_select", indices, len)?;
+    let mut out = empty_data(dtype, outer * picked.len() * inner);
+    for o in 0..outer {
+        for &j in &picked {
+            let start = (o * len + j as usize) * inner;
+            extend_range(&mut out, x.data(), start..start + inner);
+        }
+    }
+    Ok(out)
+}
+
+/// Zeros with `size` along `axis`, plus each slice of `src` at its index, summed in f64 (i64 for
+/// integers) in the order of the indices and rounded once. Indices were checked by the forward;
+/// one outside `0..size` adds nothing.
+fn index_add(dtype: DType, src: &HostTensor, indices: &HostTensor, axis: usize, size: usize) -> HostData {
+    let dims = src.shape().dims();
+    let n = indices.numel();
+    let outer: usize = dims[..axis].iter().product();
+    let inner: usize = dims[axis + indices.shape().rank()..].iter().product();
+    let mut acc = vec![Scalar::Float(0.0); outer * size * inner];
+    if !dtype.is_float() {
+        acc.fill(Scalar::Int(0));
+    }
+    for o in 0..outer {
+        for j in 0..n {
+            let Scalar::Int(at) = Scalar::read(indices.data(), j) else { unreachable!("integer indices") };
+            if at < 0 || at as u64 >= size as u64 {
+                continue;
+            }
+            for i in 0..inner {
+                let slot = &mut acc[(o * size + at as usize) * inner + i];
+                *slot = match (*slot, Scalar::read(src.data(), (o * n + j) * inner + i)) {
+                    (Scalar::Int(a), Scalar::Int(b)) => Scalar::Int(a.wrapping_add(b)),
+                    (a, b) => Scalar::Float(a.to_f64() + b.to_f64()),
+                };
+            }
+        }
+    }
+    let mut out = empty_data(dtype, acc.len());
+    for v in acc {
+        push(&mut out, v);
     }
     out
 }

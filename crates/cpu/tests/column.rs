@@ -18,6 +18,7 @@ fn grads_plan(dtype: DType, rows: usize, cols: usize) -> Plan {
     body.stores = vec![Store { value: dw, output: 0 }, Store { value: db, output: 1 }];
     let buffer = |numel, role| Buffer { dtype, numel, role };
     Plan {
+        checks: Vec::new(),
         buffers: vec![
             buffer(rows * cols, BufferRole::Input(0)),
             buffer(rows * cols, BufferRole::Input(1)),

@@ -72,6 +72,7 @@ fn pointwise_with_broadcast_and_permuted_loads() {
     let out = bin(&mut body, BinaryOp::Add, relu, y, f);
     body.stores.push(Store { value: out, output: 0 });
     let plan = Plan {
+        checks: Vec::new(),
         buffers: vec![
             buffer(f, 12, BufferRole::Input(0)),
             buffer(f, 3, BufferRole::Input(1)),
@@ -111,6 +112,7 @@ fn pointwise_slice_offset_and_mixed_dtypes() {
     body.stores.push(Store { value: out, output: 0 });
     body.stores.push(Store { value: flag, output: 1 });
     let plan = Plan {
+        checks: Vec::new(),
         buffers: vec![
             buffer(DType::F32, 12, BufferRole::Input(0)),
             buffer(DType::BF16, 4, BufferRole::Output),
@@ -179,6 +181,7 @@ fn layer_norm_plan(dtype: DType, outer: &[usize], cols: usize) -> Plan {
     let rows: usize = outer.iter().product();
     let shape: Vec<usize> = outer.iter().copied().chain([cols]).collect();
     Plan {
+        checks: Vec::new(),
         buffers: vec![
             buffer(dtype, rows * cols, BufferRole::Input(0)),
             buffer(dtype, cols, BufferRole::Input(1)),
@@ -230,6 +233,7 @@ fn row_kernel_over_a_middle_axis_writes_the_domain_order() {
     let y = bin(&mut body, BinaryOp::Div, e, sum, f);
     body.stores.push(Store { value: y, output: 0 });
     let plan = Plan {
+        checks: Vec::new(),
         buffers: vec![buffer(f, 24, BufferRole::Input(0)), buffer(f, 24, BufferRole::Output)],
         inputs: vec![BufferId(0)],
         outputs: vec![output(1, &[2, 4, 3])],
@@ -258,6 +262,7 @@ fn row_kernel_with_empty_rows_stores_identities() {
     let max = body.push(Expr::Reduce { op: ReduceOp::Max, x }, f);
     body.stores.push(Store { value: max, output: 0 });
     let plan = Plan {
+        checks: Vec::new(),
         buffers: vec![buffer(f, 0, BufferRole::Input(0)), buffer(f, 3, BufferRole::Output)],
         inputs: vec![BufferId(0)],
         outputs: vec![output(1, &[3])],
@@ -283,6 +288,7 @@ fn multi_reduce_sums_squares_of_each_item() {
     let items = vec![5, 7, 0];
     for op in [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max] {
         let plan = Plan {
+            checks: Vec::new(),
             buffers: vec![
                 buffer(f, 5, BufferRole::Input(0)),
                 buffer(f, 7, BufferRole::Input(1)),
@@ -375,6 +381,7 @@ fn multi_reduce_with_its_own_prologue_per_item_and_an_epilogue_over_the_results(
     ];
     let mr = MultiReduce { reductions, items, epilogue, stores };
     let plan = Plan {
+        checks: Vec::new(),
         buffers: vec![
             buffer(f, 40, BufferRole::Input(0)),
             buffer(h, 33, BufferRole::Input(1)),
@@ -443,6 +450,7 @@ fn matmul_with_bias_activation_broadcast_and_transposes() {
         activation: Some(UnaryOp::Relu),
     };
     let plan = |a_transposed, b_transposed| Plan {
+        checks: Vec::new(),
         buffers: vec![
             buffer(f, 2 * m * k, BufferRole::Input(0)),
             buffer(f, k * n, BufferRole::Input(1)),
@@ -484,6 +492,7 @@ fn chained_kernels_pass_intermediates_and_concat() {
     let e = body.push(Expr::Unary { op: UnaryOp::Exp, x }, f);
     body.stores.push(Store { value: e, output: 0 });
     let plan = Plan {
+        checks: Vec::new(),
         buffers: vec![
             buffer(f, 4, BufferRole::Input(0)),
             buffer(f, 6, BufferRole::Input(1)),
@@ -523,6 +532,7 @@ fn invalid_plans_and_inputs_are_reported() {
         let x = load(&mut body, 0, offset, strides, f);
         body.stores.push(Store { value: x, output: 0 });
         Plan {
+            checks: Vec::new(),
             buffers: vec![buffer(f, 6, BufferRole::Input(0)), buffer(f, 6, BufferRole::Output)],
             inputs: vec![BufferId(0)],
             outputs: vec![output(1, &[2, 3])],

@@ -332,6 +332,31 @@ pub fn infer(op: &Op, operands: &[(DType, &Shape)], declared: Option<Declared<'_
             }
             Ok((dl, Shape::scalar()))
         }
+        Op::IndexSelect { axis } => {
+            let [(dx, sx), (di, si)] = [operands[0], operands[1]];
+            check_axis(name, *axis, sx.rank())?;
+            check_indices(name, di)?;
+            Ok((dx, indexed_shape(sx, *axis, si)))
+        }
+        Op::IndexAdd { axis, size } => {
+            let [(ds, ss), (di, si)] = [operands[0], operands[1]];
+            check_indices(name, di)?;
+            let fits = *axis + si.rank() <= ss.rank() && ss.dims()[*axis..*axis + si.rank()] == *si.dims();
+            if !fits {
+                return Err(IrError::ShapeMismatch {
+                    op: name.into(),
+                    detail: format!("source {ss} does not hold the indices' shape {si} at axis {axis}"),
+                });
+            }
+            if ds == DType::Bool {
+                return Err(IrError::UnsupportedDType { op: name.into(), dtype: ds });
+            }
+            let dims = ss.dims();
+            let mut out = dims[..*axis].to_vec();
+            out.push(*size);
+            out.extend_from_slice(&dims[*axis + si.rank()..]);
+            Ok((ds, Shape(out)))
+        }
         Op::Softmax { axis } | Op::LogSoftmax { axis } => {
             let (dt, shape) = operands[0];
             if !dt.is_float() {
@@ -374,6 +399,24 @@ pub fn infer(op: &Op, operands: &[(DType, &Shape)], declared: Option<Declared<'_
             Ok((dt, shape))
         }
     }
+}
+
+/// Indices are i32 or i64.
+fn check_indices(op: &str, dtype: DType) -> Result<()> {
+    if !dtype.is_int() {
+        return Err(IrError::DTypeMismatch { op: op.into(), operand: 1, expected: "i32 or i64".into(), actual: dtype });
+    }
+    Ok(())
+}
+
+/// The shape of `x` indexed along `axis` by indices of shape `indices`: the axis replaced by
+/// the indices' dims.
+pub fn indexed_shape(x: &Shape, axis: usize, indices: &Shape) -> Shape {
+    let dims = x.dims();
+    let mut out = dims[..axis].to_vec();
+    out.extend_from_slice(indices.dims());
+    out.extend_from_slice(&dims[axis + 1..]);
+    Shape(out)
 }
 
 /// A finite, positive softmax scale.

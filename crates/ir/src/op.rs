@@ -174,6 +174,22 @@ pub enum Op {
     CrossEntropy {
         ignore_index: i64,
     },
+    /// `x` indexed along `axis` by every element of `indices` (i32 or i64, any shape): the
+    /// result is `x.shape[..axis] ++ indices.shape ++ x.shape[axis + 1..]` (PyTorch's
+    /// `index_select` for 1-D indices, `embedding` for axis 0). An index outside
+    /// `0..x.shape[axis]` is an error of the reference; compiled, the read is clamped and the
+    /// plan's check for it raised.
+    IndexSelect {
+        axis: usize,
+    },
+    /// The adjoint of [`Op::IndexSelect`]: zeros of `src`'s dtype with extent `size` along
+    /// `axis`, plus every slice of `src` (shaped as an index_select's result) added at its
+    /// index; operands src and indices. Repeated indices sum in the order of the indices, so
+    /// the result has the same bits on every run.
+    IndexAdd {
+        axis: usize,
+        size: usize,
+    },
 }
 
 impl Op {
@@ -202,6 +218,8 @@ impl Op {
             Op::AttentionGrad { .. } => "attention_grad",
             Op::LogSoftmax { .. } => "log_softmax",
             Op::CrossEntropy { .. } => "cross_entropy",
+            Op::IndexSelect { .. } => "index_select",
+            Op::IndexAdd { .. } => "index_add",
         }
     }
 
@@ -212,6 +230,7 @@ impl Op {
             Op::Cast | Op::Unary { .. } | Op::Reduce { .. } | Op::Reshape | Op::BroadcastTo => Some(1),
             Op::Permute { .. } | Op::Slice { .. } | Op::Softmax { .. } | Op::LogSoftmax { .. } => Some(1),
             Op::Binary { .. } | Op::MatMul | Op::RmsNorm { .. } | Op::AttentionLse { .. } => Some(2),
+            Op::IndexSelect { .. } | Op::IndexAdd { .. } => Some(2),
             Op::Where | Op::LayerNorm { .. } | Op::CrossEntropy { .. } | Op::Attention { .. } => Some(3),
             Op::AttentionGrad { .. } => Some(6),
             Op::Concat { .. } | Op::Stack { .. } => None,
@@ -256,6 +275,8 @@ impl Op {
                 format!("wrt={}, scale={}{}", wrt.name(), format_f64(*scale), if *causal { ", causal" } else { "" })
             }
             Op::CrossEntropy { ignore_index } => format!("ignore_index={ignore_index}"),
+            Op::IndexSelect { axis } => format!("axis={axis}"),
+            Op::IndexAdd { axis, size } => format!("axis={axis}, size={size}"),
             _ => String::new(),
         }
     }

@@ -35,7 +35,8 @@ fn check_invariants(name: &str, graph: &Graph, plan: &Plan) {
             KernelKind::MatMul(_)
             | KernelKind::Concat(_)
             | KernelKind::Attention(_)
-            | KernelKind::AttentionBackward(_) => continue,
+            | KernelKind::AttentionBackward(_)
+            | KernelKind::IndexAdd(_) => continue,
         };
         for body in bodies {
             let mut views = HashSet::new();

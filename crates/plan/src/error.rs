@@ -113,6 +113,14 @@ pub enum Rule {
     /// a nonempty run of `Key`, `Value` in that order, one output slot each, of the dtype and
     /// q's size; its dtype is a float and its scale finite and positive.
     AttentionBackward,
+    /// A gather is a load (its rules) whose index is an integer value of the body, whose
+    /// `check` names one of the plan's checks with the gather's bound, and which stays inside
+    /// its buffer at every index of `0..bound` (with a bound of 0 it reads nothing).
+    Gathers,
+    /// An index-add reads a src of its dtype (`outer * indices * inner` elements) and
+    /// `indices` integers of its index dtype (i32 or i64), and writes `outer * size * inner`
+    /// elements of its dtype, a number (not bool).
+    IndexAdd,
 }
 
 impl fmt::Display for Rule {

@@ -196,6 +196,7 @@ mod tests {
     fn chain(intermediates: usize, broadcast: impl Fn(usize) -> bool) -> Plan {
         let last = intermediates + 1;
         Plan {
+            checks: Vec::new(),
             buffers: buffers(intermediates),
             inputs: vec![BufferId(0)],
             outputs: vec![PlanOutput { buffer: BufferId(last), shape: Shape(vec![1000]) }],

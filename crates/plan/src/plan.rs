@@ -70,6 +70,22 @@ pub struct Plan {
     /// In execution order: a kernel only reads buffers that are graph inputs or written by an
     /// earlier kernel.
     pub kernels: Vec<Kernel>,
+    /// The run-time checks kernels raise ([`Expr::Gather::check`] refers to these): a backend
+    /// runs the plan, then turns the first raised check into an error.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub checks: Vec<Check>,
+}
+
+/// A condition a kernel checks while it runs and reports instead of failing: an index out of
+/// range. A raised check never makes a kernel read or write out of bounds (the read is clamped);
+/// the backend reports it after the plan ran, naming the op, the index and the bound.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Check {
+    /// The op of the graph that indexes, e.g. `embedding`.
+    pub op: String,
+    pub loc: Option<SourceLoc>,
+    /// Indices must be in `0..bound`.
+    pub bound: usize,
 }
 
 /// One op of the source graph that a kernel implements, for comments, explain and dumps.
@@ -104,6 +120,7 @@ pub enum KernelKind {
     MultiPointwise(MultiPointwise),
     Attention(Attention),
     AttentionBackward(AttentionBackward),
+    IndexAdd(IndexAdd),
 }
 
 impl KernelKind {
@@ -118,6 +135,7 @@ impl KernelKind {
             KernelKind::MultiPointwise(_) => "multi_pointwise",
             KernelKind::Attention(_) => "attention",
             KernelKind::AttentionBackward(_) => "attention_backward",
+            KernelKind::IndexAdd(_) => "index_add",
         }
     }
 }
@@ -156,6 +174,19 @@ pub enum Expr {
         offset: usize,
         strides: Vec<usize>,
     },
+    /// Reads kernel input slot `input` at `offset + sum(coord[d] * strides[d]) + i * index_stride`,
+    /// where `i` is the integer value `index` clamped to `0..bound`; an `index` outside raises
+    /// check `check` of the plan ([`Plan::checks`]). The gather of an index_select: `strides`
+    /// walk the dims around the indexed axis, `index` is a load of the indices.
+    Gather {
+        input: usize,
+        offset: usize,
+        strides: Vec<usize>,
+        index: ValueId,
+        index_stride: usize,
+        bound: usize,
+        check: usize,
+    },
     /// A scalar of the value's dtype; the literal's kind matches it.
     Const {
         value: Literal,
@@ -193,6 +224,7 @@ impl Expr {
         match self {
             Expr::Load { .. } | Expr::Const { .. } => vec![],
             Expr::Cast { x } | Expr::Unary { x, .. } | Expr::Reduce { x, .. } => vec![*x],
+            Expr::Gather { index, .. } => vec![*index],
             Expr::Binary { a, b, .. } => vec![*a, *b],
             Expr::Where { cond, a, b } => vec![*cond, *a, *b],
         }
@@ -452,6 +484,22 @@ impl AttentionBackward {
     pub const INPUTS: [&'static str; 6] = ["q", "k", "v", "lse", "delta", "dout"];
 }
 
+/// The scatter-add of an index_select's gradient: inputs src (`[outer, indices, inner]`,
+/// contiguous, of `dtype`) and indices (`indices` integers of `index_dtype`); output 0 is
+/// `[outer, size, inner]`, zero except that slice `j` of src is added at `indices[j]`. Every
+/// output element sums its slices in the order of the indices (f32 for floats, wrapping for
+/// integers), so the result has the same bits on every run; an index outside `0..size` adds
+/// nothing (the forward's check reports it).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct IndexAdd {
+    pub outer: usize,
+    pub indices: usize,
+    pub inner: usize,
+    pub size: usize,
+    pub dtype: DType,
+    pub index_dtype: DType,
+}
+
 /// Joins contiguous inputs along `axis`: input `i` has shape `shape` except `extents[i]` along
 /// `axis`. Output 0 has `shape`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -489,6 +537,7 @@ impl Body {
         for v in &self.values {
             let r = match &v.expr {
                 Expr::Load { strides, .. } => reduced(strides).iter().all(|&s| s == 0),
+                Expr::Gather { strides, index, .. } => invariant[index.0] && reduced(strides).iter().all(|&s| s == 0),
                 Expr::Const { .. } | Expr::Reduce { .. } => true,
                 e => e.operands().iter().all(|o| invariant[o.0]),
             };
@@ -540,7 +589,8 @@ impl Kernel {
             | KernelKind::MatMul(_)
             | KernelKind::Concat(_)
             | KernelKind::Attention(_)
-            | KernelKind::AttentionBackward(_) => false,
+            | KernelKind::AttentionBackward(_)
+            | KernelKind::IndexAdd(_) => false,
         }
     }
 }
@@ -552,6 +602,7 @@ fn pointwise_reads_only_stored_element(pw: &Pointwise, input: usize) -> bool {
         Expr::Load { input: slot, offset, strides } if *slot == input => {
             *offset == 0 && strides.iter().zip(&contiguous).zip(pw.shape.dims()).all(|((s, c), &d)| d == 1 || s == c)
         }
+        Expr::Gather { input: slot, .. } => *slot != input,
         _ => true,
     })
 }

@@ -70,6 +70,7 @@ mod tests {
     fn plan(kernels: Vec<Kernel>) -> Plan {
         let buf = |role| Buffer { dtype: DType::F32, numel: 100, role };
         Plan {
+            checks: Vec::new(),
             buffers: vec![
                 buf(BufferRole::Input(0)),
                 buf(BufferRole::Intermediate),

@@ -88,6 +88,10 @@ impl fmt::Display for Plan {
         for (i, k) in self.kernels.iter().enumerate() {
             self.fmt_kernel(f, i, k)?;
         }
+        for (i, c) in self.checks.iter().enumerate() {
+            let at = c.loc.as_ref().map(|l| format!(" at {l}")).unwrap_or_default();
+            writeln!(f, "check {i}: {} index in 0..{}{at}", c.op, c.bound)?;
+        }
         let outputs: Vec<String> = self
             .outputs
             .iter()
@@ -152,6 +156,10 @@ impl Plan {
                 let grads: Vec<String> = back.grads.iter().map(|g| format!("d{}", g.name())).collect();
                 format!("attention_backward: {} -> {}", attention_shape(&back.shape), grads.join(","))
             }
+            KernelKind::IndexAdd(ia) => format!(
+                "index_add: outer={} indices={} inner={} size={} {} by {}",
+                ia.outer, ia.indices, ia.inner, ia.size, ia.dtype, ia.index_dtype
+            ),
             KernelKind::Concat(cat) => {
                 format!(
                     "concat: shape={} axis={} extents={} {}",
@@ -199,7 +207,8 @@ impl Plan {
             KernelKind::MatMul(_)
             | KernelKind::Concat(_)
             | KernelKind::Attention(_)
-            | KernelKind::AttentionBackward(_) => Ok(()),
+            | KernelKind::AttentionBackward(_)
+            | KernelKind::IndexAdd(_) => Ok(()),
         }
     }
 }
@@ -268,6 +277,10 @@ fn fmt_body(f: &mut impl Write, body: &Body, invariant: Option<(&[bool], &str)>)
             Expr::Load { input, offset, strides } => {
                 format!("load in{input} offset={offset} strides={}", dims(strides))
             }
+            Expr::Gather { input, offset, strides, index, index_stride, bound, check } => format!(
+                "gather in{input} offset={offset} strides={} at {index} clamped to 0..{bound} stride={index_stride} check={check}",
+                dims(strides)
+            ),
             Expr::Const { value } => format!("const {value}"),
             Expr::Cast { x } => format!("cast {x}"),
             Expr::Unary { op, x } => format!("{} {x}", op.name()),

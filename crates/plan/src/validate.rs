@@ -200,6 +200,7 @@ impl Plan {
             KernelKind::MultiPointwise(multi) => self.validate_multi_pointwise(kernel, multi),
             KernelKind::Attention(att) => self.validate_attention(kernel, att),
             KernelKind::AttentionBackward(back) => self.validate_attention_backward(kernel, back),
+            KernelKind::IndexAdd(ia) => self.validate_index_add(kernel, ia),
         }
     }
 
@@ -339,7 +340,85 @@ impl Plan {
                         }
                     }
                 }
+                Expr::Gather { input, offset, strides, index, index_stride, bound, check } => {
+                    let Some(&b) = inputs.get(*input) else {
+                        return Err(here(Rule::Loads, format!("gathers from input slot {input} of {}", inputs.len())));
+                    };
+                    let buffer = self.buffer(b);
+                    let widens = value.dtype == DType::F32 && matches!(buffer.dtype, DType::BF16 | DType::F16);
+                    if buffer.dtype != value.dtype && !widens {
+                        return Err(here(
+                            Rule::Loads,
+                            format!("gathers {} data of {b} as {}", buffer.dtype, value.dtype),
+                        ));
+                    }
+                    if strides.len() != domain.len() {
+                        return Err(here(
+                            Rule::Loads,
+                            format!("has {} strides for a rank-{} domain", strides.len(), domain.len()),
+                        ));
+                    }
+                    if !body.values[index.0].dtype.is_int() {
+                        return Err(here(Rule::Gathers, format!("its index {index} is not an integer")));
+                    }
+                    match self.checks.get(*check) {
+                        Some(c) if c.bound == *bound => {}
+                        _ => {
+                            return Err(here(
+                                Rule::Gathers,
+                                format!("check {check} is not a check of the plan with bound {bound}"),
+                            ))
+                        }
+                    }
+                    if runs(i) && *bound > 0 {
+                        let start = (*bound - 1).checked_mul(*index_stride).and_then(|s| s.checked_add(*offset));
+                        let last = domain.iter().zip(strides).try_fold(start.unwrap_or(usize::MAX), |acc, (&d, &s)| {
+                            d.saturating_sub(1).checked_mul(s).and_then(|step| acc.checked_add(step))
+                        });
+                        if last.is_none_or(|last| last >= buffer.numel) {
+                            return Err(here(
+                                Rule::Gathers,
+                                format!(
+                                    "gather at offset {offset}, index stride {index_stride} and bound {bound} with strides {strides:?} over {domain:?} leaves the {} elements of {b}",
+                                    buffer.numel
+                                ),
+                            ));
+                        }
+                    }
+                }
                 _ => check_value_type(body, i, reductions_allowed)?,
+            }
+        }
+        Ok(())
+    }
+
+    fn validate_index_add(&self, kernel: &Kernel, ia: &crate::plan::IndexAdd) -> KernelResult {
+        let fail = |detail: String| Err(broken(Rule::IndexAdd, detail));
+        if kernel.inputs.len() != 2 || kernel.outputs.len() != 1 {
+            return fail(format!(
+                "reads {} and writes {} buffers, expected src and indices, and one output",
+                kernel.inputs.len(),
+                kernel.outputs.len()
+            ));
+        }
+        if !ia.dtype.is_float() && !ia.dtype.is_int() {
+            return fail(format!("cannot add {} values", ia.dtype));
+        }
+        if !ia.index_dtype.is_int() {
+            return fail(format!("indices of {} are not integers", ia.index_dtype));
+        }
+        let expected = [
+            ("src", kernel.inputs[0], ia.dtype, ia.outer * ia.indices * ia.inner),
+            ("indices", kernel.inputs[1], ia.index_dtype, ia.indices),
+            ("output", kernel.outputs[0], ia.dtype, ia.outer * ia.size * ia.inner),
+        ];
+        for (what, b, dtype, numel) in expected {
+            let buffer = self.buffer(b);
+            if buffer.dtype != dtype || buffer.numel != numel {
+                return fail(format!(
+                    "the {what} {b} is {} x{}, expected {dtype} x{numel}",
+                    buffer.dtype, buffer.numel
+                ));
             }
         }
         Ok(())
@@ -556,7 +635,7 @@ fn check_value_type(body: &Body, i: usize, reductions_allowed: bool) -> KernelRe
         Ok(())
     };
     match &value.expr {
-        Expr::Load { .. } => Ok(()),
+        Expr::Load { .. } | Expr::Gather { .. } => Ok(()),
         Expr::Const { value: c } => {
             if !c.fits(value.dtype) {
                 return Err(here(Rule::ValueTypes, format!("constant {c} is not a {} value", value.dtype)));

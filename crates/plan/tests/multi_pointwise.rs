@@ -51,6 +51,7 @@ fn multi() -> Plan {
     ];
     let buffer = |dtype, numel, role| Buffer { dtype, numel, role };
     Plan {
+        checks: Vec::new(),
         buffers: vec![
             buffer(F, 6, BufferRole::Input(0)),
             buffer(F, 1, BufferRole::Input(1)),

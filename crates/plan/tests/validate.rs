@@ -48,6 +48,7 @@ fn pointwise() -> Plan {
     let y = body.push(Expr::Unary { op: UnaryOp::Exp, x }, F);
     body.stores.push(Store { value: y, output: 0 });
     Plan {
+        checks: Vec::new(),
         buffers: vec![buffer(F, 6, BufferRole::Input(0)), buffer(F, 6, BufferRole::Output)],
         inputs: ids(&[0]),
         outputs: vec![output(1, &[2, 3])],
@@ -76,6 +77,7 @@ fn row() -> Plan {
     body.stores.push(Store { value: s, output: 0 });
     body.stores.push(Store { value: d, output: 1 });
     Plan {
+        checks: Vec::new(),
         buffers: vec![
             buffer(F, 6, BufferRole::Input(0)),
             buffer(F, 2, BufferRole::Output),
@@ -114,6 +116,7 @@ fn multi_reduce() -> Plan {
         stores: vec![ElementStore { value: r0, output: 0, index: 0 }, ElementStore { value: r1, output: 0, index: 1 }],
     };
     Plan {
+        checks: Vec::new(),
         buffers: vec![
             buffer(F, 3, BufferRole::Input(0)),
             buffer(F, 5, BufferRole::Input(1)),
@@ -150,6 +153,7 @@ fn multi_reduce_epilogue() -> Plan {
         ],
     };
     Plan {
+        checks: Vec::new(),
         buffers: vec![
             buffer(F, 3, BufferRole::Input(0)),
             buffer(DType::Bool, 0, BufferRole::Input(1)),
@@ -176,6 +180,7 @@ fn multi(plan: &mut Plan) -> &mut MultiReduce {
 /// `b3 = b0 [2,3] @ b1 [3,4] + b2 [4]`, two batches of A over one B.
 fn matmul() -> Plan {
     Plan {
+        checks: Vec::new(),
         buffers: vec![
             buffer(F, 12, BufferRole::Input(0)),
             buffer(F, 12, BufferRole::Input(1)),
@@ -215,6 +220,7 @@ fn mm(plan: &mut Plan) -> &mut MatMul {
 /// `b2 = concat([b0 [2,2], b1 [2,3]], axis 1)`.
 fn concat() -> Plan {
     Plan {
+        checks: Vec::new(),
         buffers: vec![
             buffer(F, 4, BufferRole::Input(0)),
             buffer(F, 6, BufferRole::Input(1)),
@@ -253,6 +259,7 @@ fn column() -> Plan {
     body.stores.push(Store { value: scaled, output: 0 });
     body.stores.push(Store { value: m, output: 1 });
     Plan {
+        checks: Vec::new(),
         buffers: vec![
             buffer(F, 12, BufferRole::Input(0)),
             buffer(F, 3, BufferRole::Input(1)),
@@ -839,6 +846,7 @@ fn attention() -> Plan {
     let bf = DType::BF16;
     let shape = AttentionShape { batch: 2, seq: 3, head_dim: 4, dtype: bf, causal: true, scale: 0.5 };
     Plan {
+        checks: Vec::new(),
         buffers: vec![
             buffer(bf, 24, BufferRole::Input(0)),
             buffer(bf, 24, BufferRole::Input(1)),

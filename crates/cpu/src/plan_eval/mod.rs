@@ -57,6 +57,8 @@ pub fn eval_plan(plan: &Plan, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> 
         }
     }
 
+    // The first out-of-range index of each check, raised as the GPU's flags are.
+    let mut raised: Vec<Option<i64>> = vec![None; plan.checks.len()];
     for (k, kernel) in plan.kernels.iter().enumerate() {
         let outputs = {
             let reads: Vec<&HostData> = kernel
@@ -64,7 +66,7 @@ pub fn eval_plan(plan: &Plan, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> 
                 .iter()
                 .map(|&id| buffers[id.0].as_deref().expect("validated: read after write"))
                 .collect();
-            run_kernel(plan, kernel, &reads)
+            run_kernel(plan, kernel, &reads, &mut raised)
         };
         for (&id, data) in kernel.outputs.iter().zip(outputs) {
             buffers[id.0] = Some(Cow::Owned(data));
@@ -76,6 +78,13 @@ pub fn eval_plan(plan: &Plan, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> 
         }
     }
 
+    if let Some((check, index)) = plan.checks.iter().zip(&raised).find_map(|(c, r)| r.map(|i| (c, i))) {
+        let op = match &check.loc {
+            Some(loc) => format!("{} at {loc}", check.op),
+            None => check.op.clone(),
+        };
+        return Err(CpuError::IndexOutOfRange { op, index, bound: check.bound });
+    }
     let outputs = plan
         .outputs
         .iter()
@@ -88,7 +97,7 @@ pub fn eval_plan(plan: &Plan, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> 
 }
 
 /// Runs one kernel on the data of its input slots and returns the data of its output slots.
-fn run_kernel(plan: &Plan, kernel: &Kernel, inputs: &[&HostData]) -> Vec<HostData> {
+fn run_kernel(plan: &Plan, kernel: &Kernel, inputs: &[&HostData], raised: &mut [Option<i64>]) -> Vec<HostData> {
     let mut outputs: Vec<HostData> = kernel
         .outputs
         .iter()
@@ -98,7 +107,7 @@ fn run_kernel(plan: &Plan, kernel: &Kernel, inputs: &[&HostData]) -> Vec<HostDat
         })
         .collect();
     match &kernel.kind {
-        KernelKind::Pointwise(pointwise) => run_pointwise(pointwise, inputs, &mut outputs),
+        KernelKind::Pointwise(pointwise) => run_pointwise(pointwise, inputs, &mut outputs, raised),
         KernelKind::Row(row) => run_row(row, inputs, &mut outputs),
         KernelKind::MultiReduce(multi) => run_multi_reduce(multi, inputs, &mut outputs),
         KernelKind::MatMul(matmul) => run_matmul(matmul, inputs, &mut outputs),
@@ -108,11 +117,12 @@ fn run_kernel(plan: &Plan, kernel: &Kernel, inputs: &[&HostData]) -> Vec<HostDat
         // kernel it was (the GPU's tiles of a member cover the same elements in another order).
         KernelKind::MultiPointwise(multi) => {
             for member in &multi.members {
-                run_pointwise(member, inputs, &mut outputs);
+                run_pointwise(member, inputs, &mut outputs, raised);
             }
         }
         KernelKind::Attention(att) => attention::run_attention(att, inputs, &mut outputs),
         KernelKind::AttentionBackward(back) => attention::run_attention_backward(back, inputs, &mut outputs),
+        KernelKind::IndexAdd(index_add) => run_index_add(index_add, inputs, &mut outputs),
     }
     outputs
 }
@@ -222,8 +232,8 @@ fn compute(expr: &Expr, dtype: DType, arg: impl Fn(ValueId) -> Val) -> Val {
             Val::Bool(true) => arg(*a),
             _ => arg(*b),
         },
-        Expr::Load { .. } | Expr::Reduce { .. } => {
-            unreachable!("loads and reductions are evaluated by the kernel loop")
+        Expr::Load { .. } | Expr::Gather { .. } | Expr::Reduce { .. } => {
+            unreachable!("loads, gathers and reductions are evaluated by the kernel loop")
         }
     };
     settle(value, dtype)
@@ -313,7 +323,7 @@ fn dot(coord: &[usize], strides: &[usize]) -> usize {
 
 /// One thread per flat index of the domain: unravel it, compute each load's offset from its
 /// strides, evaluate the body, store at the flat index.
-fn run_pointwise(pointwise: &Pointwise, inputs: &[&HostData], outputs: &mut [HostData]) {
+fn run_pointwise(pointwise: &Pointwise, inputs: &[&HostData], outputs: &mut [HostData], raised: &mut [Option<i64>]) {
     let dims = pointwise.shape.dims();
     let numel = pointwise.shape.numel();
     let body = &pointwise.body;
@@ -325,6 +335,19 @@ fn run_pointwise(pointwise: &Pointwise, inputs: &[&HostData], outputs: &mut [Hos
         for value in &body.values {
             let v = match &value.expr {
                 Expr::Load { input, offset, strides } => load(inputs[*input], offset + dot(&coord, strides)),
+                Expr::Gather { input, offset, strides, index, index_stride, bound, check } => {
+                    let Val::Int(i) = values[index.0] else { unreachable!("validated: integer indices") };
+                    if i < 0 || i as u64 >= *bound as u64 {
+                        raised[*check].get_or_insert(i);
+                    }
+                    match (*bound as i64 - 1).max(-1) {
+                        -1 => cast_const(Literal::Int(0), value.dtype),
+                        last => {
+                            let at = i.clamp(0, last) as usize;
+                            load(inputs[*input], offset + dot(&coord, strides) + at * index_stride)
+                        }
+                    }
+                }
                 expr => compute(expr, value.dtype, |id| values[id.0]),
             };
             values.push(v);
@@ -332,6 +355,33 @@ fn run_pointwise(pointwise: &Pointwise, inputs: &[&HostData], outputs: &mut [Hos
         for s in &body.stores {
             store(&mut outputs[s.output], flat, values[s.value.0]);
         }
+    }
+}
+
+/// Slice `j` of the source added at `indices[j]`, in the order of `j` (f32 for floats), as the
+/// GPU kernel sums each output element's slices in index order; indices outside `0..size` add
+/// nothing.
+fn run_index_add(ia: &braze_plan::IndexAdd, inputs: &[&HostData], outputs: &mut [HostData]) {
+    let (src, indices) = (inputs[0], inputs[1]);
+    let mut acc: Vec<Val> = vec![cast_const(Literal::Int(0), ia.dtype); ia.outer * ia.size * ia.inner];
+    for o in 0..ia.outer {
+        for j in 0..ia.indices {
+            let Val::Int(at) = load(indices, j) else { unreachable!("validated: integer indices") };
+            if at < 0 || at as u64 >= ia.size as u64 {
+                continue;
+            }
+            for i in 0..ia.inner {
+                let slot = &mut acc[(o * ia.size + at as usize) * ia.inner + i];
+                *slot = match (*slot, load(src, (o * ia.indices + j) * ia.inner + i)) {
+                    (Val::Float(a), Val::Float(b)) => Val::Float(a + b),
+                    (Val::Int(a), Val::Int(b)) => settle(Val::Int(a.wrapping_add(b)), ia.dtype),
+                    (a, b) => unreachable!("validated: adding {b:?} to {a:?}"),
+                };
+            }
+        }
+    }
+    for (i, v) in acc.into_iter().enumerate() {
+        store(&mut outputs[0], i, v);
     }
 }
 

@@ -81,7 +81,9 @@ impl Fuser<'_> {
         let home = self.new_group(GroupKind::Column(geo.clone()), r, space);
         if let Some(src) = source {
             if matches!(&self.group(src).kind, GroupKind::Pointwise { domain } if *domain == geo.input) {
-                if self.prologue_closed(src, home, &geo) {
+                if self.holds_gather(src) {
+                    self.refused(r, src, "a gather stays in a pointwise kernel of its own shape");
+                } else if self.prologue_closed(src, home, &geo) {
                     self.absorb(src, home, Some(Space::Element));
                 } else {
                     self.refused(r, src, "the prologue's values are also needed outside the column kernel");

@@ -91,6 +91,12 @@ impl Fuser<'_> {
                     self.new_group(GroupKind::Concat { node: n }, n, Space::Element);
                 }
                 Op::Reduce { .. } => self.place_reduce(n),
+                Op::IndexSelect { .. } => {
+                    self.new_group(GroupKind::Pointwise { domain: node.shape.clone() }, n, Space::Element);
+                }
+                Op::IndexAdd { .. } => {
+                    self.new_group(GroupKind::IndexAdd { node: n }, n, Space::Element);
+                }
                 Op::Attention { .. } | Op::AttentionLse { .. } | Op::AttentionGrad { .. } => self.place_attention(n),
                 op if op.is_elementwise() => self.place_elementwise(n),
                 _ => return Err(lowering_error(self.g, n, "composite ops must be decomposed before fusion")),
@@ -266,6 +272,15 @@ impl Fuser<'_> {
     /// Merges group `src` (computing an operand of `n`) into `home` (which holds `n`).
     fn try_absorb(&mut self, src: usize, home: usize, n: NodeId) -> std::result::Result<(), &'static str> {
         let space_n = self.space_of(n);
+        if self.holds_gather(src) || self.holds_gather(home) {
+            let same_pointwise = matches!(
+                (&self.group(src).kind, &self.group(home).kind),
+                (GroupKind::Pointwise { domain: a }, GroupKind::Pointwise { domain: b }) if a == b
+            );
+            if !same_pointwise {
+                return Err("a gather stays in a pointwise kernel of its own shape");
+            }
+        }
         let member_space = match (&self.group(src).kind, &self.group(home).kind) {
             (GroupKind::Pointwise { domain }, GroupKind::Pointwise { domain: home_domain }) => {
                 if domain != home_domain {
@@ -378,6 +393,10 @@ impl Fuser<'_> {
         let Some(src) = source else { return };
         let GroupKind::Pointwise { domain } = &self.group(src).kind else { return };
         if *domain != geo.input {
+            return;
+        }
+        if self.holds_gather(src) {
+            self.refused(r, src, "a gather stays in a pointwise kernel of its own shape");
             return;
         }
         // The elementwise group producing the reduction's input becomes its prologue.

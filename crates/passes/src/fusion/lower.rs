@@ -174,6 +174,17 @@ impl Fuser<'_> {
                 sources: draft.sources.clone(),
             });
         }
+        plan.checks = self
+            .gathers()
+            .map(|n| braze_plan::Check {
+                op: self.node(n).op.name().to_string(),
+                loc: self.node(n).loc.clone(),
+                bound: self.shape(self.node(n).operands[0]).dims()[match self.node(n).op {
+                    Op::IndexSelect { axis } => axis,
+                    _ => 0,
+                }],
+            })
+            .collect();
         for (&o, base) in self.g.outputs().iter().zip(output_bases) {
             let buffer =
                 buffer_of.get(&base).copied().ok_or_else(|| lowering_error(self.g, o, "output has no buffer"))?;
@@ -251,6 +262,7 @@ impl Fuser<'_> {
             GroupKind::Concat { node } => vec![*node],
             GroupKind::MultiReduce(_) => self.stored_multi_reduce_values(gid),
             GroupKind::Attention | GroupKind::AttentionBackward => self.attention_results(gid),
+            GroupKind::IndexAdd { node } => vec![*node],
             GroupKind::Pointwise { .. } | GroupKind::Row(_) | GroupKind::Column(_) => self
                 .sorted_members(gid)
                 .into_iter()
@@ -315,6 +327,24 @@ impl Fuser<'_> {
                 })
             }
             GroupKind::Attention | GroupKind::AttentionBackward => self.lower_attention(gid, &mut bb)?,
+            GroupKind::IndexAdd { node } => {
+                let n = self.node(*node);
+                let Op::IndexAdd { axis, size } = n.op else {
+                    return Err(lowering_error(self.g, *node, "not an index_add"));
+                };
+                let (src, indices) = (n.operands[0], n.operands[1]);
+                bb.inputs = vec![self.buffer_base(src, &mut bb)?, self.buffer_base(indices, &mut bb)?];
+                let dims = self.shape(src).dims();
+                let index_rank = self.shape(indices).rank();
+                KernelKind::IndexAdd(braze_plan::IndexAdd {
+                    outer: dims[..axis].iter().product(),
+                    indices: self.shape(indices).numel(),
+                    inner: dims[axis + index_rank..].iter().product(),
+                    size,
+                    dtype: n.dtype,
+                    index_dtype: self.node(indices).dtype,
+                })
+            }
             GroupKind::Concat { node } => {
                 let n = self.node(*node);
                 let Op::Concat { axis } = n.op else { return Err(lowering_error(self.g, *node, "not a concat")) };
@@ -401,6 +431,7 @@ impl Fuser<'_> {
                 let b = operand(bb, 2, &node.shape, space)?;
                 bb.body.push(Expr::Where { cond, a, b }, dtype)
             }
+            Op::IndexSelect { axis } => self.lower_gather(bb, gid, domain, m, *axis)?,
             Op::Reduce { op, .. } => {
                 let input = self.shape(node.operands[0]).clone();
                 let x = operand(bb, 0, &input, Space::Element)?;
@@ -411,6 +442,58 @@ impl Fuser<'_> {
             }
             _ => return Err(lowering_error(self.g, m, "not an elementwise op or reduction")),
         })
+    }
+
+    /// Index_select `m` as a gather: its indices loaded at the output's index dims, its table
+    /// read around the indexed axis; both come from buffers outside the kernel.
+    fn lower_gather(
+        &self,
+        bb: &mut BodyBuilder,
+        gid: usize,
+        domain: &Domain,
+        m: NodeId,
+        axis: usize,
+    ) -> Result<ValueId> {
+        let node = self.node(m);
+        let (x, indices) = (node.operands[0], node.operands[1]);
+        if self.in_group(x, gid) || self.in_group(indices, gid) {
+            return Err(lowering_error(self.g, m, "a gather reads its table and indices from buffers"));
+        }
+        let frame = &node.shape;
+        let space = self.space_of(m);
+        let x_rank = self.shape(x).rank();
+        let index_rank = self.shape(indices).rank();
+        let unreadable = || lowering_error(self.g, m, "gather cannot be read in this kernel");
+        self.note_folded(bb, indices);
+        let index = match self.read_access(indices) {
+            Access::Const { value } => bb.constant(value, self.node(indices).dtype),
+            Access::Strided { base, offset, strides } => {
+                let mut in_frame = vec![0; axis];
+                in_frame.extend(&strides);
+                in_frame.resize(axis + index_rank + x_rank - axis - 1, 0);
+                let mapped = domain.map(frame, space, &in_frame).ok_or_else(unreadable)?;
+                bb.load(base, offset, mapped, self.node(indices).dtype)
+            }
+        };
+        self.note_folded(bb, x);
+        let Access::Strided { base, offset, strides } = self.buffer_access(x) else {
+            return Err(lowering_error(self.g, m, "a gather's table is a constant without a buffer"));
+        };
+        let mut in_frame = strides[..axis].to_vec();
+        in_frame.extend(std::iter::repeat_n(0, index_rank));
+        in_frame.extend(&strides[axis + 1..]);
+        let mapped = domain.map(frame, space, &in_frame).ok_or_else(unreadable)?;
+        let input = bb.slot(base);
+        let gather = Expr::Gather {
+            input,
+            offset,
+            strides: mapped,
+            index,
+            index_stride: strides[axis],
+            bound: self.shape(x).dims()[axis],
+            check: self.check_of(m),
+        };
+        Ok(bb.body.push(gather, node.dtype))
     }
 
     /// The value of operand `o` inside kernel `gid`: computed there, or read from outside.
@@ -579,6 +662,7 @@ impl Fuser<'_> {
                 }
                 ("attention", Vec::new())
             }
+            GroupKind::IndexAdd { .. } => ("index_add", Vec::new()),
             GroupKind::AttentionBackward => {
                 for &m in stored {
                     if let Op::AttentionGrad { wrt, .. } = self.node(m).op {

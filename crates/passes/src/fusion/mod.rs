@@ -19,6 +19,8 @@
 //! | concat | concat |
 //! | attention, and the attention_lse of the same q, k, mask and scale | attention (flash forward) |
 //! | attention_grad of q; of k and v with the same operands | attention backward (dq; dk and dv) |
+//! | index_select | pointwise: a gather load, which elementwise users join; never a row or column prologue |
+//! | index_add | index add |
 //!
 //! Then, across the kernels formed: an intermediate stored as the f32 cast of a bf16/f16 value is
 //! stored narrow and widened by its readers as they load it (`narrow_stores.rs`); pointwise
@@ -149,6 +151,10 @@ enum GroupKind {
     Attention,
     /// The dq, or the dk and dv, of one attention.
     AttentionBackward,
+    /// The scatter-add of an index_select's gradient.
+    IndexAdd {
+        node: NodeId,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -239,6 +245,22 @@ impl<'a> Fuser<'a> {
 
     fn in_group(&self, id: NodeId, gid: usize) -> bool {
         self.group_of.get(&id) == Some(&gid)
+    }
+
+    /// Whether group `gid` computes an index_select: a gather stays in a pointwise kernel over
+    /// its own shape (the only family whose loops check and clamp an index).
+    fn holds_gather(&self, gid: usize) -> bool {
+        self.group(gid).members.iter().any(|&m| matches!(self.node(m).op, Op::IndexSelect { .. }))
+    }
+
+    /// The plan check of index_select `n`: its place among the graph's index_selects.
+    fn check_of(&self, n: NodeId) -> usize {
+        self.gathers().position(|g| g == n).expect("check_of is asked about index_select nodes")
+    }
+
+    /// The index_select nodes in visiting order, one plan check each.
+    fn gathers(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.order.iter().copied().filter(|&n| matches!(self.node(n).op, Op::IndexSelect { .. }))
     }
 
     fn space_of(&self, id: NodeId) -> Space {

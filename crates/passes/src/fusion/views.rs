@@ -98,6 +98,18 @@ impl Fuser<'_> {
                     let operands = &self.node(n).operands;
                     needed.extend(operands.iter().copied().filter(|&x| !self.reads_contiguously(x)));
                 }
+                // The scatter-add reads its source and indices as contiguous buffers; a gather
+                // reads its table from memory (a constant table gets a buffer).
+                Op::IndexAdd { .. } => {
+                    let operands = &self.node(n).operands;
+                    needed.extend(operands.iter().copied().filter(|&x| !self.reads_contiguously(x)));
+                }
+                Op::IndexSelect { .. } => {
+                    let x = self.node(n).operands[0];
+                    if matches!(self.buffer_access(x), Access::Const { .. }) {
+                        needed.push(x);
+                    }
+                }
                 Op::Concat { .. } if !self.group_of.contains_key(&n) => {
                     let operands = &self.node(n).operands;
                     needed.extend(operands.iter().copied().filter(|&x| !self.reads_contiguously(x)));
