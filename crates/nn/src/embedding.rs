@@ -26,23 +26,13 @@ impl Module for Embedding {
     }
 }
 
-/// `weight[indices]`: each index's row, as PyTorch's `F.embedding(indices, weight)`. Written as
-/// a one-hot matrix times the weight, whose gradient is the scatter-add of the rows' gradients.
+/// `weight[indices]`: each index's row, as PyTorch's `F.embedding(indices, weight)`; its
+/// gradient is a deterministic scatter-add of the rows' gradients, summed with any other use
+/// of the weight (the tied head).
 #[track_caller]
 pub(crate) fn lookup(weight: &Tensor, indices: &Tensor) -> Result<Tensor> {
     if !indices.dtype().is_int() {
         return Err(Error::invalid("embedding", format!("indices must be i32 or i64, got {}", indices.dtype())));
     }
-    let dims = weight.shape().dims().to_vec();
-    if dims.len() != 2 {
-        return Err(Error::invalid(
-            "embedding",
-            format!("weight must be [num_embeddings, dim], got {}", weight.shape()),
-        ));
-    }
-    let mut column = indices.shape().dims().to_vec();
-    column.push(1);
-    let classes = Tensor::arange(dims[0], indices.dtype(), indices.device())?;
-    let one_hot = indices.reshape(column)?.eq(&classes)?.cast(weight.dtype())?;
-    Ok(one_hot.matmul(weight)?)
+    Ok(weight.embedding(indices)?)
 }
