@@ -3,6 +3,7 @@
 mod bench;
 mod common;
 mod demo;
+mod gpt2_check;
 mod timing;
 mod torch_check;
 mod train;
@@ -101,6 +102,17 @@ enum Command {
         /// Write the per-tensor results as JSON here.
         #[arg(long)]
         json: Option<std::path::PathBuf>,
+    },
+    /// braze-nn's GPT-2 from PyTorch's initial weights (`benches/torch_gpt2.py --write DIR`),
+    /// each step's logits and loss compared with PyTorch's in f32, the compiled step (clip and
+    /// AdamW) training on between them. Non-zero exit on a mismatch, naming the step.
+    Gpt2Check {
+        /// The directory torch_gpt2.py --write wrote.
+        #[arg(long)]
+        torch_weights: std::path::PathBuf,
+        /// cpu or cuda (default: the best available).
+        #[arg(long, value_parser = parse_device)]
+        device: Option<Device>,
     },
     /// Train a small GPT (braze-nn's GPT-2) on a synthetic language of additions written as
     /// characters: the whole step (forward, cross-entropy, backward, gradient clipping, AdamW)
@@ -237,6 +249,12 @@ fn main() -> ExitCode {
         Command::TrainCheck { torch_weights, device, mode, json } => {
             train_check(&torch_weights, device, mode, json.as_deref())
         }
+        Command::Gpt2Check { torch_weights, device } => resolve_device(device).and_then(|device| {
+            for line in gpt2_check::check(&torch_weights, device)? {
+                println!("{line}");
+            }
+            Ok(())
+        }),
         Command::Train {
             n_layer,
             n_head,
