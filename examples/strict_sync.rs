@@ -16,7 +16,7 @@ fn step(a: &[Tensor]) -> braze::Result<Vec<Tensor>> {
 
 fn main() -> braze::Result<()> {
     let x = Tensor::randn([8, 8], DType::F32, 0)?;
-    match compile(step).fullgraph(true).call(&[x.clone()]) {
+    match compile(step).fullgraph(true).call(std::slice::from_ref(&x)) {
         Err(e) => println!("strict: {e}"),
         Ok(_) => println!("strict: no error (unexpected)"),
     }

@@ -51,13 +51,19 @@ pub fn check(dir: &Path, device: Device) -> Result<Vec<String>> {
         if first.len() != torch_logits.len() {
             bail!("step {k}: logits0 has {} values, braze's first sequence {}", torch_logits.len(), first.len());
         }
-        let logit_err = first.iter().zip(&torch_logits).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+        // A NaN on either side is an infinite error (f64::max would skip it).
+        let logit_err = first
+            .iter()
+            .zip(&torch_logits)
+            .map(|(a, b)| if (a - b).is_nan() { f64::INFINITY } else { (a - b).abs() })
+            .fold(0.0, f64::max);
         let loss = step.call(&[idx, targets])?[0].to_host()?.get_f64(0);
         let loss_err = (loss - torch_loss).abs() / torch_loss.abs().max(1e-12);
         lines.push(format!(
             "step {k}: loss {loss:.6} (PyTorch {torch_loss:.6}, rel err {loss_err:.2e}), logits max err {logit_err:.2e}"
         ));
-        if !(loss_err <= LOSS_RTOL) || !(logit_err <= LOGIT_ATOL) {
+        let within = loss_err <= LOSS_RTOL && logit_err <= LOGIT_ATOL; // false for a NaN loss
+        if !within {
             bail!("step {k}: braze differs from PyTorch beyond tolerance: {}", lines.last().unwrap());
         }
     }

@@ -14,7 +14,7 @@ impl CausalSelfAttention {
     /// `proj_std` is the standard deviation of `c_proj`'s weight (nanoGPT scales residual
     /// projections by `1 / sqrt(2 n_layer)`).
     pub fn new(init: &mut Init, n_embd: usize, n_head: usize, bias: bool, proj_std: f64) -> Result<Self> {
-        if n_head == 0 || n_embd % n_head != 0 {
+        if n_head == 0 || !n_embd.is_multiple_of(n_head) {
             return Err(Error::invalid(
                 "CausalSelfAttention",
                 format!("n_embd must be a multiple of n_head, got n_embd={n_embd}, n_head={n_head}"),

@@ -205,7 +205,7 @@ fn forward_matches_a_plain_reimplementation_eager_and_compiled() {
     assert_eq!(eager.shape().dims(), &[b, t, 11]);
     assert_close(&values(&eager), &expected, 1e-4, "eager logits");
     let compiled = compile(|a: &[Tensor]| Ok(vec![model.forward(&a[0]).map_err(nn_error)?])).fullgraph(true);
-    let out = compiled.call(&[idx.clone()]).unwrap();
+    let out = compiled.call(std::slice::from_ref(&idx)).unwrap();
     assert_close(&values(&out[0]), &expected, 1e-4, "compiled logits");
     // A fresh input through the cached graph.
     let idx2 = tokens(b, t, 11, 9);
