@@ -59,6 +59,18 @@ fn to_device(tensors: &[Tensor], device: Device) -> Result<Vec<Tensor>> {
     tensors.iter().map(|t| t.to_device(device).context("moving inputs to the device")).collect()
 }
 
+type Gpt2Build = fn(&workloads::Gpt2Sizes, Device) -> braze::Result<Workload>;
+
+/// How to build the GPT-2 workload `name` on a device, if it is one.
+fn gpt2_workload(name: &str) -> Option<Gpt2Build> {
+    Some(match name {
+        "block_fwd" => |s, d| workloads::gpt2::block_workload(s, d, false),
+        "block_step" => |s, d| workloads::gpt2::block_workload(s, d, true),
+        "gpt2_step" => |s, d| Ok(workloads::gpt2::gpt2_training_step(s, d)?.0),
+        _ => return None,
+    })
+}
+
 impl Pair {
     /// Pairs a CPU workload whose function captures no tensors with its inputs moved to `device`.
     pub fn from_host(host: Workload, device: Device) -> Result<Pair> {
@@ -75,6 +87,11 @@ impl Pair {
             let host = workloads::mlp_step(sizes, Device::Cpu)?;
             let dev = workloads::mlp_step(sizes, device)?;
             return Ok(Pair { host, dev, device });
+        }
+        if let Some(build) = gpt2_workload(name) {
+            // GPT-2 workloads capture their model: each side gets its own, at the small sizes.
+            let sizes = workloads::Gpt2Sizes::small();
+            return Ok(Pair { host: build(&sizes, Device::Cpu)?, dev: build(&sizes, device)?, device });
         }
         if name != "tiny_block" {
             return Pair::from_host(workloads::build(name, sizes)?, device);

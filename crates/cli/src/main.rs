@@ -4,8 +4,10 @@ mod bench;
 mod busy;
 mod common;
 mod demo;
+mod gpt2_check;
 mod timing;
 mod torch_check;
+mod train;
 
 use anyhow::{bail, Context, Result};
 use braze::backend::{self, Target};
@@ -65,7 +67,8 @@ enum Command {
         #[arg(long)]
         json: Option<std::path::PathBuf>,
         /// Comma-separated subset: copy, ln_relu_res, ew_chain, multisum, tiny_block, mlp_block,
-        /// attention, mlp_step, busy, coldstart, overhead. With --sweep: workloads of the sweep (ln_gelu_res,
+        /// attention, mlp_step, block_fwd, block_step, gpt2_step, busy, coldstart, overhead. With --sweep: workloads of the
+        /// sweep (ln_gelu_res,
         /// rms_silu_res, softmax_mask; pw_row, pw_col, pw_outer, pw_scalar).
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
@@ -108,6 +111,57 @@ enum Command {
         /// Write the per-tensor results as JSON here.
         #[arg(long)]
         json: Option<std::path::PathBuf>,
+    },
+    /// braze-nn's GPT-2 from PyTorch's initial weights (`benches/torch_gpt2.py --write DIR`),
+    /// each step's logits and loss compared with PyTorch's in f32, the compiled step (clip and
+    /// AdamW) training on between them. Non-zero exit on a mismatch, naming the step.
+    Gpt2Check {
+        /// The directory torch_gpt2.py --write wrote.
+        #[arg(long)]
+        torch_weights: std::path::PathBuf,
+        /// cpu or cuda (default: the best available).
+        #[arg(long, value_parser = parse_device)]
+        device: Option<Device>,
+    },
+    /// Train a small GPT (braze-nn's GPT-2) on a synthetic language of additions written as
+    /// characters: the whole step (forward, cross-entropy, backward, gradient clipping, AdamW)
+    /// compiled fullgraph, a progress bar with the loss and tokens/s on stderr, an evaluation on
+    /// held-out text, a safetensors checkpoint (`--out DIR`), and resuming from one (`--resume`).
+    Train {
+        #[arg(long, default_value_t = train::TrainOptions::default().n_layer)]
+        n_layer: usize,
+        #[arg(long, default_value_t = train::TrainOptions::default().n_head)]
+        n_head: usize,
+        #[arg(long, default_value_t = train::TrainOptions::default().n_embd)]
+        n_embd: usize,
+        /// Context length of the model and of each training sequence.
+        #[arg(long, default_value_t = train::TrainOptions::default().block_size)]
+        block_size: usize,
+        #[arg(long, default_value_t = train::TrainOptions::default().batch)]
+        batch: usize,
+        #[arg(long, default_value_t = train::TrainOptions::default().steps)]
+        steps: usize,
+        /// Peak learning rate (cosine schedule with warm-up).
+        #[arg(long, default_value_t = train::TrainOptions::default().lr)]
+        lr: f64,
+        /// f32 or bf16 parameters.
+        #[arg(long, default_value = "f32", value_parser = parse_dtype)]
+        dtype: DType,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Read the loss back every this many steps (each read waits for the device).
+        #[arg(long, default_value_t = train::TrainOptions::default().log_every)]
+        log_every: usize,
+        /// Write the checkpoint (model.safetensors with PyTorch's names, optimizer.safetensors)
+        /// into this directory.
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
+        /// Resume from a checkpoint directory written by --out.
+        #[arg(long)]
+        resume: Option<std::path::PathBuf>,
+        /// cpu or cuda (default: the best available).
+        #[arg(long, value_parser = parse_device)]
+        device: Option<Device>,
     },
     /// One cold (or warm) compile of ln_relu_res in a fresh process, for `bench`: prints one
     /// JSON line. The kernel cache directory comes from BRAZE_CACHE_DIR.
@@ -205,6 +259,44 @@ fn main() -> ExitCode {
         Command::TrainCheck { torch_weights, device, mode, json } => {
             train_check(&torch_weights, device, mode, json.as_deref())
         }
+        Command::Gpt2Check { torch_weights, device } => resolve_device(device).and_then(|device| {
+            for line in gpt2_check::check(&torch_weights, device)? {
+                println!("{line}");
+            }
+            Ok(())
+        }),
+        Command::Train {
+            n_layer,
+            n_head,
+            n_embd,
+            block_size,
+            batch,
+            steps,
+            lr,
+            dtype,
+            seed,
+            log_every,
+            out,
+            resume,
+            device,
+        } => {
+            let options = train::TrainOptions {
+                n_layer,
+                n_head,
+                n_embd,
+                block_size,
+                batch,
+                steps,
+                lr,
+                dtype,
+                seed,
+                log_every,
+                out,
+                resume,
+                ..train::TrainOptions::default()
+            };
+            run_train(&options, device)
+        }
         Command::BenchColdstart { rows, hidden, dtype } => bench::coldstart_child(rows, hidden, dtype),
     };
     // Writes the BRAZE_TRACE timeline, if one is being recorded, and prints its summary.
@@ -284,6 +376,29 @@ fn kernels(name: &str, args: &CommonArgs) -> Result<()> {
                 None => println!("(no CUDA C: the kernel has nothing to do, e.g. zero elements)"),
             }
         }
+    }
+    Ok(())
+}
+
+fn run_train(options: &train::TrainOptions, device: Option<Device>) -> Result<()> {
+    let device = resolve_device(device)?;
+    println!(
+        "training GPT n_layer={} n_head={} n_embd={} block_size={} batch={} on {device} ({} steps, {})",
+        options.n_layer,
+        options.n_head,
+        options.n_embd,
+        options.block_size,
+        options.batch,
+        options.steps,
+        options.dtype
+    );
+    let report = train::train(options, device)?;
+    println!(
+        "step {}: train loss {:.4} (first {:.4}), eval loss {:.4}, {:.0} tokens/s",
+        report.steps_done, report.last_loss, report.first_loss, report.eval_loss, report.tokens_per_s
+    );
+    if let Some(dir) = &options.out {
+        println!("checkpoint written to {}", dir.display());
     }
     Ok(())
 }

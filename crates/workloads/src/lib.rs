@@ -10,14 +10,19 @@
 //! [`multisum_sizes`] draws the `multisum` tensor sizes exactly as the PyTorch baseline
 //! (`benches/torch_baseline.py`) does, so both time the same tensors.
 //!
-//! **Invariant:** a workload's inputs and formula are written once, in [`definition`]; every
-//! other form is derived from them.
+//! The GPT-2 training workloads ([`gpt2`]: `block_fwd`, `block_step`, `gpt2_step`) are built on
+//! braze-nn's model, whose layers are their one definition.
+//!
+//! **Invariant:** a workload's inputs and formula are written once, in [`definition`] (or, for
+//! the GPT-2 ones, in braze-nn); every other form is derived from them.
 
 pub mod definition;
+pub mod gpt2;
 pub mod graph;
 mod sizes;
 mod workload;
 
+pub use gpt2::Gpt2Sizes;
 pub use sizes::{multisum_sizes, Mt19937};
 pub use workload::{
     build, ew_chain, ln_relu_res, mlp_block, mlp_step, mlp_training_step, multisum, sync_demo, tiny_block,

@@ -9,8 +9,18 @@ use braze::{compile, Compiled, DType, Device, Error, Result, Tensor};
 use std::sync::Arc;
 
 /// Every workload by name, in the order `benches/workloads.md` lists them, then `sync_demo`.
-pub const NAMES: [&str; 7] =
-    ["ln_relu_res", "ew_chain", "multisum", "tiny_block", "mlp_block", "sync_demo", "mlp_step"];
+pub const NAMES: [&str; 10] = [
+    "ln_relu_res",
+    "ew_chain",
+    "multisum",
+    "tiny_block",
+    "mlp_block",
+    "sync_demo",
+    "mlp_step",
+    "block_fwd",
+    "block_step",
+    "gpt2_step",
+];
 
 pub type WorkloadFn = Arc<dyn Fn(&[Tensor]) -> Result<Vec<Tensor>> + Send + Sync>;
 
@@ -198,6 +208,10 @@ pub fn build(name: &str, sizes: &Sizes) -> Result<Workload> {
             Ok(inputs.into_workload("sync_demo", Arc::new(sync_demo)))
         }
         "mlp_step" => mlp_step(sizes, Device::Cpu),
+        // The GPT-2 workloads have sizes of their own; `build` gives the small ones.
+        "block_fwd" => crate::gpt2::block_workload(&crate::Gpt2Sizes::small(), Device::Cpu, false),
+        "block_step" => crate::gpt2::block_workload(&crate::Gpt2Sizes::small(), Device::Cpu, true),
+        "gpt2_step" => Ok(crate::gpt2::gpt2_training_step(&crate::Gpt2Sizes::small(), Device::Cpu)?.0),
         other => Err(Error::InvalidArgument {
             op: "workload".into(),
             loc: None,

@@ -49,6 +49,13 @@ impl AdamW {
     pub fn steps(&self) -> &Tensor {
         &self.step
     }
+
+    /// The first and second moments, one of each per parameter in the order given to `new`
+    /// (PyTorch's `exp_avg` and `exp_avg_sq`): with [`AdamW::steps`], the state a checkpoint
+    /// saves and `assign`s back to resume.
+    pub fn moments(&self) -> (&[Tensor], &[Tensor]) {
+        (&self.m, &self.v)
+    }
 }
 
 impl Optimizer for AdamW {

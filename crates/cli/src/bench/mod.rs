@@ -9,6 +9,7 @@
 mod attention;
 mod busy_loops;
 mod cases;
+mod gpt2;
 mod measure;
 mod report;
 mod startup;
@@ -30,7 +31,7 @@ pub use sweep::SweepKind;
 pub const REP_MS: f64 = 200.0;
 pub const SWEEP_REP_MS: f64 = 40.0;
 
-const SECTIONS: [&str; 11] = [
+const SECTIONS: [&str; 14] = [
     "copy",
     "ln_relu_res",
     "ew_chain",
@@ -39,6 +40,9 @@ const SECTIONS: [&str; 11] = [
     "mlp_block",
     "attention",
     "mlp_step",
+    "block_fwd",
+    "block_step",
+    "gpt2_step",
     "busy",
     "coldstart",
     "overhead",
@@ -158,6 +162,9 @@ pub fn run(options: &Options) -> Result<()> {
             ("mlp_block", Box::new(|b| b.mlp_block(8192, 1024))),
             ("attention", Box::new(|b| b.attention(16, 12, 1024, 64))),
             ("mlp_step", Box::new(move |b| b.mlp_step(8192, 1024, torch_weights))),
+            ("block_fwd", Box::new(|b| b.gpt2_workload("block_fwd"))),
+            ("block_step", Box::new(|b| b.gpt2_workload("block_step"))),
+            ("gpt2_step", Box::new(|b| b.gpt2_workload("gpt2_step"))),
             ("busy", Box::new(|b| b.busy())),
             ("coldstart", Box::new(|b| b.coldstart())),
             ("overhead", Box::new(|b| b.host_overhead())),

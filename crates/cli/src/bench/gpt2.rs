@@ -1,0 +1,76 @@
+//! The GPT-2 training workloads (`benches/workloads.md`, "Training"): `block_fwd`, `block_step`
+//! and `gpt2_step` at their standard sizes, each compiled fullgraph and timed as the other
+//! workloads, reported in tokens/s and TFLOP/s (nanoGPT's estimate for `gpt2_step`) beside the
+//! rows of `benches/torch_gpt2.py`.
+
+use super::{ran, Bench};
+use anyhow::Result;
+use braze::Mode;
+use braze_workloads::gpt2::{block_workload, gpt2_step_flops, gpt2_training_step};
+use braze_workloads::{Gpt2Sizes, Workload};
+use serde_json::json;
+
+/// Steps run before timing (the first traces and compiles).
+const WARM_STEPS: usize = 2;
+
+impl Bench {
+    pub(super) fn gpt2_workload(&mut self, name: &'static str) -> Result<()> {
+        let sizes = Gpt2Sizes::standard();
+        let tokens = (sizes.batch * sizes.seq) as f64;
+        let c = sizes.n_embd as f64;
+        let (workload, flops, params) = match name {
+            "gpt2_step" => {
+                let (workload, trainer) = gpt2_training_step(&sizes, self.device())?;
+                let flops = gpt2_step_flops(&trainer, &sizes);
+                (workload, flops, Some(braze_workloads::gpt2::gpt2_parameters(&trainer)))
+            }
+            _ => {
+                let backward = name == "block_step";
+                // Matmuls 2 * 12 C^2 per token, attention 2 * 2 T C (causal: half), backward twice.
+                let forward = tokens * (24.0 * c * c + 2.0 * sizes.seq as f64 * c);
+                (block_workload(&sizes, self.device(), backward)?, if backward { 3.0 * forward } else { forward }, None)
+            }
+        };
+        self.time_gpt2(name, &sizes, &workload, tokens, flops, params)
+    }
+
+    fn time_gpt2(
+        &mut self,
+        name: &str,
+        sizes: &Gpt2Sizes,
+        workload: &Workload,
+        tokens: f64,
+        flops: f64,
+        params: Option<usize>,
+    ) -> Result<()> {
+        let shape = sizes.shape(name);
+        let dtype = sizes.dtype.to_string();
+        let compiled = workload.compile().fullgraph(true).mode(Mode::Default).name(name);
+        let inputs = &workload.inputs;
+        let start = std::time::Instant::now();
+        let explanation = compiled.explain(inputs)?;
+        self.timer.sync()?;
+        let first_call = start.elapsed();
+        for _ in 0..WARM_STEPS {
+            ran(compiled.call(inputs))?;
+        }
+        let timing = self.bench(&mut || ran(compiled.call(inputs)), self.rep_ms)?;
+        let us = timing.median_us;
+        self.emit(json!({
+            "workload": name, "shape": shape, "dtype": dtype, "variant": "braze compiled",
+            "us": us, "gbps": null, "reps": timing.reps,
+            "tokens_per_s": tokens / (us * 1e-6), "tflops": flops / (us * 1e-6) / 1e12,
+            "params": params, "kernels": explanation.kernels, "launches": explanation.launches,
+            "host_syncs": explanation.host_syncs, "graphs": explanation.graphs.len(),
+            "first_call_s": first_call.as_secs_f64(),
+        }));
+        if explanation.host_syncs != 0 || explanation.graphs.len() != 1 {
+            self.failures.push(format!(
+                "{name} {shape}: {} graph(s), {} host sync(s) per step; the step must be one graph with none",
+                explanation.graphs.len(),
+                explanation.host_syncs
+            ));
+        }
+        Ok(())
+    }
+}
