@@ -231,3 +231,33 @@ fn compiled_reduction_of_another_reductions_result_stays_a_launch_of_its_own() {
         "the dependent sum runs after the launch it reads\n{plan}"
     );
 }
+
+#[test]
+fn compiled_reductions_over_two_tensors_each_are_one_launch() {
+    // A squared distance per pair and a dot product per pair, returned and folded into a total.
+    let shapes: [&[usize]; 6] = [&[64, 32], &[40_000], &[7], &[3, 5, 11], &[0], &[250]];
+    let inputs: Vec<Tensor> =
+        (0..12).map(|i| Tensor::randn(shapes[i / 2].to_vec(), DType::F32, 500 + i as u64).unwrap()).collect();
+    let plan = check_compiled(
+        "compiled_multi_reduce_two_leaves",
+        |a| {
+            let mut outs = Vec::new();
+            for pair in a.chunks(2) {
+                let (p, q) = (&pair[0], &pair[1]);
+                let distance = sum_of_squares(&p.sub(q)?)?;
+                let dot = p.mul(q)?.sum_all()?;
+                outs.push(distance.add(&dot)?);
+            }
+            let mut total = outs[0].clone();
+            for o in &outs[1..] {
+                total = total.add(o)?;
+            }
+            outs.push(total);
+            Ok(outs)
+        },
+        &inputs,
+        1,
+    );
+    assert_eq!(multi_reduces(&plan), vec![(0, 12, 7)], "two items per pair, each reading both tensors");
+    assert_eq!(plan.kernels[0].inputs.len(), 24, "{plan}");
+}
