@@ -5,7 +5,8 @@
 //! each, so that thousands of tiny items do not each waste a block; each block runs the code of
 //! its task's reduction (a `switch` when the kernel has several). Item base pointers come from an
 //! [`TableSpec::InputPointers`] table (K can be far more than kernel parameters allow), the work
-//! list from two static tables. Items cut into several segments are finished by whichever block
+//! list from two static tables; where an item reads several leaves side by side (`sum(p * q)`),
+//! a third static table gives each item's first input slot. Items cut into several segments are finished by whichever block
 //! completes the item's last segment (an integer arrival counter in zeroed scratch, reset by that
 //! block): it combines the segment partials in a fixed order, so results never vary between runs.
 //! What a finished item's result feeds is `multi_reduce_epilogue.rs`'s.

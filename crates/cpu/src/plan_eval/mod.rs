@@ -416,9 +416,9 @@ fn run_row(row_kernel: &RowKernel, inputs: &[&HostData], outputs: &mut [HostData
 }
 
 /// K full reductions: item `i` runs its reduction's prologue on each element of its leaves (the
-/// kernel inputs from its first one on) and folds the last prologue value in f32 for floats (sums as trees, as the kernels form
-/// them); then the epilogue runs once over the K results and its element stores write the
-/// outputs.
+/// kernel inputs from its first one on) and folds the last prologue value in f32 for floats
+/// (sums as trees, as the kernels form them); then the epilogue runs once over the K results and
+/// its element stores write the outputs.
 fn run_multi_reduce(multi: &MultiReduce, inputs: &[&HostData], outputs: &mut [HostData]) {
     let mut results: Vec<Val> = Vec::with_capacity(multi.items.len());
     let (firsts, _) = multi.first_inputs().expect("validated: every item runs a reduction");

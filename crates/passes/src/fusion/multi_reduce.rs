@@ -8,11 +8,10 @@
 //! a dot product), when it reads, without one, a tensor that is stored anyway (so claiming it
 //! adds no kernel), when it reduces more than `row_cache_limit` elements, or when a stack reads
 //! it. A candidate's level is one more than the highest level of the candidates it depends on
-//! (0 for none); candidates of one level cannot
-//! depend on each other, so each level becomes one kernel (a few when they hold more than
-//! [`MAX_REDUCTIONS`] distinct prologues). A level of one small unstacked reduction is left to
-//! the row kernels, which can also fuse its producers. A `sum * (1/n)` over an item's `n`
-//! elements is folded in as a mean.
+//! (0 for none); candidates of one level cannot depend on each other, so each level becomes one
+//! kernel (a few when they hold more than [`MAX_REDUCTIONS`] distinct prologues). A level of one
+//! small unstacked reduction is left to the row kernels, which can also fuse its producers. A
+//! `sum * (1/n)` over an item's `n` elements is folded in as a mean.
 
 use super::{is_view, Fuser, GroupKind, Space};
 use braze_ir::{BinaryOp, Literal, NodeId, Op, ReduceOp};
@@ -401,9 +400,10 @@ impl Fuser<'_> {
                 inside.insert(x);
             }
         }
-        // In order of first read, so equal prologues over other tensors get equal signatures.
         let mut prologue: Vec<NodeId> = inside.into_iter().collect();
         prologue.sort_by_key(|&x| self.pos(x));
+        // Leaves in the order the prologue first reads them, so equal prologues over other
+        // tensors get equal signatures.
         let mut leaves: Vec<NodeId> = Vec::new();
         for &x in &prologue {
             for &p in &self.node(x).operands {
