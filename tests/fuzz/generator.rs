@@ -487,10 +487,10 @@ impl Generator {
     }
 
     /// Independent full reductions `reduce_i(f_i(t_i))` of up to four tensors, each with its own
-    /// op and per-element prologue `f_i` (none, a unary op, or `t * t`), read the ways fusion must
-    /// all turn into one multi-reduce kernel: stacked, folded with a chain of adds (`or` for
-    /// bools), each scaled and then folded, or left for later draws and the outputs to read one by
-    /// one; now and then an item longer than the row cache.
+    /// op and per-element prologue `f_i` (none, a unary op, `t * t`, or `t * u` over a second
+    /// leaf), read the ways fusion must all turn into one multi-reduce kernel: stacked, folded
+    /// with a chain of adds (`or` for bools), each scaled and then folded, or left for later draws
+    /// and the outputs to read one by one; now and then an item longer than the row cache.
     fn independent_reductions(&mut self, x: NodeId, budget: usize) -> Result<NodeId, Skip> {
         let dtype = self.g.node(x).dtype;
         let ops: &[ReduceOp] = match dtype {
@@ -522,12 +522,18 @@ impl Generator {
                     None => t,
                     Some(p @ Op::Unary { .. }) => Arg::Value(gen.commit(p.clone(), &[t], None)?),
                     Some(p) => {
-                        // `t * t`: one tensor on both sides.
+                        // `t * t` (one tensor on both sides) or `t * u` (a second leaf of its type).
                         let t = match t {
                             Arg::Input(d, s) => Arg::Value(gen.new_input(d, s)),
                             t => t,
                         };
-                        Arg::Value(gen.commit(p.clone(), &[t.clone(), t], None)?)
+                        let u = if gen.rng.chance(0.5) {
+                            let (d, s) = gen.type_of(&t);
+                            Arg::Value(gen.new_input(d, s))
+                        } else {
+                            t.clone()
+                        };
+                        Arg::Value(gen.commit(p.clone(), &[t, u], None)?)
                     }
                 };
                 let op = gen.rng.pick(ops);
@@ -730,4 +736,20 @@ fn the_generator_makes_graphs_that_fusion_groups_into_multi_pointwise_kernels() 
         })
         .count();
     assert!(grouped >= 10, "only {grouped} of 200 graphs have a multi-pointwise kernel");
+}
+
+#[test]
+fn the_generator_makes_graphs_with_multi_reduce_items_over_two_leaves() {
+    let options = braze_passes::FusionOptions::default();
+    let two_leaves = (0..200)
+        .filter(|&seed| {
+            let graph = random_graph(seed, &mut Counts::default());
+            let plan = braze_passes::compile_to_plan(&graph, &options).unwrap();
+            plan.kernels.iter().any(|k| match &k.kind {
+                braze_plan::KernelKind::MultiReduce(mr) => mr.reductions.iter().any(|r| r.leaves > 1),
+                _ => false,
+            })
+        })
+        .count();
+    assert!(two_leaves >= 5, "only {two_leaves} of 200 graphs have a multi-reduce item of two leaves");
 }

@@ -88,3 +88,176 @@ fn clipped_training_step_takes_the_global_norm_in_one_launch() -> Result<()> {
     assert!(out[1].item::<f64>()? > 0.0);
     Ok(())
 }
+
+/// Twelve gradients of assorted sizes, two of them longer than a row kernel caches.
+fn gradients() -> Vec<Tensor> {
+    let shapes: [&[usize]; 12] =
+        [&[64, 32], &[32], &[40_000], &[7], &[3, 5, 11], &[1], &[128, 9], &[0], &[20_001], &[250], &[16, 16], &[2]];
+    shapes.iter().enumerate().map(|(i, s)| Tensor::randn(s.to_vec(), DType::F32, 300 + i as u64).unwrap()).collect()
+}
+
+fn sum_of_squares(x: &Tensor) -> Result<Tensor> {
+    x.mul(x)?.sum_all()
+}
+
+/// Traces `f` on `inputs` through `compile()` (fullgraph, the CPU backend), checks its kernel
+/// count and its results against the f64 oracle on the traced graph, snapshots the plan under
+/// `snapshots/plans/` as `name` and returns it.
+fn check_compiled(
+    name: &str,
+    f: impl Fn(&[Tensor]) -> Result<Vec<Tensor>> + Send + Sync + 'static,
+    inputs: &[Tensor],
+    kernels: usize,
+) -> Plan {
+    let compiled = compile(f).fullgraph(true);
+    let explanation = compiled.explain(inputs).unwrap();
+    let plan = plan_of(&explanation);
+    assert_eq!(explanation.kernels, Some(kernels), "{name}: kernels\n{plan}");
+    let hosts: Vec<braze_ir::HostTensor> = inputs.iter().map(|t| t.to_host().unwrap()).collect();
+    let want = braze_cpu::eval_graph(&explanation.graphs[0], &hosts).unwrap();
+    let got = compiled.call(inputs).unwrap();
+    assert_eq!(got.len(), want.len(), "{name}: outputs");
+    for (i, (got, want)) in got.iter().zip(&want).enumerate() {
+        braze_cpu::compare::assert_close(&got.to_host().unwrap(), want)
+            .unwrap_or_else(|e| panic!("{name}: output {i}: {e}"));
+    }
+    let mut settings = insta::Settings::clone_current();
+    settings.set_snapshot_path(concat!(env!("CARGO_MANIFEST_DIR"), "/../../snapshots/plans"));
+    settings.set_prepend_module_to_snapshot(false);
+    settings.set_omit_expression(true);
+    settings.bind(|| insta::assert_snapshot!(name, plan.to_string()));
+    plan
+}
+
+/// The multi-reduce kernels of `plan`, in order: (kernel index, items, values stored).
+fn multi_reduces(plan: &Plan) -> Vec<(usize, usize, usize)> {
+    (0..plan.kernels.len())
+        .filter_map(|k| match &plan.kernels[k].kind {
+            KernelKind::MultiReduce(mr) => Some((k, mr.items.len(), mr.stores.len())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn compiled_stacked_sums_of_squares_are_one_launch() {
+    let plan = check_compiled(
+        "compiled_multi_reduce_stack",
+        |a| {
+            let sums: Vec<Tensor> = a.iter().map(sum_of_squares).collect::<Result<_>>()?;
+            Ok(vec![Tensor::stack(&sums, 0)?])
+        },
+        &gradients(),
+        1,
+    );
+    assert_eq!(multi_reduces(&plan), vec![(0, 12, 12)], "one item per gradient, each written into the stack");
+}
+
+#[test]
+fn compiled_global_norm_folded_with_adds_is_one_launch() {
+    // `sqrt(sum(g1^2) + sum(g2^2) + ...)`, as a global gradient norm is usually written.
+    let plan = check_compiled(
+        "compiled_multi_reduce_add_chain",
+        |a| {
+            let mut total = sum_of_squares(&a[0])?;
+            for g in &a[1..] {
+                total = total.add(&sum_of_squares(g)?)?;
+            }
+            Ok(vec![total.sqrt()?])
+        },
+        &gradients(),
+        1,
+    );
+    assert_eq!(multi_reduces(&plan), vec![(0, 12, 1)], "the adds and the root in the epilogue: one value stored");
+}
+
+#[test]
+fn compiled_sums_returned_separately_are_one_launch() {
+    let plan = check_compiled(
+        "compiled_multi_reduce_separate_outputs",
+        |a| a.iter().map(sum_of_squares).collect(),
+        &gradients(),
+        1,
+    );
+    assert_eq!(multi_reduces(&plan), vec![(0, 12, 12)]);
+    assert_eq!(plan.outputs.len(), 12);
+}
+
+#[test]
+fn compiled_sums_each_with_its_own_epilogue_are_one_launch() {
+    // Per result: a scale, a mean, a root of a shifted value, a max of |g| compared with a bound.
+    let plan = check_compiled(
+        "compiled_multi_reduce_per_result_epilogues",
+        |a| {
+            a.iter()
+                .enumerate()
+                .map(|(i, g)| match i % 4 {
+                    0 => sum_of_squares(g)?.mul_scalar(0.5 + i as f64),
+                    1 => g.mul(g)?.mean_all(),
+                    2 => sum_of_squares(g)?.add_scalar(1e-6)?.sqrt(),
+                    _ => g.abs()?.max_all()?.mul_scalar(2.0)?.sub_scalar(1.0),
+                })
+                .collect()
+        },
+        &gradients(),
+        1,
+    );
+    assert_eq!(multi_reduces(&plan), vec![(0, 12, 12)], "every epilogue runs in the finishing step");
+}
+
+#[test]
+fn compiled_reduction_of_another_reductions_result_stays_a_launch_of_its_own() {
+    // sum(g0 * max|g1|) reads a result of the others' launch, so it cannot share it; the norm of
+    // the other gradients and the max share one.
+    let plan = check_compiled(
+        "compiled_multi_reduce_dependent",
+        |a| {
+            let largest = a[1].abs()?.max_all()?;
+            let mut total = sum_of_squares(&a[2])?;
+            for g in &a[3..] {
+                total = total.add(&sum_of_squares(g)?)?;
+            }
+            let dependent = a[0].mul(&largest)?.sum_all()?;
+            Ok(vec![total.sqrt()?, largest, dependent])
+        },
+        &gradients(),
+        2,
+    );
+    let multi = multi_reduces(&plan);
+    assert_eq!(multi[0], (0, 11, 2), "the max and ten sums of squares in one launch, storing the norm and the max");
+    let (first, second) = (&plan.kernels[0], &plan.kernels[1]);
+    assert!(
+        second.inputs.iter().any(|b| first.outputs.contains(b)),
+        "the dependent sum runs after the launch it reads\n{plan}"
+    );
+}
+
+#[test]
+fn compiled_reductions_over_two_tensors_each_are_one_launch() {
+    // A squared distance per pair and a dot product per pair, returned and folded into a total.
+    let shapes: [&[usize]; 6] = [&[64, 32], &[40_000], &[7], &[3, 5, 11], &[0], &[250]];
+    let inputs: Vec<Tensor> =
+        (0..12).map(|i| Tensor::randn(shapes[i / 2].to_vec(), DType::F32, 500 + i as u64).unwrap()).collect();
+    let plan = check_compiled(
+        "compiled_multi_reduce_two_leaves",
+        |a| {
+            let mut outs = Vec::new();
+            for pair in a.chunks(2) {
+                let (p, q) = (&pair[0], &pair[1]);
+                let distance = sum_of_squares(&p.sub(q)?)?;
+                let dot = p.mul(q)?.sum_all()?;
+                outs.push(distance.add(&dot)?);
+            }
+            let mut total = outs[0].clone();
+            for o in &outs[1..] {
+                total = total.add(o)?;
+            }
+            outs.push(total);
+            Ok(outs)
+        },
+        &inputs,
+        1,
+    );
+    assert_eq!(multi_reduces(&plan), vec![(0, 12, 7)], "two items per pair, each reading both tensors");
+    assert_eq!(plan.kernels[0].inputs.len(), 24, "{plan}");
+}

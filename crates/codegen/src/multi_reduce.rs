@@ -5,7 +5,8 @@
 //! each, so that thousands of tiny items do not each waste a block; each block runs the code of
 //! its task's reduction (a `switch` when the kernel has several). Item base pointers come from an
 //! [`TableSpec::InputPointers`] table (K can be far more than kernel parameters allow), the work
-//! list from two static tables. Items cut into several segments are finished by whichever block
+//! list from two static tables; where an item reads several leaves side by side (`sum(p * q)`),
+//! a third static table gives each item's first input slot. Items cut into several segments are finished by whichever block
 //! completes the item's last segment (an integer arrival counter in zeroed scratch, reset by that
 //! block): it combines the segment partials in a fixed order, so results never vary between runs.
 //! What a finished item's result feeds is `multi_reduce_epilogue.rs`'s.
@@ -166,31 +167,38 @@ fn check(unit: &Unit<'_>, multi: &MultiReduce, block: u32, chunk: u32) -> Result
         return Err(invalid_config(name, format!("chunk {chunk} is not in 1..=2^30")));
     }
     let kernel = unit.kernel;
-    if kernel.inputs.len() != multi.items.len() {
-        return Err(malformed(name, format!("{} items but {} input slots", multi.items.len(), kernel.inputs.len())));
+    let Some((firsts, slots)) = multi.first_inputs() else {
+        return Err(malformed(name, "an item runs a reduction that does not exist"));
+    };
+    if kernel.inputs.len() != slots {
+        return Err(malformed(
+            name,
+            format!(
+                "{} items read {slots} leaves but the kernel has {} input slots",
+                multi.items.len(),
+                kernel.inputs.len()
+            ),
+        ));
     }
-    for (slot, item) in multi.items.iter().enumerate() {
-        let Some(reduction) = multi.reductions.get(item.reduction) else {
-            return Err(malformed(
-                name,
-                format!("item {slot} runs reduction {}, which does not exist", item.reduction),
-            ));
-        };
-        let buffer = unit.plan.buffer(kernel.inputs[slot]);
-        if buffer.dtype != reduction.dtype || buffer.numel < item.len {
-            return Err(malformed(
-                name,
-                format!(
-                    "item {slot} needs {} x {}, its buffer holds {} x {}",
-                    item.len, reduction.dtype, buffer.numel, buffer.dtype
-                ),
-            ));
+    for (i, item) in multi.items.iter().enumerate() {
+        let reduction = &multi.reductions[item.reduction];
+        for slot in firsts[i]..firsts[i] + reduction.leaves {
+            let buffer = unit.plan.buffer(kernel.inputs[slot]);
+            if buffer.dtype != reduction.dtype || buffer.numel < item.len {
+                return Err(malformed(
+                    name,
+                    format!(
+                        "item {i} needs {} x {} in slot {slot}, its buffer holds {} x {}",
+                        item.len, reduction.dtype, buffer.numel, buffer.dtype
+                    ),
+                ));
+            }
         }
     }
     for (r, reduction) in multi.reductions.iter().enumerate() {
-        let rules = BodyRules { inputs: 1, outputs: 0, rank: 1, reductions: false };
+        let rules = BodyRules { inputs: reduction.leaves, outputs: 0, rank: 1, reductions: false };
         check_body(name, &reduction.prologue, &rules)?;
-        if reduction.prologue.values.is_empty() || !reduction.prologue.stores.is_empty() {
+        if reduction.leaves == 0 || reduction.prologue.values.is_empty() || !reduction.prologue.stores.is_empty() {
             return Err(malformed(
                 name,
                 format!("reduction {r}: the prologue must end in the reduced value and store nothing"),
@@ -200,9 +208,9 @@ fn check(unit: &Unit<'_>, multi: &MultiReduce, block: u32, chunk: u32) -> Result
             .prologue
             .values
             .iter()
-            .any(|v| matches!(v.expr, Expr::Load { .. }) && v.expr != MultiReduce::element_load())
+            .any(|v| matches!(v.expr, Expr::Load { input, .. } if v.expr != MultiReduce::leaf_load(input)))
         {
-            return Err(unsupported(name, "a prologue load other than the current element"));
+            return Err(unsupported(name, "a prologue load other than the current element of a leaf"));
         }
     }
     let rules = BodyRules { inputs: multi.items.len(), outputs: 0, rank: 0, reductions: false };
@@ -233,8 +241,18 @@ fn check(unit: &Unit<'_>, multi: &MultiReduce, block: u32, chunk: u32) -> Result
     Ok(())
 }
 
-/// Emits the loop of `threads` threads (this one is `thread`) over `seg.len` elements at `items`,
-/// applying the prologue and accumulating into `acc`.
+/// The name of leaf `leaf`'s pointer or element (`base`), numbered only when there are several.
+fn leaf_name(base: &str, leaf: usize, leaves: usize) -> String {
+    if leaves == 1 {
+        base.to_string()
+    } else {
+        format!("{base}{leaf}")
+    }
+}
+
+/// Emits the loop of `threads` threads (this one is `thread`) over `seg.len` elements of each
+/// leaf (pointers `items`, or `items0`, `items1`, ...), applying the prologue and accumulating
+/// into `acc`.
 #[allow(clippy::too_many_arguments)]
 fn emit_range(
     w: &mut CodeWriter,
@@ -251,12 +269,17 @@ fn emit_range(
     let live = live_values(body, [braze_plan::ValueId(reduced)]);
     let ids: Vec<usize> = (0..body.values.len()).filter(|&id| live[id]).collect();
     let dtype = reduction.dtype;
+    let leaves = reduction.leaves;
     let reduced_dtype = body.values[reduced].dtype;
-    let element = |w: &mut CodeWriter, helpers: &mut Helpers, source: &str| -> Result<()> {
+    let element = |w: &mut CodeWriter, helpers: &mut Helpers, sources: &[String]| -> Result<()> {
         let mut names: Vec<String> = (0..body.values.len()).map(value_name).collect();
         emit_values(w, kernel, helpers, body, ids.iter().copied(), &mut names, |id, helpers| {
-            matches!(body.values[id].expr, Expr::Load { .. })
-                .then(|| crate::cuda::cast(helpers, dtype, body.values[id].dtype, source))
+            match body.values[id].expr {
+                Expr::Load { input, .. } => {
+                    Some(crate::cuda::cast(helpers, dtype, body.values[id].dtype, &sources[input]))
+                }
+                _ => None,
+            }
         })?;
         w.line(accumulate(helpers, reduction.op, acc, "acc", &names[reduced], reduced_dtype));
         Ok(())
@@ -265,21 +288,43 @@ fn emit_range(
         w.line(format!("const unsigned vectors = seg.len / {vec}u;"));
         w.line("#pragma unroll 4");
         w.open(format!("for (unsigned j = {thread}; j < vectors; j += {threads}u)"));
-        w.line(format!("{} x[{vec}];", value_type(dtype)));
-        emit_vector_load(w, helpers, dtype, "items", &format!("j * {vec}u"), "x", "", vec, IndexWidth::U32);
+        for l in 0..leaves {
+            let x = leaf_name("x", l, leaves);
+            w.line(format!("{} {x}[{vec}];", value_type(dtype)));
+            let items = leaf_name("items", l, leaves);
+            emit_vector_load(w, helpers, dtype, &items, &format!("j * {vec}u"), &x, "", vec, IndexWidth::U32);
+        }
         w.line("#pragma unroll");
         w.open(format!("for (unsigned u = 0u; u < {vec}u; ++u)"));
-        element(w, helpers, "x[u]")?;
+        let sources: Vec<String> = (0..leaves).map(|l| format!("{}[u]", leaf_name("x", l, leaves))).collect();
+        element(w, helpers, &sources)?;
         w.close();
         w.close();
         w.open(format!("for (unsigned j = vectors * {vec}u + {thread}; j < seg.len; j += {threads}u)"));
     } else {
         w.open(format!("for (unsigned j = {thread}; j < seg.len; j += {threads}u)"));
     }
-    w.line(format!("const {} x = {};", value_type(dtype), widen(dtype, "items[j]")));
-    element(w, helpers, "x")?;
+    let sources: Vec<String> = (0..leaves).map(|l| leaf_name("x", l, leaves)).collect();
+    for (l, x) in sources.iter().enumerate() {
+        let items = leaf_name("items", l, leaves);
+        w.line(format!("const {} {x} = {};", value_type(dtype), widen(dtype, &format!("{items}[j]"))));
+    }
+    element(w, helpers, &sources)?;
     w.close();
     Ok(())
+}
+
+/// Declares the pointers to the current segment's elements of each leaf of the item: kernel
+/// input `seg.item` when every item has one leaf, else the item's leaves from `item_inputs`.
+fn declare_leaf_pointers(w: &mut CodeWriter, shared: &Shared, reduction: &ItemReduction, start: &str) {
+    let storage = storage_type(reduction.dtype);
+    for l in 0..reduction.leaves {
+        let slot = if shared.leaf_table { format!("item_inputs[seg.item] + {l}u") } else { "seg.item".to_string() };
+        w.line(format!(
+            "const {storage}* __restrict__ {} = static_cast<const {storage}*>(item_ptrs[{slot}]){start};",
+            leaf_name("items", l, reduction.leaves)
+        ));
+    }
 }
 
 /// What every reduction's code shares.
@@ -289,11 +334,13 @@ struct Shared<'a> {
     finish: &'a Finish,
     block: u32,
     multi_chunk: bool,
+    /// Whether an item has several leaves, so items find their input slots in `item_inputs`.
+    leaf_table: bool,
 }
 
 /// The code of the blocks whose task runs reduction `r`.
 fn emit_reduction(w: &mut CodeWriter, helpers: &mut Helpers, shared: &Shared, r: usize) -> Result<()> {
-    let Shared { kernel, multi, finish, block, multi_chunk } = *shared;
+    let Shared { kernel, multi, finish, block, multi_chunk, .. } = *shared;
     let reduction = &multi.reductions[r];
     let items = multi.items.len();
     let warps = block / 32;
@@ -303,7 +350,6 @@ fn emit_reduction(w: &mut CodeWriter, helpers: &mut Helpers, shared: &Shared, r:
     let op = reduction.op;
     let vec = vector_width(reduction.dtype);
     helpers.need_storage(reduction.dtype);
-    let storage = storage_type(reduction.dtype);
     let result =
         |helpers: &mut Helpers, acc_name: &str| finalize(helpers, op, acc, acc_name, "seg.item_len", reduced_dtype);
     let done = |w: &mut CodeWriter, value: &str| finish.emit_item_done(w, items, "seg.item", value, reduced_dtype);
@@ -313,9 +359,7 @@ fn emit_reduction(w: &mut CodeWriter, helpers: &mut Helpers, shared: &Shared, r:
     w.open("if (task.whole_block)");
     w.line("const unsigned s = task.first_segment;");
     w.line("const Segment seg = segments[s];");
-    w.line(format!(
-        "const {storage}* __restrict__ items = static_cast<const {storage}*>(item_ptrs[seg.item]) + seg.start;"
-    ));
+    declare_leaf_pointers(w, shared, reduction, " + seg.start");
     w.line(declare_accumulator(op, reduced_dtype, acc, "acc"));
     emit_range(w, helpers, kernel, reduction, acc, "threadIdx.x", block as usize, vec)?;
     butterfly(w, helpers, &accumulators, 32, "0xffffffffu");
@@ -367,7 +411,7 @@ fn emit_reduction(w: &mut CodeWriter, helpers: &mut Helpers, shared: &Shared, r:
         "for (unsigned s = task.first_segment + warp; s < task.first_segment + task.segment_count; s += {warps}u)"
     ));
     w.line("const Segment seg = segments[s];");
-    w.line(format!("const {storage}* __restrict__ items = static_cast<const {storage}*>(item_ptrs[seg.item]);"));
+    declare_leaf_pointers(w, shared, reduction, "");
     w.line(declare_accumulator(op, reduced_dtype, acc, "acc"));
     emit_range(w, helpers, kernel, reduction, acc, "lane", 32, vec)?;
     butterfly(w, helpers, &accumulators, 32, "0xffffffffu");
@@ -423,6 +467,12 @@ pub(crate) fn generate(unit: &mut Unit<'_>, multi: &MultiReduce, block: u32, chu
     declared.push("const Segment* __restrict__ segments".to_string());
     declared.push("const BlockTask* __restrict__ tasks".to_string());
     params.extend([Param::Table(0), Param::Table(1), Param::Table(2)]);
+    let (first_inputs, _) = multi.first_inputs().expect("checked: every item runs a reduction");
+    let leaf_table = multi.reductions.iter().any(|r| r.leaves > 1);
+    if leaf_table {
+        declared.push("const unsigned* __restrict__ item_inputs".to_string());
+        params.push(Param::Table(3));
+    }
     let mut scratch = Vec::new();
     let mut scratch_notes = Vec::new();
     if multi_chunk {
@@ -464,7 +514,7 @@ pub(crate) fn generate(unit: &mut Unit<'_>, multi: &MultiReduce, block: u32, chu
     if finish.has_epilogue() {
         w.line("bool run_epilogue = false;");
     }
-    let shared = Shared { kernel: &name, multi, finish: &finish, block, multi_chunk };
+    let shared = Shared { kernel: &name, multi, finish: &finish, block, multi_chunk, leaf_table };
     if multi.reductions.len() == 1 {
         emit_reduction(&mut w, helpers, &shared, 0)?;
     } else {
@@ -484,11 +534,15 @@ pub(crate) fn generate(unit: &mut Unit<'_>, multi: &MultiReduce, block: u32, chu
     w.close();
 
     let launches = Launch::per_work_item(&name, tasks.len(), block, params);
-    let tables = vec![
+    let mut tables = vec![
         TableSpec::InputPointers,
         TableSpec::Static(encode_segments(&segments)),
         TableSpec::Static(encode_tasks(&tasks)),
     ];
+    if leaf_table {
+        let bytes = first_inputs.iter().flat_map(|&f| (f as u32).to_le_bytes()).collect();
+        tables.push(TableSpec::Static(bytes));
+    }
     let whole = tasks.iter().filter(|t| t.whole_block).count();
     let mut notes = vec![
         format!(
@@ -498,6 +552,9 @@ pub(crate) fn generate(unit: &mut Unit<'_>, multi: &MultiReduce, block: u32, chu
         ),
         format!("table1: Segment[{}], table2: BlockTask[{}]", segments.len(), tasks.len()),
     ];
+    if leaf_table {
+        notes.push(format!("table3: each item's first input slot, unsigned[{}]", first_inputs.len()));
+    }
     notes.extend(scratch_notes);
     let ops: Vec<&str> = multi.reductions.iter().map(|r| r.op.name()).collect();
     let mut summary =

@@ -10,7 +10,7 @@ use braze_codegen::{
     Param, ScratchSpec, TableSpec, Target,
 };
 use braze_ir::DType;
-use braze_plan::Plan;
+use braze_plan::{KernelKind, Plan};
 
 fn settings() -> insta::Settings {
     let mut settings = insta::Settings::clone_current();
@@ -266,6 +266,28 @@ fn multi_reduce_epilogue_runs_once_after_the_last_item() {
     let kernel = cuda(&plan, &default_config(&plan, 0, &Target::h200()));
     assert!(kernel.source.contains("*reinterpret_cast<bool*>(&results[seg.item]) = result;"));
     assert!(kernel.source.contains("if (atomicAdd(finished, 1u) == 4u) run_epilogue = true;"));
+}
+
+#[test]
+fn multi_reduce_items_of_two_leaves_read_both_side_by_side() {
+    let plan = plans::multi_two_leaves(&[50_000, 3, 0], &[1000, 20_000]);
+    let KernelKind::MultiReduce(mr) = &plan.kernels[0].kind else { panic!("a multi-reduce\n{plan}") };
+    assert_eq!((mr.items.len(), plan.kernels[0].inputs.len()), (5, 10), "{plan}");
+    let kernel = cuda(&plan, &default_config(&plan, 0, &Target::h200()));
+    // Item i's leaves are input slots 2i and 2i + 1.
+    let firsts: Vec<u8> = [0u32, 2, 4, 6, 8].iter().flat_map(|f| f.to_le_bytes()).collect();
+    assert_eq!(kernel.tables[3], TableSpec::Static(firsts));
+    assert!(kernel.source.contains("const unsigned* __restrict__ item_inputs"));
+    assert!(kernel.source.contains("static_cast<const float*>(item_ptrs[item_inputs[seg.item] + 1u]) + seg.start;"));
+    assert!(kernel.source.contains("load_f32x4(items1 + (j * 4u), x1);"), "both leaves load vectors");
+    assert!(kernel.source.contains("load_bf16x8(items0 + (j * 8u), x0);"));
+    assert_eq!(kernel.launches[0].params.last(), Some(&Param::Scratch(kernel.scratch.len() - 1)));
+    assert!(kernel.launches[0].params.contains(&Param::Table(3)));
+    // Items of one leaf keep the plain pointer table.
+    let plan = plans::multi_sum(&[10, 20], DType::F32);
+    let kernel = cuda(&plan, &default_config(&plan, 0, &Target::h200()));
+    assert_eq!(kernel.tables.len(), 3);
+    assert!(!kernel.source.contains("item_inputs"));
 }
 
 #[test]

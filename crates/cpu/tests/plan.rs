@@ -328,7 +328,7 @@ fn stacked(op: ReduceOp, dtype: DType, prologue: &Body, lens: &[usize]) -> Multi
         stores.push(ElementStore { value, output: 0, index });
     }
     MultiReduce {
-        reductions: vec![ItemReduction { op, dtype, prologue: prologue.clone() }],
+        reductions: vec![ItemReduction { op, dtype, leaves: 1, prologue: prologue.clone() }],
         items: lens.iter().map(|&len| ReduceItem { reduction: 0, len }).collect(),
         epilogue,
         stores,
@@ -357,11 +357,11 @@ fn multi_reduce_with_its_own_prologue_per_item_and_an_epilogue_over_the_results(
     let mut plain = Body::default();
     load(&mut plain, 0, 0, &[1], f);
     let reductions = vec![
-        ItemReduction { op: ReduceOp::Sum, dtype: f, prologue: squares },
-        ItemReduction { op: ReduceOp::Sum, dtype: h, prologue: squares16 },
-        ItemReduction { op: ReduceOp::Max, dtype: f, prologue: non_finite(f) },
-        ItemReduction { op: ReduceOp::Max, dtype: h, prologue: non_finite(h) },
-        ItemReduction { op: ReduceOp::Max, dtype: f, prologue: plain },
+        ItemReduction { op: ReduceOp::Sum, dtype: f, leaves: 1, prologue: squares },
+        ItemReduction { op: ReduceOp::Sum, dtype: h, leaves: 1, prologue: squares16 },
+        ItemReduction { op: ReduceOp::Max, dtype: f, leaves: 1, prologue: non_finite(f) },
+        ItemReduction { op: ReduceOp::Max, dtype: h, leaves: 1, prologue: non_finite(h) },
+        ItemReduction { op: ReduceOp::Max, dtype: f, leaves: 1, prologue: plain },
     ];
     let lens = [40, 33, 40, 33, 0];
     let items = (0..5).map(|i| ReduceItem { reduction: i, len: lens[i] }).collect();

@@ -25,7 +25,8 @@ fn check(name: &str, graph: Graph, options: FusionOptions, kernels: usize) {
 
 fn check_invariants(name: &str, graph: &Graph, plan: &Plan) {
     for k in &plan.kernels {
-        // A multi-reduce prologue's one load is the current element of whichever item runs it.
+        // A multi-reduce prologue's loads are the current elements of the leaves of whichever item
+        // runs it.
         let (bodies, loads_name_slots): (Vec<&Body>, bool) = match &k.kind {
             KernelKind::Pointwise(pw) => (vec![&pw.body], true),
             KernelKind::Row(row) => (vec![&row.body], true),
@@ -42,7 +43,8 @@ fn check_invariants(name: &str, graph: &Graph, plan: &Plan) {
             let mut views = HashSet::new();
             for v in &body.values {
                 if let Expr::Load { input, offset, strides } = &v.expr {
-                    let buffer = if loads_name_slots { Some(k.inputs[*input]) } else { None };
+                    // A prologue's slot is the item's leaf.
+                    let buffer = if loads_name_slots { Ok(k.inputs[*input]) } else { Err(*input) };
                     let view = (buffer, *offset, strides.clone());
                     assert!(views.insert(view), "{name}: {} reads a view twice", k.name);
                 }
@@ -569,6 +571,58 @@ fn sums_and_maxes_of_mixed_dtypes_feed_one_epilogue() {
     let mr = the_multi_reduce(&plan, 3, 3);
     assert_eq!(mr.stores.len(), 3);
     check("multi_reduce_mixed_sum_max", g, defaults(), 1);
+}
+
+#[test]
+fn reductions_with_prologues_over_several_tensors_are_one_kernel() {
+    // A loss-like sum((p - q)^2) per pair, a dot product per pair, folded with adds; each item
+    // reads its two leaves element by element.
+    let mut g = Graph::new();
+    let ps = grads(&mut g, DType::F32);
+    let qs = grads(&mut g, DType::F32);
+    let mut total: Option<NodeId> = None;
+    for (i, (&p, &q)) in ps.iter().zip(&qs).enumerate() {
+        let r = if i % 2 == 0 {
+            let d = bin(&mut g, BinaryOp::Sub, p, q);
+            sum_of_squares(&mut g, d)
+        } else {
+            let pq = mul(&mut g, p, q);
+            reduce_all(&mut g, ReduceOp::Sum, pq)
+        };
+        total = Some(match total {
+            Some(t) => add(&mut g, t, r),
+            None => r,
+        });
+    }
+    g.set_outputs(vec![total.unwrap()]);
+    let plan = plan_of(&g);
+    let mr = the_multi_reduce(&plan, 12, 2);
+    assert!(mr.reductions.iter().all(|r| r.leaves == 2), "{plan}");
+    assert_eq!(plan.kernels[0].inputs.len(), 24, "two leaves per item\n{plan}");
+    check("multi_reduce_two_leaf_prologues", g, defaults(), 1);
+}
+
+#[test]
+fn a_transposed_leaf_is_not_read_side_by_side_with_another() {
+    // sum(t(a) * b): a's buffer holds its elements in another order than b's, so the two cannot
+    // be read element by element side by side: the product is stored and reduced as a plain
+    // item, beside sum(b * c), whose leaves are.
+    let mut g = Graph::new();
+    let a = g.input(DType::F32, [300, 200]);
+    let b = g.input(DType::F32, [200, 300]);
+    let c = g.input(DType::F32, [200, 300]);
+    let at = op(&mut g, Op::Permute { perm: vec![1, 0] }, &[a]);
+    let atb = mul(&mut g, at, b);
+    let s1 = reduce_all(&mut g, ReduceOp::Sum, atb);
+    let bc = mul(&mut g, b, c);
+    let s2 = reduce_all(&mut g, ReduceOp::Sum, bc);
+    g.set_outputs(vec![s1, s2]);
+    let plan = plan_of(&g);
+    let mr = the_multi_reduce(&plan, 2, 2);
+    let leaves: Vec<usize> = mr.reductions.iter().map(|r| r.leaves).collect();
+    assert_eq!(leaves, vec![1, 2], "t(a) * b stored, b * c read side by side\n{plan}");
+    assert_eq!(plan.kernels[0].kind.family(), "pointwise", "{plan}");
+    check("multi_reduce_transposed_leaf_apart", g, defaults(), 2);
 }
 
 #[test]

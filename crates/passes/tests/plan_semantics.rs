@@ -398,6 +398,37 @@ fn independent_full_reductions_whatever_reads_them() {
             }),
         ),
         (
+            "prologues over several tensors",
+            graph(|g| {
+                // sum((p - q)^2) and dot(p, q) of f32 leaves, max(|a * b * c|) of bf16 ones.
+                let (ps, qs) = (inputs(g, DType::F32), inputs(g, DType::F32));
+                let narrow: Vec<Vec<NodeId>> = (0..3).map(|_| inputs(g, DType::BF16)).collect();
+                let mut outs = Vec::new();
+                for i in 0..SIZES.len() {
+                    let (p, q) = (ps[i], qs[i]);
+                    outs.push(match i % 3 {
+                        0 => {
+                            let d = bin(g, BinaryOp::Sub, p, q);
+                            sum_sq(g, d)
+                        }
+                        1 => {
+                            let pq = mul(g, p, q);
+                            sum(g, pq, &[0], false)
+                        }
+                        _ => {
+                            let wide: Vec<NodeId> =
+                                narrow.iter().map(|xs| g.cast(xs[i], DType::F32).unwrap()).collect();
+                            let ab = mul(g, wide[0], wide[1]);
+                            let abc = mul(g, ab, wide[2]);
+                            let a = un(g, UnaryOp::Abs, abc);
+                            reduce(g, ReduceOp::Max, a)
+                        }
+                    });
+                }
+                vec![stacked(g, &outs)]
+            }),
+        ),
+        (
             "sums, means and maxes mixed",
             graph(|g| {
                 let xs = inputs(g, DType::F32);

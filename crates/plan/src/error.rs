@@ -80,14 +80,15 @@ pub enum Rule {
     /// (`Body::column_values`): an element value varies with the row and has no place in the
     /// `[cols]` outputs.
     ColumnReduce,
-    /// A multi-reduce has one input per item, holding the item's elements of its reduction's
-    /// dtype. Each reduction's prologue computes at least one value, stores nothing, loads only
-    /// the current element (`load in0 offset=0 strides=[1]`) as that dtype, and reducing its last
-    /// value keeps the value's dtype (the item's result dtype). The epilogue loads only item
-    /// results (`load inI offset=0 strides=[]`, of item I's result dtype), has no reductions and
-    /// no body stores; its element stores write every element of every output exactly once, each
-    /// from a value of the output's dtype; an epilogue that computes anything has an item to
-    /// finish it.
+    /// A multi-reduce has one input per leaf of each item (its reduction's `leaves`, at least
+    /// one), in item order, each holding the item's elements of its reduction's dtype. Each
+    /// reduction's prologue computes at least one value, stores nothing, loads only the current
+    /// element of a leaf (`load inL offset=0 strides=[1]`, L < leaves) as that dtype, and
+    /// reducing its last value keeps the value's dtype (the item's result dtype). The epilogue
+    /// loads only item results (`load inI offset=0 strides=[]`, of item I's result dtype), has no
+    /// reductions and no body stores; its element stores write every element of every output
+    /// exactly once, each from a value of the output's dtype; an epilogue that computes anything
+    /// has an item to finish it.
     MultiReduce,
     /// A matmul has inputs A, B (and the bias when it has one) and one output, all of its float
     /// dtype; every batch of A and B lies inside its buffer, the bias holds `n` elements and the

@@ -318,9 +318,10 @@ impl MultiPointwise {
     }
 }
 
-/// Item `i` reduces all `items[i].len` elements of kernel input `i` (contiguous, of its
-/// reduction's `dtype`) after that reduction's per-element prologue. When every item is done,
-/// the `epilogue` runs once over their results and `stores` write its values.
+/// Item `i` reduces all `items[i].len` elements of its reduction's `leaves` kernel inputs
+/// (contiguous, of the reduction's `dtype`; the items' inputs follow each other in item order,
+/// see [`MultiReduce::first_inputs`]) after that reduction's per-element prologue. When every
+/// item is done, the `epilogue` runs once over their results and `stores` write its values.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct MultiReduce {
     /// What the items compute; several items usually share one.
@@ -335,13 +336,26 @@ pub struct MultiReduce {
 }
 
 /// One kind of item: `op` over the last value of `prologue`, a per-element program over a 1-D
-/// domain in which `Load { input: 0, offset: 0, strides: [1] }` reads the item's current element
-/// (of `dtype`). `Mean` divides the sum by the item's length (NaN for an empty item).
+/// domain in which `Load { input: l, offset: 0, strides: [1] }` reads the current element of the
+/// item's leaf `l` (of `dtype`; `l < leaves`). `Mean` divides the sum by the item's length (NaN
+/// for an empty item).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ItemReduction {
     pub op: ReduceOp,
     pub dtype: DType,
+    /// Tensors of the item's length the prologue reads element by element (`sum((p - q)^2)`
+    /// reads two).
+    #[serde(default = "one_leaf", skip_serializing_if = "is_one_leaf")]
+    pub leaves: usize,
     pub prologue: Body,
+}
+
+fn one_leaf() -> usize {
+    1
+}
+
+fn is_one_leaf(leaves: &usize) -> bool {
+    *leaves == 1
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -378,9 +392,26 @@ impl MultiReduce {
         Expr::Load { input: item, offset: 0, strides: vec![] }
     }
 
-    /// The load through which a prologue reads the item's current element.
+    /// The load through which a prologue reads the item's current element (of its first leaf).
     pub fn element_load() -> Expr {
-        Expr::Load { input: 0, offset: 0, strides: vec![1] }
+        MultiReduce::leaf_load(0)
+    }
+
+    /// The load through which a prologue reads the current element of the item's leaf `leaf`.
+    pub fn leaf_load(leaf: usize) -> Expr {
+        Expr::Load { input: leaf, offset: 0, strides: vec![1] }
+    }
+
+    /// The first kernel input slot of each item (its leaves are the slots from there on), and
+    /// the number of input slots all items read; `None` where an item names no reduction.
+    pub fn first_inputs(&self) -> Option<(Vec<usize>, usize)> {
+        let mut next = 0;
+        let mut firsts = Vec::with_capacity(self.items.len());
+        for item in &self.items {
+            firsts.push(next);
+            next += self.reductions.get(item.reduction)?.leaves;
+        }
+        Some((firsts, next))
     }
 
     /// Total elements of all items.

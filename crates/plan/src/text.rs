@@ -253,7 +253,8 @@ fn fmt_multi_reduce(f: &mut fmt::Formatter<'_>, mr: &MultiReduce) -> fmt::Result
             .filter(|&i| mr.items[i].reduction == r)
             .map(|i| format!("{i}:{}", mr.items[i].len))
             .collect();
-        writeln!(f, "  reduction {r} over {} items [{}]:", red.dtype, listed(&items, ","))?;
+        let leaves = if red.leaves == 1 { String::new() } else { format!(" ({} leaves each)", red.leaves) };
+        writeln!(f, "  reduction {r} over {} items{leaves} [{}]:", red.dtype, listed(&items, ","))?;
         fmt_body(f, &red.prologue, None)?;
         writeln!(f, "  reduce_{} v{} -> item result", red.op.name(), red.prologue.values.len().saturating_sub(1))?;
     }

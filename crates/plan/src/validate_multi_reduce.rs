@@ -1,5 +1,6 @@
 //! The validation rules of the multi-reduce kernel family: K independent full reductions in one
-//! launch, each item with its reduction's prologue, and the scalar epilogue over their results.
+//! launch, each item with its reduction's prologue over one or more leaves of its length, and the
+//! scalar epilogue over their results.
 
 use crate::error::Rule;
 use crate::plan::{Expr, ItemReduction, Kernel, MultiReduce, Plan};
@@ -10,22 +11,30 @@ use braze_ir::{Op, Shape};
 impl Plan {
     pub(crate) fn validate_multi_reduce(&self, kernel: &Kernel, mr: &MultiReduce) -> KernelResult {
         let fail = |detail: String| Err(broken(Rule::MultiReduce, detail));
-        if mr.items.len() != kernel.inputs.len() {
-            return fail(format!("{} items but {} inputs", mr.items.len(), kernel.inputs.len()));
-        }
         for (r, reduction) in mr.reductions.iter().enumerate() {
             validate_item_reduction(r, reduction)?;
         }
+        let Some((firsts, slots)) = mr.first_inputs() else {
+            let bad = mr.items.iter().position(|it| it.reduction >= mr.reductions.len()).unwrap_or(0);
+            return fail(format!("item {bad} runs reduction {} of {}", mr.items[bad].reduction, mr.reductions.len()));
+        };
+        if slots != kernel.inputs.len() {
+            return fail(format!(
+                "{} items read {slots} leaves but the kernel has {} inputs",
+                mr.items.len(),
+                kernel.inputs.len()
+            ));
+        }
         for (i, item) in mr.items.iter().enumerate() {
-            let Some(reduction) = mr.reductions.get(item.reduction) else {
-                return fail(format!("item {i} runs reduction {} of {}", item.reduction, mr.reductions.len()));
-            };
-            let buffer = self.buffer(kernel.inputs[i]);
-            if buffer.numel != item.len || buffer.dtype != reduction.dtype {
-                return fail(format!(
-                    "item {i}: {} {} elements, but its buffer holds {} {}",
-                    item.len, reduction.dtype, buffer.numel, buffer.dtype
-                ));
+            let reduction = &mr.reductions[item.reduction];
+            for slot in firsts[i]..firsts[i] + reduction.leaves {
+                let buffer = self.buffer(kernel.inputs[slot]);
+                if buffer.numel != item.len || buffer.dtype != reduction.dtype {
+                    return fail(format!(
+                        "item {i}: {} {} elements, but its buffer in{slot} holds {} {}",
+                        item.len, reduction.dtype, buffer.numel, buffer.dtype
+                    ));
+                }
             }
         }
         self.validate_epilogue(kernel, mr)
@@ -90,13 +99,16 @@ fn validate_item_reduction(r: usize, red: &ItemReduction) -> KernelResult {
     let fail = |detail: String| Err(broken(Rule::MultiReduce, format!("reduction {r}: {detail}")));
     let prologue = &red.prologue;
     let Some(reduced) = prologue.values.last() else { return fail("the prologue has no values".into()) };
+    if red.leaves == 0 {
+        return fail("reads no leaf".into());
+    }
     if !prologue.stores.is_empty() {
         return fail("the prologue stores".into());
     }
     for (i, value) in prologue.values.iter().enumerate() {
-        if let Expr::Load { .. } = value.expr {
-            if value.expr != MultiReduce::element_load() {
-                return fail(format!("v{i}: the prologue reads more than the current element"));
+        if let Expr::Load { input, .. } = value.expr {
+            if input >= red.leaves || value.expr != MultiReduce::leaf_load(input) {
+                return fail(format!("v{i}: the prologue reads more than the current element of its leaves"));
             }
             if value.dtype != red.dtype {
                 return fail(format!("v{i}: loads {} elements as {}", red.dtype, value.dtype));

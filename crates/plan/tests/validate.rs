@@ -110,7 +110,7 @@ fn multi_reduce() -> Plan {
     let r0 = epilogue.push(MultiReduce::result_load(0), F);
     let r1 = epilogue.push(MultiReduce::result_load(1), F);
     let mr = MultiReduce {
-        reductions: vec![ItemReduction { op: ReduceOp::Sum, dtype: F, prologue }],
+        reductions: vec![ItemReduction { op: ReduceOp::Sum, dtype: F, leaves: 1, prologue }],
         items: vec![ReduceItem { reduction: 0, len: 3 }, ReduceItem { reduction: 0, len: 5 }],
         epilogue,
         stores: vec![ElementStore { value: r0, output: 0, index: 0 }, ElementStore { value: r1, output: 0, index: 1 }],
@@ -142,8 +142,8 @@ fn multi_reduce_epilogue() -> Plan {
     let total = epilogue.push(Expr::Binary { op: BinaryOp::Add, a: s, b: bf }, F);
     let mr = MultiReduce {
         reductions: vec![
-            ItemReduction { op: ReduceOp::Sum, dtype: F, prologue: squares },
-            ItemReduction { op: ReduceOp::Max, dtype: DType::Bool, prologue: any },
+            ItemReduction { op: ReduceOp::Sum, dtype: F, leaves: 1, prologue: squares },
+            ItemReduction { op: ReduceOp::Max, dtype: DType::Bool, leaves: 1, prologue: any },
         ],
         items: vec![ReduceItem { reduction: 0, len: 3 }, ReduceItem { reduction: 1, len: 0 }],
         epilogue,
@@ -163,6 +163,35 @@ fn multi_reduce_epilogue() -> Plan {
         inputs: ids(&[0, 1]),
         outputs: vec![output(2, &[]), output(3, &[])],
         kernels: vec![kernel("multi_reduce_sum_max", KernelKind::MultiReduce(mr), &[0, 1], &[2, 3])],
+    }
+}
+
+/// `b4 = [sum(b0 * b1), sum(b2 * b3)]`: items of two leaves each.
+fn multi_reduce_two_leaves() -> Plan {
+    let mut prologue = Body::default();
+    let x = load(&mut prologue, 0, 0, &[1], F);
+    let y = load(&mut prologue, 1, 0, &[1], F);
+    prologue.push(Expr::Binary { op: BinaryOp::Mul, a: x, b: y }, F);
+    let mut epilogue = Body::default();
+    let r0 = epilogue.push(MultiReduce::result_load(0), F);
+    let r1 = epilogue.push(MultiReduce::result_load(1), F);
+    let mr = MultiReduce {
+        reductions: vec![ItemReduction { op: ReduceOp::Sum, dtype: F, leaves: 2, prologue }],
+        items: vec![ReduceItem { reduction: 0, len: 3 }, ReduceItem { reduction: 0, len: 5 }],
+        epilogue,
+        stores: vec![ElementStore { value: r0, output: 0, index: 0 }, ElementStore { value: r1, output: 0, index: 1 }],
+    };
+    Plan {
+        buffers: vec![
+            buffer(F, 3, BufferRole::Input(0)),
+            buffer(F, 3, BufferRole::Input(1)),
+            buffer(F, 5, BufferRole::Input(2)),
+            buffer(F, 5, BufferRole::Input(3)),
+            buffer(F, 2, BufferRole::Output),
+        ],
+        inputs: ids(&[0, 1, 2, 3]),
+        outputs: vec![output(4, &[2])],
+        kernels: vec![kernel("multi_reduce_dot", KernelKind::MultiReduce(mr), &[0, 1, 2, 3], &[4])],
     }
 }
 
@@ -668,6 +697,18 @@ fn multi_reduce_rule() {
     );
     // The prologue's values are typed like any body.
     check(&with(multi_reduce(), |p| prologue(p).values[1].dtype = DType::Bool), Some(Rule::ValueTypes));
+}
+
+#[test]
+fn multi_reduce_leaves_rule() {
+    check(&multi_reduce_two_leaves(), None);
+    // One input per leaf of each item, in item order, each of the item's length.
+    check(&with(multi_reduce_two_leaves(), |p| p.kernels[0].inputs.truncate(3)), Some(Rule::MultiReduce));
+    check(&with(multi_reduce_two_leaves(), |p| p.kernels[0].inputs.swap(1, 2)), Some(Rule::MultiReduce));
+    check(&with(multi_reduce_two_leaves(), |p| multi(p).reductions[0].leaves = 3), Some(Rule::MultiReduce));
+    // A prologue loads only leaves it has.
+    check(&with(multi_reduce_two_leaves(), |p| multi(p).reductions[0].leaves = 1), Some(Rule::MultiReduce));
+    check(&with(multi_reduce(), |p| multi(p).reductions[0].leaves = 0), Some(Rule::MultiReduce));
 }
 
 #[test]

@@ -296,7 +296,7 @@ fn multi_sum_of_nothing(dtype: DType) -> Plan {
     plan.outputs.push(PlanOutput { buffer: out, shape: Shape::new(vec![0]) });
     let mut prologue = Body::default();
     prologue.push(MultiReduce::element_load(), dtype);
-    let reductions = vec![ItemReduction { op: ReduceOp::Sum, dtype, prologue }];
+    let reductions = vec![ItemReduction { op: ReduceOp::Sum, dtype, leaves: 1, prologue }];
     let kind =
         KernelKind::MultiReduce(MultiReduce { reductions, items: vec![], epilogue: Body::default(), stores: vec![] });
     let sources = ["sum", "stack"]
@@ -325,6 +325,32 @@ pub fn multi_max_abs(items: &[usize]) -> Plan {
         .collect();
     let out = g.op(Op::Stack { axis: 0 }, &maxes);
     g.compile(&[out])
+}
+
+/// Prologues over two tensors per item, folded with adds: `sum((p - q)^2)` of f32 pairs of the
+/// given lengths, and dot products `sum(f32(p) * f32(q))` of bf16 pairs.
+pub fn multi_two_leaves(f32: &[usize], bf16: &[usize]) -> Plan {
+    let mut g = GraphBuilder::default();
+    let mut total: Option<NodeId> = None;
+    for (dtype, sizes) in [(DType::F32, f32), (DType::BF16, bf16)] {
+        for &n in sizes {
+            let (p, q) = (g.input(dtype, &[n]), g.input(dtype, &[n]));
+            let s = if dtype == DType::F32 {
+                let d = g.binary(BinaryOp::Sub, p, q);
+                let sq = g.binary(BinaryOp::Mul, d, d);
+                g.reduce_all(ReduceOp::Sum, sq)
+            } else {
+                let (p, q) = (g.cast(p, DType::F32), g.cast(q, DType::F32));
+                let pq = g.binary(BinaryOp::Mul, p, q);
+                g.reduce_all(ReduceOp::Sum, pq)
+            };
+            total = Some(match total {
+                Some(total) => g.binary(BinaryOp::Add, total, s),
+                None => s,
+            });
+        }
+    }
+    g.compile(&[total.expect("at least one pair")])
 }
 
 /// The global gradient norm and the clip scale of `clip_grad_norm`, over bf16 and f32
@@ -536,6 +562,7 @@ pub fn all_plans() -> Vec<(&'static str, Plan)> {
         ("multi_reduce_mean_square", multi_mean_square(&[10, 300, 0])),
         ("multi_reduce_grad_norm", multi_grad_norm(&[70_000, 33, 0], &[4096, 1, 20_000])),
         ("multi_reduce_any_non_finite", multi_any_non_finite(&[1000, 40_000, 7], &[300, 0])),
+        ("multi_reduce_two_leaves", multi_two_leaves(&[50_000, 3, 0], &[1000, 20_000])),
         ("concat_3", concat(&[10, 6, 16], DType::F32)),
         ("concat_20_bf16", concat(&[3; 20], DType::BF16)),
         ("multi_reduce_no_items", multi_sum(&[], DType::F32)),

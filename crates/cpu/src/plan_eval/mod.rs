@@ -465,21 +465,23 @@ fn run_row(row_kernel: &RowKernel, inputs: &[&HostData], outputs: &mut [HostData
     }
 }
 
-/// K full reductions: item `i` runs its reduction's prologue on each element of kernel input `i`
-/// and folds the last prologue value in f32 for floats (sums as trees, as the kernels form
-/// them); then the epilogue runs once over the K results and its element stores write the
-/// outputs.
+/// K full reductions: item `i` runs its reduction's prologue on each element of its leaves (the
+/// kernel inputs from its first one on) and folds the last prologue value in f32 for floats
+/// (sums as trees, as the kernels form them); then the epilogue runs once over the K results and
+/// its element stores write the outputs.
 fn run_multi_reduce(multi: &MultiReduce, inputs: &[&HostData], outputs: &mut [HostData]) {
     let mut results: Vec<Val> = Vec::with_capacity(multi.items.len());
-    for (item, data) in multi.items.iter().zip(inputs) {
+    let (firsts, _) = multi.first_inputs().expect("validated: every item runs a reduction");
+    for (item, &first) in multi.items.iter().zip(&firsts) {
         let reduction = &multi.reductions[item.reduction];
+        let leaves = &inputs[first..first + reduction.leaves];
         let prologue = &reduction.prologue;
         let mut values: Vec<Val> = Vec::with_capacity(prologue.values.len());
         let element = |index: usize, values: &mut Vec<Val>| {
             values.clear();
             for value in &prologue.values {
                 let v = match &value.expr {
-                    Expr::Load { offset, strides, .. } => load(data, offset + index * strides[0]),
+                    Expr::Load { input, offset, strides } => load(leaves[*input], offset + index * strides[0]),
                     expr => compute(expr, value.dtype, |id| values[id.0]),
                 };
                 values.push(v);

@@ -4,7 +4,7 @@
 //!
 //! | rule | kernel |
 //! | --- | --- |
-//! | independent full reductions of K tensors, each after its own per-element prologue, and the scalar ops and stacks over their results | multi-reduce, K items and an epilogue |
+//! | independent full reductions, each after its own per-element prologue over one tensor or a few contiguous ones of its shape, and the scalar ops and stacks over their results | multi-reduce, K items and an epilogue |
 //! | full reduction of a tensor longer than `row_cache_limit` | multi-reduce, one item |
 //! | matmul | matmul |
 //! | `+ bias[n]`, then `relu` or `gelu_tanh`, on a matmul result with no other user | matmul epilogue |

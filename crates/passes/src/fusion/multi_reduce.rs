@@ -3,14 +3,15 @@
 //! ops that read only those results and constants (a chain of adds, a scale per result, a
 //! logical or, a stack) become the kernel's epilogue, run once when the last item is done.
 //!
-//! Which reductions share a launch: every full reduction is an item candidate when its prologue
-//! reads one tensor that is stored anyway (so claiming it adds no kernel), when it reduces more
-//! than `row_cache_limit` elements, or when a stack reads it. A candidate's level is one more than
-//! the highest level of the candidates it depends on (0 for none); candidates of one level cannot
-//! depend on each other, so each level becomes one kernel (a few when they hold more than
-//! [`MAX_REDUCTIONS`] distinct prologues). A level of one small unstacked reduction is left to
-//! the row kernels, which can also fuse its producers. A `sum * (1/n)` over an item's `n`
-//! elements is folded in as a mean.
+//! Which reductions share a launch: every full reduction is an item candidate when it has a
+//! prologue (over one tensor, or a few of its shape read as contiguous buffers: `sum((p - q)^2)`,
+//! a dot product), when it reads, without one, a tensor that is stored anyway (so claiming it
+//! adds no kernel), when it reduces more than `row_cache_limit` elements, or when a stack reads
+//! it. A candidate's level is one more than the highest level of the candidates it depends on
+//! (0 for none); candidates of one level cannot depend on each other, so each level becomes one
+//! kernel (a few when they hold more than [`MAX_REDUCTIONS`] distinct prologues). A level of one
+//! small unstacked reduction is left to the row kernels, which can also fuse its producers. A
+//! `sum * (1/n)` over an item's `n` elements is folded in as a mean.
 
 use super::{is_view, Fuser, GroupKind, Space};
 use braze_ir::{BinaryOp, Literal, NodeId, Op, ReduceOp};
@@ -19,6 +20,9 @@ use std::fmt::Write;
 
 /// Distinct item programs one kernel runs (each is a `case` of its code).
 const MAX_REDUCTIONS: usize = 8;
+/// Tensors one item's prologue reads element by element (each is a pointer and a vector load
+/// per step of the item's loop).
+const MAX_LEAVES: usize = 4;
 /// Epilogue ops one kernel runs (one thread runs them all).
 const MAX_EPILOGUE: usize = 1024;
 /// Values one kernel stores (each output is a kernel parameter).
@@ -40,9 +44,11 @@ pub(super) struct ReduceItem {
     /// The top, the reduction and the prologue.
     members: Vec<NodeId>,
     pub(super) op: ReduceOp,
-    /// The tensor whose elements the item reduces.
-    pub(super) leaf: NodeId,
-    /// Per-element ops between the leaf and the reduction, in topological order.
+    /// The tensors of the reduced shape whose elements the prologue reads (one, without a
+    /// prologue), all of one dtype; several only when each reads as its contiguous buffer, so
+    /// that element `j` of every leaf is element `j` of its buffer.
+    pub(super) leaves: Vec<NodeId>,
+    /// Per-element ops between the leaves and the reduction, in topological order.
     pub(super) prologue: Vec<NodeId>,
     /// Equal for items that run the same program: op, prologue and dtypes.
     pub(super) signature: String,
@@ -132,7 +138,7 @@ impl Fuser<'_> {
     fn claim_items(&mut self, items: Vec<ReduceItem>, in_items: &HashSet<NodeId>) {
         let epilogue = self.epilogue_of(&items, in_items);
         let group = MultiReduceGroup { items, epilogue };
-        let large = |it: &ReduceItem| self.shape(it.leaf).numel() > self.options.row_cache_limit;
+        let large = |it: &ReduceItem| self.shape(it.leaves[0]).numel() > self.options.row_cache_limit;
         let stacks = group.epilogue.iter().any(|&e| matches!(self.node(e).op, Op::Concat { .. }));
         if group.items.len() == 1 && !large(&group.items[0]) && !stacks {
             return;
@@ -205,8 +211,8 @@ impl Fuser<'_> {
             };
             let Some(item) = self.reduce_item(top, true) else { continue };
             let eligible = !item.prologue.is_empty()
-                || self.stored_anyway(item.leaf, r)
-                || self.shape(item.leaf).numel() > self.options.row_cache_limit
+                || self.stored_anyway(item.leaves[0], r)
+                || self.shape(item.leaves[0]).numel() > self.options.row_cache_limit
                 || stacked.contains(&top);
             if eligible && item.members.iter().all(|m| !used.contains(m)) {
                 used.extend(&item.members);
@@ -355,17 +361,19 @@ impl Fuser<'_> {
         if axes.len() != self.shape(o).rank() || *op == ReduceOp::Mean {
             return None;
         }
-        let (prologue, leaf) = if with_prologue { self.single_leaf_prologue(r, o) } else { (Vec::new(), o) };
+        let (prologue, leaves) = if with_prologue { self.leaf_prologue(r, o) } else { (Vec::new(), vec![o]) };
         let op = if mean { ReduceOp::Mean } else { *op };
-        let signature = self.prologue_signature(op, &prologue, leaf);
+        let signature = self.prologue_signature(op, &prologue, &leaves);
         members.extend(&prologue);
-        Some(ReduceItem { top, members, op, leaf, prologue, signature })
+        Some(ReduceItem { top, members, op, leaves, prologue, signature })
     }
 
-    /// The elementwise ops between the reduction's operand `o` and a single tensor leaf that
-    /// nothing else reads, in topological order, and that leaf; `(vec![], o)` when there is none.
-    fn single_leaf_prologue(&self, r: NodeId, o: NodeId) -> (Vec<NodeId>, NodeId) {
-        let none = (Vec::new(), o);
+    /// The elementwise ops between the reduction's operand `o` and the tensor leaves they read,
+    /// which nothing else reads, in topological order, and those leaves (at most [`MAX_LEAVES`]
+    /// of `o`'s shape and dtype, several only where each reads as its contiguous buffer);
+    /// `(vec![], [o])` when there are none.
+    fn leaf_prologue(&self, r: NodeId, o: NodeId) -> (Vec<NodeId>, Vec<NodeId>) {
+        let none = (Vec::new(), vec![o]);
         let per_element = |x: NodeId| {
             let op = &self.node(x).op;
             op.is_elementwise() && !matches!(op, Op::Constant { .. }) && self.shape(x) == self.shape(o)
@@ -392,33 +400,36 @@ impl Fuser<'_> {
                 inside.insert(x);
             }
         }
+        let mut prologue: Vec<NodeId> = inside.into_iter().collect();
+        prologue.sort_by_key(|&x| self.pos(x));
+        // Leaves in the order the prologue first reads them, so equal prologues over other
+        // tensors get equal signatures.
         let mut leaves: Vec<NodeId> = Vec::new();
-        for &x in &inside {
+        for &x in &prologue {
             for &p in &self.node(x).operands {
                 let constant = matches!(self.read_access(p), super::Access::Const { .. });
-                if !inside.contains(&p) && !constant && !leaves.contains(&p) {
+                if !prologue.contains(&p) && !constant && !leaves.contains(&p) {
                     leaves.push(p);
                 }
             }
         }
-        match leaves[..] {
-            [leaf] if self.shape(leaf) == self.shape(o) => {
-                let mut prologue: Vec<NodeId> = inside.into_iter().collect();
-                prologue.sort_by_key(|&x| self.pos(x));
-                (prologue, leaf)
-            }
-            _ => none,
+        let dtype = leaves.first().map(|&l| self.node(l).dtype);
+        let fits = |&l: &NodeId| self.shape(l) == self.shape(o) && Some(self.node(l).dtype) == dtype;
+        let aligned = leaves.len() == 1 || leaves.iter().all(|&l| self.reads_contiguously(l));
+        if leaves.is_empty() || leaves.len() > MAX_LEAVES || !leaves.iter().all(fits) || !aligned {
+            return none;
         }
+        (prologue, leaves)
     }
 
-    fn prologue_signature(&self, op: ReduceOp, prologue: &[NodeId], leaf: NodeId) -> String {
-        let mut sig = format!("{}:{}", op.name(), self.node(leaf).dtype);
+    fn prologue_signature(&self, op: ReduceOp, prologue: &[NodeId], leaves: &[NodeId]) -> String {
+        let mut sig = format!("{}:{}x{}", op.name(), self.node(leaves[0]).dtype, leaves.len());
         for (i, &x) in prologue.iter().enumerate() {
             let node = self.node(x);
             let _ = write!(sig, "|p{i}={:?}:{}(", node.op, node.dtype);
             for &p in &node.operands {
-                if p == leaf {
-                    sig.push_str("t,");
+                if let Some(l) = leaves.iter().position(|&q| q == p) {
+                    let _ = write!(sig, "t{l},");
                 } else if let Some(j) = prologue.iter().position(|&q| q == p) {
                     let _ = write!(sig, "p{j},");
                 } else if let super::Access::Const { value } = self.read_access(p) {

@@ -1,6 +1,6 @@
-//! From a multi-reduce group to its plan kernel: one prologue per distinct item program, the
-//! epilogue over the items' results, and an element store per stored value (K of them for a
-//! stack).
+//! From a multi-reduce group to its plan kernel: one prologue per distinct item program (over
+//! the item's leaves, kernel inputs in item order), the epilogue over the items' results, and an
+//! element store per stored value (K of them for a stack).
 
 use super::lower::{BodyBuilder, Domain};
 use super::multi_reduce::MultiReduceGroup;
@@ -11,7 +11,7 @@ use braze_plan::{ElementStore, Expr, ItemReduction, MultiReduce, ReduceItem, Val
 
 impl Fuser<'_> {
     /// The kernel of group `gid`; `stored` are the nodes its output slots hold, in slot order.
-    /// `bb` gets the leaves' buffers as the kernel's inputs, item `i` reading slot `i`.
+    /// `bb` gets the leaves' buffers as the kernel's inputs, item after item.
     pub(super) fn lower_multi_reduce(
         &self,
         gid: usize,
@@ -23,18 +23,23 @@ impl Fuser<'_> {
         let mut reductions = Vec::with_capacity(firsts.len());
         for &f in &firsts {
             let item = &mr.items[f];
-            let dtype = self.node(item.leaf).dtype;
+            let dtype = self.node(item.leaves[0]).dtype;
             let mut prologue = BodyBuilder::default();
-            let element = prologue.body.push(MultiReduce::element_load(), dtype);
-            prologue.values.insert(item.leaf, element);
+            for (l, &leaf) in item.leaves.iter().enumerate() {
+                let element = prologue.body.push(MultiReduce::leaf_load(l), dtype);
+                prologue.values.insert(leaf, element);
+            }
             self.lower_members(&mut prologue, gid, &Domain::Item, &item.prologue)?;
-            reductions.push(ItemReduction { op: item.op, dtype, prologue: prologue.body });
+            let leaves = item.leaves.len();
+            reductions.push(ItemReduction { op: item.op, dtype, leaves, prologue: prologue.body });
         }
         let mut items = Vec::with_capacity(mr.items.len());
         for (i, item) in mr.items.iter().enumerate() {
-            let base = self.buffer_base(item.leaf, bb)?;
-            bb.inputs.push(base);
-            items.push(ReduceItem { reduction: program[i], len: self.shape(item.leaf).numel() });
+            for &leaf in &item.leaves {
+                let base = self.buffer_base(leaf, bb)?;
+                bb.inputs.push(base);
+            }
+            items.push(ReduceItem { reduction: program[i], len: self.shape(item.leaves[0]).numel() });
         }
 
         let mut epilogue = BodyBuilder::default();

@@ -84,7 +84,8 @@ impl Fuser<'_> {
         let mut needed = Vec::new();
         for group in self.groups.iter().flatten() {
             if let GroupKind::MultiReduce(mr) = &group.kind {
-                needed.extend(mr.items.iter().map(|it| it.leaf).filter(|&leaf| !self.reads_densely(leaf)));
+                let leaves = mr.items.iter().flat_map(|it| it.leaves.iter().copied());
+                needed.extend(leaves.filter(|&leaf| !self.reads_densely(leaf)));
             }
         }
         for &n in &self.order {
