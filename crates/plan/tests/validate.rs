@@ -192,6 +192,7 @@ fn multi_reduce_two_leaves() -> Plan {
         inputs: ids(&[0, 1, 2, 3]),
         outputs: vec![output(4, &[2])],
         kernels: vec![kernel("multi_reduce_dot", KernelKind::MultiReduce(mr), &[0, 1, 2, 3], &[4])],
+        checks: Vec::new(),
     }
 }
 
