@@ -33,5 +33,5 @@ for line in sys.stdin:
         shutil.copy(m["executable"], os.path.join(".stage/bin", name))
         print("staged test binary", name)
 '
-cp benches/torch_baseline.py benches/sweeps.py benches/torch_train.py benches/torch_busy.py benches/gpu-run.sh benches/compare.py .stage/
+cp benches/torch_baseline.py benches/sweeps.py benches/torch_train.py benches/torch_busy.py benches/torch_gpt2.py benches/gpu-run.sh benches/compare.py .stage/
 du -sh .stage
