@@ -955,6 +955,7 @@ fn cases_cover_every_kernel_family() {
         "multi_pointwise",
         "attention",
         "attention_backward",
+        "index_add",
     ]
     .into();
     assert_eq!(seen, all);
