@@ -187,6 +187,14 @@ const CASES: &[Case] = &[
         inputs: Inputs::Random,
         kernels: &["row", "row", "row"],
     },
+    // A GPT-style embedding: token rows gathered inside the kernel that adds the positions and
+    // casts; the weight's gradient a scatter-add of its own.
+    Case {
+        name: "embedding_backward_bf16",
+        build: || embedding_backward(DType::BF16, 50, 16, [4, 8]),
+        inputs: Inputs::Random,
+        kernels: &["multi_pointwise", "index_add", "multi_pointwise"],
+    },
     Case {
         name: "dropout_backward_bf16",
         build: || dropout_backward(DType::BF16, 8, 33),
@@ -446,6 +454,29 @@ fn cross_entropy_backward(dtype: DType, rows: usize, classes: usize) -> Graph {
     let dloss = b.input(dtype, []);
     let mut g = gradients(b, &[(loss, dloss)], &[logits]);
     let mut outputs = vec![loss];
+    outputs.extend(g.outputs().iter().copied());
+    g.set_outputs(outputs);
+    g
+}
+
+/// `cast(embedding(weight, clamp(idx)) + positions)` and the weight's gradient for an incoming
+/// `dout`; random indices are clamped into `0..vocab` (repeats at the ends).
+fn embedding_backward(dtype: DType, vocab: usize, dim: usize, tokens: [usize; 2]) -> Graph {
+    let mut b = Builder::new();
+    let weight = b.input(dtype, [vocab, dim]);
+    let raw = b.input(DType::I32, tokens);
+    let positions = b.input(DType::F32, [tokens[1], dim]);
+    let high = b.g.constant((vocab - 1) as f64, DType::I32);
+    let low = b.g.constant(0.0, DType::I32);
+    let capped = b.op(Op::Binary { op: BinaryOp::Min }, &[raw, high]);
+    let idx = b.op(Op::Binary { op: BinaryOp::Max }, &[capped, low]);
+    let rows = b.op(Op::IndexSelect { axis: 0 }, &[weight, idx]);
+    let wide = b.g.cast(rows, DType::F32).unwrap();
+    let sum = b.op(Op::Binary { op: BinaryOp::Add }, &[wide, positions]);
+    let out = b.g.cast(sum, dtype).unwrap();
+    let dout = b.input(dtype, [tokens[0], tokens[1], dim]);
+    let mut g = gradients(b, &[(out, dout)], &[weight]);
+    let mut outputs = vec![out];
     outputs.extend(g.outputs().iter().copied());
     g.set_outputs(outputs);
     g
@@ -924,6 +955,7 @@ fn cases_cover_every_kernel_family() {
         "multi_pointwise",
         "attention",
         "attention_backward",
+        "index_add",
     ]
     .into();
     assert_eq!(seen, all);

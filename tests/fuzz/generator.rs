@@ -97,11 +97,35 @@ impl Generator {
 
     /// One of the model ops on `x`: log_softmax of a float, cross_entropy of float `[N, V]`
     /// logits with new integer targets and classes (values in -8..=8: rows with one class,
-    /// several, none, or the ignored one), philox of an integer.
+    /// several, none, or the ignored one), philox of an integer, index_select of anything.
     fn draw_model_op(&mut self, x: NodeId) -> Result<NodeId, Skip> {
         let (dtype, shape) = (self.g.node(x).dtype, self.g.node(x).shape.clone());
         let rank = shape.rank();
-        match self.rng.below(3) {
+        match self.rng.below(4) {
+            3 => {
+                // index_select (an embedding for axis 0 of a matrix) with new indices clamped
+                // into range (repeats at the ends), of one or two dims.
+                if rank == 0 {
+                    return Err(Skip::IllTyped);
+                }
+                let axis = self.rng.below(rank);
+                let bound = shape.dims()[axis];
+                if bound == 0 {
+                    return Err(Skip::IllTyped);
+                }
+                let index = self.rng.pick(&[DType::I32, DType::I64]);
+                let index_shape = if self.rng.chance(0.5) {
+                    Shape(vec![self.rng.pick(&DIMS)])
+                } else {
+                    Shape(vec![self.rng.pick(&DIMS), self.rng.pick(&DIMS)])
+                };
+                let raw = Arg::Input(index, index_shape);
+                let high =
+                    self.commit(Op::Binary { op: BinaryOp::Min }, &[raw, Arg::Const((bound - 1) as f64, index)], None)?;
+                let at =
+                    self.commit(Op::Binary { op: BinaryOp::Max }, &[Arg::Value(high), Arg::Const(0.0, index)], None)?;
+                self.commit(Op::IndexSelect { axis }, &[Arg::Value(x), Arg::Value(at)], None)
+            }
             0 => {
                 if !dtype.is_float() || rank == 0 {
                     return Err(Skip::IllTyped);
@@ -684,10 +708,13 @@ fn the_model_mode_draws_the_model_ops_and_leaves_the_regression_range_alone() {
         let regression = random_graph(seed, &mut Counts::default());
         assert!(regression.node_ids().into_iter().all(|id| !matches!(
             regression.node(id).op,
-            Op::LogSoftmax { .. } | Op::CrossEntropy { .. } | Op::Binary { op: BinaryOp::Philox }
+            Op::LogSoftmax { .. }
+                | Op::CrossEntropy { .. }
+                | Op::Binary { op: BinaryOp::Philox }
+                | Op::IndexSelect { .. }
         )));
     }
-    for op in ["log_softmax", "cross_entropy", "philox"] {
+    for op in ["log_softmax", "cross_entropy", "philox", "index_select"] {
         assert!(ops.contains(op), "no `{op}` in 300 model-mode graphs");
     }
 }

@@ -353,3 +353,44 @@ fn pow_with_a_zero_exponent_has_zero_base_gradient() {
     let want = (-1.5 * 2f32.ln() + 2.0 * 4f32.ln()) as f64;
     assert!((out[1].get_f64(0) - want).abs() < 1e-6, "{} vs {want}", out[1].get_f64(0));
 }
+
+#[test]
+fn index_select_with_repeated_size_one_and_empty_indices() {
+    // Repeated indices sum their rows' gradients; unselected rows get zeros.
+    for (axis, shape, picked) in [
+        (0, vec![5, 3], vec![2, 0, 2, 2, 4]),
+        (1, vec![2, 4, 3], vec![3, 3, 0]),
+        (2, vec![2, 3, 4], vec![1]),
+        (0, vec![1, 3], vec![0, 0]),
+        (0, vec![4, 2], vec![]),
+    ] {
+        let name = format!("index_select axis {axis} of {shape:?} at {picked:?}");
+        check(&case(name, &[(&shape, A)], move |g, x| {
+            let at = if picked.is_empty() {
+                // An empty i64 vector: a slice of nothing.
+                let one = indices(g, &[0]);
+                g.add(Op::Slice { axis: 0, start: 0, end: 0, step: 1 }, &[one], None).unwrap()
+            } else {
+                indices(g, &picked)
+            };
+            op(Op::IndexSelect { axis })(g, &[x[0], at])
+        }));
+    }
+}
+
+#[test]
+fn embedding_with_two_dimensional_indices() {
+    check(&case("embedding [2, 3] of [6, 4]", &[(&[6, 4], A)], |g, x| {
+        let flat = indices(g, &[5, 1, 1, 0, 5, 5]);
+        let at = g.reshape(flat, braze_ir::Shape::new(vec![2, 3])).unwrap();
+        op(Op::IndexSelect { axis: 0 })(g, &[x[0], at])
+    }));
+}
+
+#[test]
+fn index_add_gradient_is_an_index_select() {
+    check(&case("index_add", &[(&[4, 3], A)], |g, x| {
+        let at = indices(g, &[2, 0, 2, 1]);
+        op(Op::IndexAdd { axis: 0, size: 5 })(g, &[x[0], at])
+    }));
+}

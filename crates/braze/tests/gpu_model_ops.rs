@@ -164,3 +164,89 @@ fn gpu_dropout_draws_the_reference_bits() {
     let eval = x.to_device(gpu).unwrap();
     assert!(eval.dropout(0.1, &seed, &seed, false).unwrap().same_tensor(&eval));
 }
+
+/// `n` indices in `0..bound` from a fixed LCG, with repeats.
+fn token_ids(n: usize, bound: usize, seed: u64) -> Vec<i64> {
+    let mut state = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+    (0..n)
+        .map(|_| {
+            state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            ((state >> 33) % bound as u64) as i64
+        })
+        .collect()
+}
+
+#[test]
+fn gpu_embedding_and_its_gradient_at_gpt2_vocabulary() {
+    // GPT-2's padded vocabulary; token rows plus positions cast to the weight's dtype, and the
+    // weight's gradient (a scatter-add of 4,096 rows, many repeated).
+    let f: F = |a| {
+        let (loss, grads) = value_and_grad(
+            |b| b[0].embedding(&a[1])?.add(&a[2])?.cast(DType::F32)?.mul(&a[3])?.sum_all(),
+            &[a[0].clone()],
+        )?;
+        Ok(vec![a[0].embedding(&a[1])?.add(&a[2])?, loss, grads[0].clone()])
+    };
+    for (dtype, index) in [(DType::F32, DType::I64), (DType::BF16, DType::I32)] {
+        let ids = token_ids(4096, 50_304, 7);
+        let inputs = [
+            randn(&[50_304, 64], dtype, 1),
+            Tensor::from_slice(&ids, [4, 1024]).unwrap().cast(index).unwrap(),
+            randn(&[1024, 64], dtype, 2),
+            randn(&[4, 1024, 64], DType::F32, 3),
+        ];
+        check(&format!("embedding {dtype} {index}"), f, &inputs, dtype);
+    }
+}
+
+#[test]
+fn gpu_embedding_gradient_has_the_same_bits_on_every_run() {
+    let Some(gpu) = gpu() else { return };
+    // The training size: V = 50,304, C = 768, 16k tokens.
+    let ids = token_ids(16_384, 50_304, 9);
+    let w = randn(&[50_304, 768], DType::BF16, 4).to_device(gpu).unwrap();
+    let idx = Tensor::from_slice(&ids, [16, 1024]).unwrap().to_device(gpu).unwrap();
+    let g = randn(&[16, 1024, 768], DType::BF16, 5).to_device(gpu).unwrap();
+    let step = compile(|a: &[Tensor]| {
+        let (_, grads) = value_and_grad(|b| b[0].embedding(&a[1])?.mul(&a[2])?.sum_all(), &[a[0].clone()])?;
+        Ok(grads)
+    })
+    .fullgraph(true);
+    let first = step.call(&[w.clone(), idx.clone(), g.clone()]).unwrap()[0].to_vec::<half::bf16>().unwrap();
+    for _ in 0..3 {
+        let again = step.call(&[w.clone(), idx.clone(), g.clone()]).unwrap()[0].to_vec::<half::bf16>().unwrap();
+        assert!(first.iter().zip(&again).all(|(a, b)| a.to_bits() == b.to_bits()), "bits differ between runs");
+    }
+}
+
+#[test]
+fn gpu_embedding_out_of_range_is_an_error_eagerly_and_compiled() {
+    let Some(gpu) = gpu() else { return };
+    let w = randn(&[10, 8], DType::F32, 1).to_device(gpu).unwrap();
+    let bad = indices(&[1, 10, 2], DType::I64).to_device(gpu).unwrap();
+    let err = w.embedding(&bad).unwrap_err().to_string();
+    assert!(err.contains("index 10") && err.contains("0..10"), "{err}");
+    for mode in MODES {
+        let f = compile(|a: &[Tensor]| Ok(vec![a[0].embedding(&a[1])?.mul_scalar(2.0)?])).fullgraph(true).mode(mode);
+        let err = f.call(&[w.clone(), bad.clone()]).unwrap_err().to_string();
+        assert!(err.contains("index_select") && err.contains("index 10") && err.contains("10"), "{mode:?}: {err}");
+        // The check is cleared: good indices run again.
+        let good = indices(&[1, 9, 2], DType::I64).to_device(gpu).unwrap();
+        assert_eq!(f.call(&[w.clone(), good]).unwrap()[0].shape().dims(), [3, 8], "{mode:?}");
+    }
+}
+
+#[test]
+fn gpu_tied_embedding_and_output_weights() {
+    let f: F = |a| {
+        let (loss, grads) = value_and_grad(
+            |b| b[0].embedding(&a[1])?.matmul(&b[0].transpose(0, 1)?)?.mul(&a[2])?.sum_all(),
+            &[a[0].clone()],
+        )?;
+        Ok(vec![loss, grads[0].clone()])
+    };
+    let ids = token_ids(64, 500, 3);
+    let inputs =
+        [randn(&[500, 32], DType::F32, 1), Tensor::from_slice(&ids, [64]).unwrap(), randn(&[64, 500], DType::F32, 2)];
+    check("tied embedding", f, &inputs, DType::F32);
+}

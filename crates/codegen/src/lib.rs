@@ -43,7 +43,9 @@ mod concat;
 mod config;
 mod cuda;
 mod error;
+mod gather;
 mod index;
+mod index_add;
 mod multi_pointwise;
 mod multi_reduce;
 mod multi_reduce_epilogue;
@@ -125,6 +127,10 @@ pub enum Param {
     Scratch(usize),
     /// [`GeneratedKernel::tables`] entry `t`.
     Table(usize),
+    /// The plan's check words: two `u64` per [`braze_plan::Plan::checks`] entry, `[raised,
+    /// first index]`, zero before a run; a kernel that raises check `c` sets word `2c` to 1
+    /// and word `2c + 1` to the offending index (as an i64's bits).
+    Checks,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -185,12 +191,7 @@ pub fn generate(plan: &Plan, kernel: usize, config: &KernelConfig, target: &Targ
         (KernelKind::AttentionBackward(back), KernelConfig::AttentionBackward { warps, rows_per_warp }) => {
             attention::generate_backward(&mut unit, back, warps, rows_per_warp)?
         }
-        (KernelKind::IndexAdd(_), KernelConfig::IndexAdd { .. }) => {
-            return Err(CodegenError::Unsupported {
-                kernel: k.name.clone(),
-                reason: "index_add kernels have no CUDA code yet".into(),
-            })
-        }
+        (KernelKind::IndexAdd(ia), KernelConfig::IndexAdd { block }) => index_add::generate(&mut unit, ia, block)?,
         _ => return Err(mismatch()),
     };
     Ok(KernelCode::Cuda(assemble(unit, config, emitted)))
@@ -274,6 +275,10 @@ impl Unit<'_> {
             declared.push(self.output_param(slot));
             params.push(Param::Output(slot));
         }
+        if gather::kernel_gathers(self.kernel) {
+            declared.push("unsigned long long* __restrict__ checks".into());
+            params.push(Param::Checks);
+        }
         (declared, params)
     }
 }
@@ -304,6 +309,7 @@ fn describe_param(param: &Param) -> String {
         Param::Output(o) => format!("out{o}"),
         Param::Scratch(s) => format!("scratch{s}"),
         Param::Table(t) => format!("table{t}"),
+        Param::Checks => "checks".into(),
     }
 }
 

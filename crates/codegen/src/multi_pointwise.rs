@@ -98,6 +98,11 @@ pub(crate) fn generate(
     declared.push("const Tile* __restrict__ tiles".into());
     params.push(Param::Table(0));
     let mut w = CodeWriter::new();
+    if multi.members.iter().any(|m| crate::gather::body_gathers(&m.body)) {
+        for line in crate::gather::CHECKED_INDEX.lines() {
+            w.line(line);
+        }
+    }
     w.line("// Tile `index` of member `member`: one block's work.");
     w.open("struct Tile");
     w.line("unsigned member;");

@@ -62,6 +62,11 @@ pub(crate) fn generate(unit: &mut Unit<'_>, pw: &Pointwise, block: u32, vec: u32
 
     let (declared, params) = unit.buffer_params();
     let mut w = CodeWriter::new();
+    if crate::gather::body_gathers(body) {
+        for line in crate::gather::CHECKED_INDEX.lines() {
+            w.line(line);
+        }
+    }
     // `, 1`: without it ptxas aims at full occupancy (32 registers at 256 threads) and spills
     // around the slow-path calls of divisions, reciprocals, `sinf`/`cosf` and the like (fuzz
     // seeds 91,000,810, 1,460 and 5,003); a pointwise kernel needs few blocks per SM to stream.
@@ -222,6 +227,33 @@ impl BodyEmit<'_> {
         load_rhs(helpers, self.slots.inputs[info.slot], self.body.values[id].dtype, &lvalue)
     }
 
+    /// The gather of value `id` at flat index `flat`: the table read at the checked index.
+    fn gather_at(&self, helpers: &mut Helpers, id: usize, flat: &str) -> Option<String> {
+        let Expr::Gather { input, offset, strides, index, index_stride, bound, check } = &self.body.values[id].expr
+        else {
+            return None;
+        };
+        let dtype = self.body.values[id].dtype;
+        let checked =
+            format!("braze_checked_index((long long){}, {bound}LL, checks + {})", value_name(index.0), 2 * check);
+        if *bound == 0 {
+            // Every index is out of range and there is no row to read.
+            return Some(format!("((void){checked}, ({})0)", value_type(dtype)));
+        }
+        let view = merge_view(self.dims, strides);
+        let lvalue = format!(
+            "in{input}[{} + (idx_t){checked} * {}]",
+            offset_expr(*offset, &view, flat, self.width),
+            self.width.lit(*index_stride)
+        );
+        Some(load_rhs(helpers, self.slots.inputs[*input], dtype, &lvalue))
+    }
+
+    /// A load or a gather at flat index `flat`.
+    fn read_at(&self, helpers: &mut Helpers, id: usize, flat: &str) -> Option<String> {
+        self.gather_at(helpers, id, flat).or_else(|| self.load_of(id).map(|_| self.gather(helpers, id, flat)))
+    }
+
     fn store_value(&self, helpers: &mut Helpers, id: usize, slot: usize, names: &[String]) -> String {
         cast(helpers, self.body.values[id].dtype, self.slots.outputs[slot], &names[id])
     }
@@ -265,7 +297,7 @@ impl BodyEmit<'_> {
         if numel > 0 && vec == 1 {
             w.open(format!("for (idx_t i = {first}; i < {end}; i += {step})"));
             emit_values(w, self.kernel, helpers, body, computed.iter().copied(), &mut names, |id, helpers| {
-                self.load_of(id).map(|_| self.gather(helpers, id, "i"))
+                self.read_at(helpers, id, "i")
             })?;
             for store in &body.stores {
                 let value = self.store_value(helpers, store.value.0, store.output, &names);
@@ -302,10 +334,14 @@ impl BodyEmit<'_> {
             }
             w.line("#pragma unroll");
             w.open(format!("for (unsigned k = 0u; k < {vec}u; ++k)"));
-            if computed.iter().any(|&id| self.is_kind(id, LoadKind::Gather)) {
+            let gathers = computed.iter().any(|&id| matches!(body.values[id].expr, Expr::Gather { .. }));
+            if gathers || computed.iter().any(|&id| self.is_kind(id, LoadKind::Gather)) {
                 w.line("const idx_t i = i0 + k;");
             }
             emit_values(w, self.kernel, helpers, body, computed.iter().copied(), &mut names, |id, helpers| {
+                if let Some(gather) = self.gather_at(helpers, id, "i") {
+                    return Some(gather);
+                }
                 let info = self.load_of(id)?;
                 Some(match info.kind {
                     LoadKind::Vector => {
@@ -346,7 +382,7 @@ impl BodyEmit<'_> {
             w.line(format!("const idx_t i = {} + threadIdx.x;", width.lit(vectors * vec)));
             let mut tail_names: Vec<String> = (0..body.values.len()).map(value_name).collect();
             emit_values(w, self.kernel, helpers, body, computed.iter().copied(), &mut tail_names, |id, helpers| {
-                self.load_of(id).map(|_| self.gather(helpers, id, "i"))
+                self.read_at(helpers, id, "i")
             })?;
             for store in &body.stores {
                 let value = self.store_value(helpers, store.value.0, store.output, &tail_names);

@@ -28,6 +28,11 @@ pub enum CudaError {
     )]
     CublasLtUnavailable,
 
+    /// A kernel met an index outside `0..bound` (an index_select's check, raised on the device
+    /// and read after the run; the read itself was clamped).
+    #[error("{op}: index {index} is out of range for a dimension of size {bound}")]
+    IndexOutOfRange { op: String, index: i64, bound: usize },
+
     /// The driver loaded but the requested device does not exist.
     #[error("no CUDA device with ordinal {ordinal} ({count} device(s) visible)")]
     NoDevice { ordinal: usize, count: usize },

@@ -113,7 +113,8 @@ pub enum Rule {
     /// a nonempty run of `Key`, `Value` in that order, one output slot each, of the dtype and
     /// q's size; its dtype is a float and its scale finite and positive.
     AttentionBackward,
-    /// A gather is a load (its rules) whose index is an integer value of the body, whose
+    /// A gather appears only in pointwise bodies (of pointwise and multi-pointwise kernels) and
+    /// is a load (its rules) whose index is an integer value of the body, whose
     /// `check` names one of the plan's checks with the gather's bound, and which stays inside
     /// its buffer at every index of `0..bound` (with a bound of 0 it reads nothing).
     Gathers,

@@ -341,6 +341,10 @@ impl Plan {
                     }
                 }
                 Expr::Gather { input, offset, strides, index, index_stride, bound, check } => {
+                    if reductions_allowed {
+                        // Only the pointwise loops check and clamp an index.
+                        return Err(here(Rule::Gathers, "a gather outside a pointwise kernel".into()));
+                    }
                     let Some(&b) = inputs.get(*input) else {
                         return Err(here(Rule::Loads, format!("gathers from input slot {input} of {}", inputs.len())));
                     };
@@ -635,7 +639,8 @@ fn check_value_type(body: &Body, i: usize, reductions_allowed: bool) -> KernelRe
         Ok(())
     };
     match &value.expr {
-        Expr::Load { .. } | Expr::Gather { .. } => Ok(()),
+        Expr::Load { .. } => Ok(()),
+        Expr::Gather { .. } => Err(here(Rule::Gathers, "a gather outside a pointwise kernel".into())),
         Expr::Const { value: c } => {
             if !c.fits(value.dtype) {
                 return Err(here(Rule::ValueTypes, format!("constant {c} is not a {} value", value.dtype)));

@@ -929,3 +929,89 @@ fn attention_rules() {
     check(&with(attention(), |p| p.kernels[1].inputs.swap(3, 5)), Some(Rule::AttentionBackward));
     check(&with(attention(), |p| attention_shape(p, 1).dtype = DType::I32), Some(Rule::AttentionBackward));
 }
+
+/// `b3[i, c] = b0[clamp(b1[i]), c]` over `[3, 4]`: an embedding of a `[5, 4]` table.
+fn gather() -> Plan {
+    let mut body = Body::default();
+    let index = load(&mut body, 1, 0, &[1, 0], DType::I64);
+    let row = body
+        .push(Expr::Gather { input: 0, offset: 0, strides: vec![0, 1], index, index_stride: 4, bound: 5, check: 0 }, F);
+    body.stores.push(Store { value: row, output: 0 });
+    Plan {
+        checks: vec![braze_plan::Check { op: "index_select".into(), loc: None, bound: 5 }],
+        buffers: vec![
+            buffer(F, 20, BufferRole::Input(0)),
+            buffer(DType::I64, 3, BufferRole::Input(1)),
+            buffer(F, 12, BufferRole::Output),
+        ],
+        inputs: ids(&[0, 1]),
+        outputs: vec![output(2, &[3, 4])],
+        kernels: vec![kernel(
+            "pointwise_index_select",
+            KernelKind::Pointwise(Pointwise { shape: Shape::new(vec![3, 4]), body }),
+            &[0, 1],
+            &[2],
+        )],
+    }
+}
+
+#[test]
+fn gathers() {
+    check(&gather(), None);
+    let with = |f: &dyn Fn(&mut Plan)| {
+        let mut plan = gather();
+        f(&mut plan);
+        plan
+    };
+    let set = |plan: &mut Plan, stride: usize, bound: usize, check_index: usize| {
+        if let Expr::Gather { index_stride, bound: b, check, .. } = &mut pointwise_body(plan).values[1].expr {
+            *index_stride = stride;
+            *b = bound;
+            *check = check_index;
+        }
+    };
+    check(&with(&|p| set(p, 5, 5, 0)), Some(Rule::Gathers)); // the last row leaves the table
+    check(&with(&|p| set(p, 4, 5, 1)), Some(Rule::Gathers)); // no check 1
+    check(&with(&|p| p.checks[0].bound = 6), Some(Rule::Gathers)); // the check's bound differs
+    check(&with(&|p| pointwise_body(p).values[0].dtype = F), Some(Rule::Loads)); // i64 data loaded as f32
+    check(
+        &with(&|p| {
+            p.buffers[1].dtype = F;
+            pointwise_body(p).values[0].dtype = F;
+        }),
+        Some(Rule::Gathers),
+    ); // a float index
+       // A zero-row table reads nothing: any stride is fine.
+    check(
+        &with(&|p| {
+            set(p, 1000, 0, 0);
+            p.checks[0].bound = 0;
+        }),
+        None,
+    );
+}
+
+fn index_add(dtype: DType, index: DType, src: usize, out: usize) -> Plan {
+    let ia = braze_plan::IndexAdd { outer: 2, indices: 3, inner: 4, size: 5, dtype, index_dtype: index };
+    Plan {
+        checks: Vec::new(),
+        buffers: vec![
+            buffer(dtype, src, BufferRole::Input(0)),
+            buffer(index, 3, BufferRole::Input(1)),
+            buffer(dtype, out, BufferRole::Output),
+        ],
+        inputs: ids(&[0, 1]),
+        outputs: vec![output(2, &[out])],
+        kernels: vec![kernel("index_add", KernelKind::IndexAdd(ia), &[0, 1], &[2])],
+    }
+}
+
+#[test]
+fn index_adds() {
+    check(&index_add(F, DType::I64, 24, 40), None);
+    check(&index_add(DType::I32, DType::I32, 24, 40), None);
+    check(&index_add(F, DType::I64, 23, 40), Some(Rule::IndexAdd)); // src too short
+    check(&index_add(F, DType::I64, 24, 41), Some(Rule::IndexAdd)); // output too long
+    check(&index_add(F, F, 24, 40), Some(Rule::IndexAdd)); // float indices
+    check(&index_add(DType::Bool, DType::I64, 24, 40), Some(Rule::IndexAdd)); // bools do not add
+}

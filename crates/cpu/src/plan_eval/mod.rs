@@ -358,9 +358,9 @@ fn run_pointwise(pointwise: &Pointwise, inputs: &[&HostData], outputs: &mut [Hos
     }
 }
 
-/// Slice `j` of the source added at `indices[j]`, in the order of `j` (f32 for floats), as the
-/// GPU kernel sums each output element's slices in index order; indices outside `0..size` add
-/// nothing.
+/// Slice `j` of the source added at `indices[j]`, in the order of `j` (in f32, each sum rounded
+/// to an f16/bf16 dtype as the GPU kernel stores it), as the GPU kernel sums each output
+/// element's slices in index order; indices outside `0..size` add nothing.
 fn run_index_add(ia: &braze_plan::IndexAdd, inputs: &[&HostData], outputs: &mut [HostData]) {
     let (src, indices) = (inputs[0], inputs[1]);
     let mut acc: Vec<Val> = vec![cast_const(Literal::Int(0), ia.dtype); ia.outer * ia.size * ia.inner];
@@ -373,7 +373,7 @@ fn run_index_add(ia: &braze_plan::IndexAdd, inputs: &[&HostData], outputs: &mut 
             for i in 0..ia.inner {
                 let slot = &mut acc[(o * ia.size + at as usize) * ia.inner + i];
                 *slot = match (*slot, load(src, (o * ia.indices + j) * ia.inner + i)) {
-                    (Val::Float(a), Val::Float(b)) => Val::Float(a + b),
+                    (Val::Float(a), Val::Float(b)) => cast(Val::Float(a + b), ia.dtype),
                     (Val::Int(a), Val::Int(b)) => settle(Val::Int(a.wrapping_add(b)), ia.dtype),
                     (a, b) => unreachable!("validated: adding {b:?} to {a:?}"),
                 };

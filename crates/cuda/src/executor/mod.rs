@@ -137,6 +137,8 @@ pub struct PlanExecutable {
     /// skips the per-input work (thousands of inputs cost no per-input checks per call).
     tables_for_set: Option<usize>,
     last_addresses: Vec<u64>,
+    /// The plan's check words (two `u64` per check, zero between runs), when it has checks.
+    checks: Option<DeviceBuffer>,
 }
 
 fn device_dtype(dtype: DType) -> Result<MatmulDtype> {
@@ -224,7 +226,9 @@ impl PlanExecutable {
         report.arena_unshared_bytes = memory.unshared_bytes;
         tracing::debug!(target: "braze::kernels", kernels = report.kernels, launches = report.launches,
             compile_ms = report.compile_ms, nvrtc = report.nvrtc_compiles, "plan built");
+        let checks = if plan.checks.is_empty() { None } else { Some(device.alloc_zeroed(16 * plan.checks.len())?) };
         Ok(PlanExecutable {
+            checks,
             device: device.clone(),
             plan,
             kernels,
@@ -485,8 +489,25 @@ impl PlanExecutable {
         } else {
             self.enqueue_all(inputs, &self.output_sets[set_index])?;
         }
+        self.report_checks()?;
         let set = &self.output_sets[set_index];
         Ok(self.plan.outputs.iter().map(|o| self.locate(o.buffer, inputs, set).0.clone()).collect())
+    }
+
+    /// Reads the check words after a run (a host sync, only for plans with checks): the first
+    /// raised check becomes an error naming its op, index and bound, and the words are zeroed
+    /// for the next run.
+    fn report_checks(&self) -> Result<()> {
+        let Some(words) = &self.checks else { return Ok(()) };
+        let values: Vec<u64> = self.device.download_values(words)?;
+        let raised = self.plan.checks.iter().enumerate().find(|(c, _)| values[2 * c] != 0);
+        let Some((c, check)) = raised else { return Ok(()) };
+        self.device.memset_d8(words, 0)?;
+        let op = match &check.loc {
+            Some(loc) => format!("{} at {loc}", check.op),
+            None => check.op.clone(),
+        };
+        Err(CudaError::IndexOutOfRange { op, index: values[2 * c + 1] as i64, bound: check.bound })
     }
 
     /// Uploads input-pointer tables whose pointers changed since the last call.
@@ -552,6 +573,9 @@ impl PlanExecutable {
                             }
                             Param::Scratch(s) => KernelArg::Buffer(&cuda.scratch[s]),
                             Param::Table(t) => KernelArg::Buffer(&cuda.tables[t].buffer),
+                            Param::Checks => {
+                                KernelArg::Buffer(self.checks.as_ref().expect("a plan with gathers has checks"))
+                            }
                         })
                         .collect();
                     let g = launch.grid;

@@ -175,7 +175,7 @@ fn merge(plan: &Plan, members: &[usize]) -> Kernel {
         outputs.extend(&kernel.outputs);
         let mut body = pw.body.clone();
         for value in &mut body.values {
-            if let Expr::Load { input, .. } = &mut value.expr {
+            if let Expr::Load { input, .. } | Expr::Gather { input, .. } = &mut value.expr {
                 *input = slot_of[*input];
             }
         }
