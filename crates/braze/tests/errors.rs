@@ -136,6 +136,6 @@ fn assign_of_another_type_inside_a_compiled_function_is_an_error() {
 fn unknown_workload() {
     check_message(
         workloads::build("nope", &workloads::Sizes::default()).map(|w| w.name),
-        "workload: unknown workload `nope`; known: ln_relu_res, ew_chain, multisum, tiny_block, mlp_block, sync_demo, mlp_step",
+        "workload: unknown workload `nope`; known: ln_relu_res, ew_chain, multisum, tiny_block, mlp_block, sync_demo, mlp_step, block_fwd, block_step, gpt2_step",
     );
 }

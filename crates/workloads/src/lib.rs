@@ -25,6 +25,18 @@ mod workload;
 pub use gpt2::Gpt2Sizes;
 pub use sizes::{multisum_sizes, Mt19937};
 pub use workload::{
-    build, ew_chain, ln_relu_res, mlp_block, mlp_step, mlp_training_step, multisum, sync_demo, tiny_block,
-    tiny_block_inputs, Sizes, TrainingStep, Workload, WorkloadFn, MLP_STEP_LAYERS, MLP_STEP_LR, MLP_STEP_PARAMS, NAMES,
+    ew_chain, ln_relu_res, mlp_block, mlp_step, mlp_training_step, multisum, sync_demo, tiny_block, tiny_block_inputs,
+    Sizes, TrainingStep, Workload, WorkloadFn, MLP_STEP_LAYERS, MLP_STEP_LR, MLP_STEP_PARAMS, NAMES,
 };
+
+/// The workload `name` at `sizes`; the GPT-2 workloads (sizes of their own) at
+/// [`Gpt2Sizes::small`].
+pub fn build(name: &str, sizes: &Sizes) -> braze::Result<Workload> {
+    let small = Gpt2Sizes::small();
+    match name {
+        "block_fwd" => gpt2::block_workload(&small, braze::Device::Cpu, false),
+        "block_step" => gpt2::block_workload(&small, braze::Device::Cpu, true),
+        "gpt2_step" => Ok(gpt2::gpt2_training_step(&small, braze::Device::Cpu)?.0),
+        _ => workload::build_defined(name, sizes),
+    }
+}

@@ -165,8 +165,8 @@ impl Inputs for RandomInputs {
     }
 }
 
-/// The workload `name` at `sizes`.
-pub fn build(name: &str, sizes: &Sizes) -> Result<Workload> {
+/// The workload `name` at `sizes` (the GPT-2 ones are built by [`crate::build`]).
+pub(crate) fn build_defined(name: &str, sizes: &Sizes) -> Result<Workload> {
     let Sizes { rows, hidden, dtype, n, seed, .. } = *sizes;
     let mut inputs = RandomInputs::new(seed);
     match name {
@@ -208,10 +208,6 @@ pub fn build(name: &str, sizes: &Sizes) -> Result<Workload> {
             Ok(inputs.into_workload("sync_demo", Arc::new(sync_demo)))
         }
         "mlp_step" => mlp_step(sizes, Device::Cpu),
-        // The GPT-2 workloads have sizes of their own; `build` gives the small ones.
-        "block_fwd" => crate::gpt2::block_workload(&crate::Gpt2Sizes::small(), Device::Cpu, false),
-        "block_step" => crate::gpt2::block_workload(&crate::Gpt2Sizes::small(), Device::Cpu, true),
-        "gpt2_step" => Ok(crate::gpt2::gpt2_training_step(&crate::Gpt2Sizes::small(), Device::Cpu)?.0),
         other => Err(Error::InvalidArgument {
             op: "workload".into(),
             loc: None,
