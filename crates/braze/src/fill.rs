@@ -39,6 +39,11 @@ impl Tensor {
         }
         let values: Vec<f64> = (0..n).map(|i| i as f64).collect();
         let host = HostTensor::from_f64(dtype, [n], &values).map_err(|e| Error::ir("arange", &loc, e))?;
-        Tensor::from_host(host).to_device(device)
+        // Made on the host and placed directly: not a copy of a tensor's values to the CPU, so
+        // no host synchronization (`to_device(Cpu)` would count one).
+        match device {
+            Device::Cpu => Ok(Tensor::from_host(host)),
+            Device::Cuda(ordinal) => Ok(Tensor::from_cuda(crate::cuda::CudaTensor::upload(&host, ordinal, "arange")?)),
+        }
     }
 }
