@@ -242,6 +242,35 @@ where
         Ok(explanation)
     }
 
+    /// The kernels the function compiles to on `args`, as text to review: for each graph, its
+    /// fused plan and the CUDA C of every generated kernel (a cuBLASLt matmul has none). The text
+    /// is deterministic for one braze version and target, so a user's own test can snapshot it
+    /// (`insta::assert_snapshot!(f.kernel_snapshot(&args)?)`) and `cargo insta review` shows what
+    /// a braze upgrade changed. Kernels are generated for the device of the first argument (on
+    /// the CPU, for the GPU codegen assumes there, an H200): keep such snapshots to one kind of
+    /// machine, the CPU backend in CI for instance. Runs the function once, as `explain` does.
+    pub fn kernel_snapshot(&self, args: &[Tensor]) -> Result<String> {
+        use std::fmt::Write as _;
+        let explanation = self.explain(args)?;
+        let device = args.first().map(Tensor::device).unwrap_or(Device::Cpu);
+        let mut text = String::new();
+        for (g, graph) in explanation.graphs.iter().enumerate() {
+            let exe = backend::compile_fused(graph, Target { device, mode: self.mode })?;
+            let _ = writeln!(text, "==== graph {g}: {} ops ====", graph.op_count());
+            let Some(plan) = exe.plan() else { continue };
+            let _ = write!(text, "{plan}");
+            let sources = exe.kernel_sources();
+            for (k, kernel) in plan.kernels.iter().enumerate() {
+                let _ = writeln!(text, "\n---- kernel {k}: {} ({}) ----", kernel.name, kernel.kind.family());
+                match sources.iter().find(|(name, _)| *name == kernel.name) {
+                    Some((_, source)) => text.push_str(source),
+                    None => text.push_str("(no generated CUDA C: a cuBLASLt matmul or a kernel with nothing to do)\n"),
+                }
+            }
+        }
+        Ok(text)
+    }
+
     /// Calls the function with every GPU kernel it runs timed: the results and each kernel's
     /// GPU time, in launch order. The kernels launch one by one between timing events and the
     /// call waits for them, even in [`Mode::ReduceOverhead`]; on the CPU the list is empty.
