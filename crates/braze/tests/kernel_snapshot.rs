@@ -20,7 +20,7 @@ fn a_compiled_function_hands_out_its_plan_and_kernels_to_snapshot() -> Result<()
     // The same text on a second call: it is deterministic, so a snapshot of it is stable.
     assert_eq!(block.kernel_snapshot(&args)?, text);
     let mut settings = insta::Settings::clone_current();
-    settings.set_snapshot_path(concat!(env!("CARGO_MANIFEST_DIR"), "/../../snapshots/kernels"));
+    settings.set_snapshot_path(concat!(env!("CARGO_MANIFEST_DIR"), "/../../snapshots/plans"));
     settings.set_prepend_module_to_snapshot(false);
     settings.set_omit_expression(true);
     settings.bind(|| insta::assert_snapshot!("user_block_kernel_snapshot", text));
