@@ -12,43 +12,9 @@
 
 mod common;
 
-use braze::{compile, value_and_grad, DType, Mode, Result, Tensor};
+use braze::{value_and_grad, DType, Result, Tensor};
 use braze_cpu::compare::{assert_close_bounded, Bounds};
-use common::gpu;
-
-type F = fn(&[Tensor]) -> Result<Vec<Tensor>>;
-
-/// Runs `f` eagerly on the CPU (the reference) and on inputs widened to f32 (the wide
-/// reference: kernels keep bf16/f16 intermediates in f32), then compiled on the GPU in every
-/// mode (three calls each) and eagerly on the GPU, each output judged against both.
-fn check(name: &str, f: F, inputs: &[Tensor], dtype: DType) {
-    let Some(gpu) = gpu() else { return };
-    let want: Vec<_> = f(inputs).unwrap().iter().map(|t| t.to_host().unwrap()).collect();
-    let wide_inputs: Vec<Tensor> = inputs.iter().map(|t| t.cast(DType::F32).unwrap()).collect();
-    let wide: Vec<_> = f(&wide_inputs)
-        .unwrap()
-        .iter()
-        .zip(&want)
-        .map(|(t, w)| t.cast(w.dtype()).unwrap().to_host().unwrap())
-        .collect();
-    let on_gpu: Vec<Tensor> = inputs.iter().map(|t| t.to_device(gpu).unwrap()).collect();
-    let compare = |label: &str, got: Vec<Tensor>| {
-        assert_eq!(got.len(), want.len(), "{name} {label}");
-        for (j, ((g, w), wide)) in got.iter().zip(&want).zip(&wide).enumerate() {
-            assert_eq!(g.device(), gpu, "{name} {label}: result left the GPU");
-            let bounds = Bounds::for_rounding(w.dtype(), [dtype], w.numel());
-            assert_close_bounded(&g.to_host().unwrap(), w, Some(wide), &bounds)
-                .unwrap_or_else(|e| panic!("{name} {label} output {j}: {e}"));
-        }
-    };
-    for mode in [Mode::Default, Mode::ReduceOverhead, Mode::MaxAutotune] {
-        let compiled = compile(f).fullgraph(true).mode(mode);
-        for call in 0..3 {
-            compare(&format!("{mode:?} call {call}"), compiled.call(&on_gpu).unwrap());
-        }
-    }
-    compare("eager", f(&on_gpu).unwrap());
-}
+use common::{check, gpu, F};
 
 fn forward(a: &[Tensor], causal: bool) -> Result<Vec<Tensor>> {
     Ok(vec![a[0].scaled_dot_product_attention(&a[1], &a[2], causal, None)?])

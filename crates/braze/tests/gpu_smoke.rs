@@ -6,44 +6,7 @@
 mod common;
 
 use braze::{compile, DType, Mode, Result, Tensor};
-use braze_cpu::compare::{assert_close_bounded, Bounds};
-use common::gpu;
-
-type F = fn(&[Tensor]) -> Result<Vec<Tensor>>;
-
-/// Runs `f` eagerly on the CPU (the reference), then compiled and eagerly on the GPU in every
-/// mode, judged by `assert_close_bounded` with the tolerance of `narrowest`, against the
-/// reference or the wide reference (`f` on the inputs widened to f32, each output rounded once to
-/// its dtype, as compiled kernels keep narrow intermediates in f32).
-fn check(name: &str, f: F, inputs: &[Tensor], narrowest: DType) {
-    let Some(gpu) = gpu() else { return };
-    let want: Vec<_> = f(inputs).unwrap().iter().map(|t| t.to_host().unwrap()).collect();
-    let wide_inputs: Vec<Tensor> =
-        inputs.iter().map(|t| if t.dtype().is_float() { t.cast(DType::F32).unwrap() } else { t.clone() }).collect();
-    let wide: Vec<_> = f(&wide_inputs)
-        .unwrap()
-        .iter()
-        .zip(&want)
-        .map(|(t, w)| t.cast(w.dtype()).unwrap().to_host().unwrap())
-        .collect();
-    let on_gpu: Vec<Tensor> = inputs.iter().map(|t| t.to_device(gpu).unwrap()).collect();
-    let compare = |label: &str, got: Vec<Tensor>| {
-        assert_eq!(got.len(), want.len(), "{name} {label}");
-        for ((g, w), wide) in got.iter().zip(&want).zip(&wide) {
-            assert_eq!(g.device(), gpu, "{name} {label}: result left the GPU");
-            let bounds = Bounds::for_rounding(w.dtype(), [narrowest], w.numel());
-            let g = g.to_host().unwrap();
-            assert_close_bounded(&g, w, Some(wide), &bounds).unwrap_or_else(|e| panic!("{name} {label}: {e}"));
-        }
-    };
-    for mode in [Mode::Default, Mode::ReduceOverhead, Mode::MaxAutotune] {
-        let compiled = compile(f).fullgraph(true).mode(mode);
-        for call in 0..3 {
-            compare(&format!("{mode:?} call {call}"), compiled.call(&on_gpu).unwrap());
-        }
-    }
-    compare("eager", f(&on_gpu).unwrap());
-}
+use common::{check, gpu, F};
 
 /// As [`check`] for functions returning sums over many rows, which differ from the wide
 /// reference (float inputs widened to f32, each output rounded once to its dtype) in the order
