@@ -19,9 +19,9 @@
 //!   thread in one order, with no atomics, so gradients have the same bits on every run (one
 //!   kernel would have to add dq across key tiles atomically).
 //!
-//! These kernels are the portable path for every dtype and target; the forward also has a
-//! tensor-core kernel for bf16/f16 on sm_80+ (`attention_mma.rs`), an autotune candidate. The
-//! backward runs here only.
+//! These kernels are the portable path for every dtype and target; for bf16/f16 on sm_80+ the
+//! tensor-core kernels (`attention_mma.rs`, `attention_mma_backward.rs`) come first among the
+//! candidates, these after them.
 
 use crate::cuda::{f32_literal, narrow, widen};
 use crate::error::{invalid_config, malformed, Result};
@@ -88,7 +88,7 @@ fn check_shared(unit: &Unit<'_>, words: usize) -> Result<()> {
     Ok(())
 }
 
-fn check_dtypes(unit: &Unit<'_>, s: &AttentionShape, inputs: &[DType], outputs: &[DType]) -> Result<()> {
+pub(crate) fn check_dtypes(unit: &Unit<'_>, s: &AttentionShape, inputs: &[DType], outputs: &[DType]) -> Result<()> {
     let name = unit.name();
     if !s.dtype.is_float() {
         return Err(malformed(name, format!("dtype {} is not a float", s.dtype)));

@@ -17,16 +17,17 @@ use crate::index::IndexWidth;
 use crate::writer::CodeWriter;
 use crate::{Emitted, Launch, Unit};
 use braze_ir::DType;
-use braze_plan::{Attention, AttentionResult};
+use braze_plan::{Attention, AttentionResult, AttentionShape};
 
 /// Keys a step folds in.
 const KEY_TILE: usize = 64;
 
-/// Whether the tensor-core forward can run `att` on `unit`'s target.
-pub(crate) fn supports(unit: &Unit<'_>, att: &Attention) -> bool {
-    let d = att.shape.head_dim;
+/// Whether the tensor-core kernels (this forward and the backward of
+/// `attention_mma_backward.rs`) can run attention of shape `s` on `unit`'s target.
+pub(crate) fn supports(unit: &Unit<'_>, s: &AttentionShape) -> bool {
+    let d = s.head_dim;
     unit.target.compute_capability >= (8, 0)
-        && matches!(att.shape.dtype, DType::BF16 | DType::F16)
+        && matches!(s.dtype, DType::BF16 | DType::F16)
         && d > 0
         && d.is_multiple_of(16)
         && d <= 128
@@ -35,7 +36,7 @@ pub(crate) fn supports(unit: &Unit<'_>, att: &Attention) -> bool {
 pub(crate) fn generate(unit: &mut Unit<'_>, att: &Attention, warps: u32) -> Result<Emitted> {
     let name = unit.name().to_string();
     let s = att.shape;
-    if !supports(unit, att) {
+    if !supports(unit, &s) {
         return Err(invalid_config(
             &name,
             format!("tensor cores need sm_80+, bf16 or f16 and a head dim that is a multiple of 16 up to 128 (got {} on {})", s.dtype, unit.target.arch()),
@@ -50,10 +51,6 @@ pub(crate) fn generate(unit: &mut Unit<'_>, att: &Attention, warps: u32) -> Resu
     if shared_bytes > unit.target.shared_memory_per_block_optin as usize {
         return Err(invalid_config(&name, format!("{shared_bytes} bytes of shared memory a block")));
     }
-    let (ty, cvt) = match s.dtype {
-        DType::BF16 => ("bf16", "cvt.rn.bf16x2.f32"),
-        _ => ("f16", "cvt.rn.f16x2.f32"),
-    };
     let out_slot = att.results.iter().position(|r| *r == AttentionResult::Out);
     let lse_slot = att.results.iter().position(|r| *r == AttentionResult::Lse);
     let width = IndexWidth::for_largest(unit.largest_buffer());
@@ -61,37 +58,7 @@ pub(crate) fn generate(unit: &mut Unit<'_>, att: &Attention, warps: u32) -> Resu
     let tiles = s.seq.div_ceil(rows);
 
     let mut w = CodeWriter::new();
-    w.line("// Two f32 values as one register of two 16-bit floats, `lo` in the low half.");
-    w.open("__device__ __forceinline__ unsigned pack_half2(float lo, float hi)");
-    w.line("unsigned r;");
-    w.line(format!("asm(\"{cvt} %0, %1, %2;\" : \"=r\"(r) : \"f\"(hi), \"f\"(lo));"));
-    w.line("return r;");
-    w.close();
-    w.line("");
-    w.open("__device__ __forceinline__ void mma_16816(float* c, const unsigned* a, unsigned b0, unsigned b1)");
-    w.line(format!(
-        "asm volatile(\"mma.sync.aligned.m16n8k16.row.col.f32.{ty}.{ty}.f32 {{%0,%1,%2,%3}}, {{%4,%5,%6,%7}}, {{%8,%9}}, {{%0,%1,%2,%3}};\""
-    ));
-    w.line("    : \"+f\"(c[0]), \"+f\"(c[1]), \"+f\"(c[2]), \"+f\"(c[3])");
-    w.line("    : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b0), \"r\"(b1));");
-    w.close();
-    w.line("");
-    w.open("__device__ __forceinline__ void ldmatrix_x4(unsigned* r, const void* p)");
-    w.line("const unsigned a = (unsigned)__cvta_generic_to_shared(p);");
-    w.line("asm volatile(\"ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\" : \"=r\"(r[0]), \"=r\"(r[1]), \"=r\"(r[2]), \"=r\"(r[3]) : \"r\"(a));");
-    w.close();
-    w.line("");
-    w.open("__device__ __forceinline__ void ldmatrix_x4_trans(unsigned* r, const void* p)");
-    w.line("const unsigned a = (unsigned)__cvta_generic_to_shared(p);");
-    w.line("asm volatile(\"ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\" : \"=r\"(r[0]), \"=r\"(r[1]), \"=r\"(r[2]), \"=r\"(r[3]) : \"r\"(a));");
-    w.close();
-    w.line("");
-    w.line("// 16 bytes from global to shared memory, zeros where `bytes` is 0 (rows past the sequence).");
-    w.open("__device__ __forceinline__ void cp_async_16(void* dst, const void* src, unsigned bytes)");
-    w.line("const unsigned d = (unsigned)__cvta_generic_to_shared(dst);");
-    w.line("asm volatile(\"cp.async.cg.shared.global [%0], [%1], 16, %2;\" :: \"r\"(d), \"l\"(src), \"r\"(bytes));");
-    w.close();
-    w.line("");
+    device_helpers(&mut w, s.dtype);
     w.line(format!("extern \"C\" __global__ void __launch_bounds__({}) {name}({})", warps * 32, declared.join(", ")));
     w.open("");
     w.line(format!(
@@ -115,16 +82,7 @@ pub(crate) fn generate(unit: &mut Unit<'_>, att: &Attention, warps: u32) -> Resu
     w.line("unsigned short* qs = reinterpret_cast<unsigned short*>(smem_words);  // ROWS x STRIDE");
     w.line("unsigned short* ks = qs + ROWS * STRIDE;                              // KT x STRIDE");
     w.line("unsigned short* vs = ks + KT * STRIDE;                                // KT x STRIDE");
-    let stage = |w: &mut CodeWriter, dst: &str, src: &str, first: &str, count: &str| {
-        w.open(format!("for (int e = threadIdx.x; e < {count} * CHUNKS; e += blockDim.x)"));
-        w.line(format!("const int r = e / CHUNKS, c = e - r * CHUNKS, row = {first} + r;"));
-        w.line(format!(
-            "cp_async_16({dst} + r * STRIDE + c * 8, {src} + base + (idx_t)min(row, SEQ - 1) * DIM + c * 8, row < SEQ ? 16u : 0u);"
-        ));
-        w.close();
-        w.line("asm volatile(\"cp.async.commit_group;\" ::);");
-    };
-    stage(&mut w, "qs", "in0", "row0", "ROWS");
+    stage_rows(&mut w, "qs", "in0", "row0", "ROWS");
     w.line("asm volatile(\"cp.async.wait_group 0;\" ::);");
     w.line("__syncthreads();");
     w.line("// The warp's Q fragments: 16 rows x DIM, one A fragment per 16 columns.");
@@ -142,8 +100,8 @@ pub(crate) fn generate(unit: &mut Unit<'_>, att: &Attention, warps: u32) -> Resu
     w.line("const int key_end = CAUSAL ? min(SEQ, row0 + ROWS) : SEQ;");
     w.open("for (int k0 = 0; k0 < key_end; k0 += KT)");
     w.line("__syncthreads();  // the previous tile is no longer read");
-    stage(&mut w, "ks", "in1", "k0", "KT");
-    stage(&mut w, "vs", "in2", "k0", "KT");
+    stage_rows(&mut w, "ks", "in1", "k0", "KT");
+    stage_rows(&mut w, "vs", "in2", "k0", "KT");
     w.line("asm volatile(\"cp.async.wait_group 0;\" ::);");
     w.line("__syncthreads();");
     w.line("float sc[KT / 8][4];");
@@ -264,4 +222,56 @@ pub(crate) fn generate(unit: &mut Unit<'_>, att: &Attention, warps: u32) -> Resu
         scratch: Vec::new(),
         tables: Vec::new(),
     })
+}
+
+/// The device functions both directions use: `pack_half2`, `mma_16816` (of `dtype`),
+/// `ldmatrix_x4`, `ldmatrix_x4_trans` and `cp_async_16`.
+pub(crate) fn device_helpers(w: &mut CodeWriter, dtype: DType) {
+    let (ty, cvt) = match dtype {
+        DType::BF16 => ("bf16", "cvt.rn.bf16x2.f32"),
+        _ => ("f16", "cvt.rn.f16x2.f32"),
+    };
+    w.line("// Two f32 values as one register of two 16-bit floats, `lo` in the low half.");
+    w.open("__device__ __forceinline__ unsigned pack_half2(float lo, float hi)");
+    w.line("unsigned r;");
+    w.line(format!("asm(\"{cvt} %0, %1, %2;\" : \"=r\"(r) : \"f\"(hi), \"f\"(lo));"));
+    w.line("return r;");
+    w.close();
+    w.line("");
+    w.open("__device__ __forceinline__ void mma_16816(float* c, const unsigned* a, unsigned b0, unsigned b1)");
+    w.line(format!(
+        "asm volatile(\"mma.sync.aligned.m16n8k16.row.col.f32.{ty}.{ty}.f32 {{%0,%1,%2,%3}}, {{%4,%5,%6,%7}}, {{%8,%9}}, {{%0,%1,%2,%3}};\""
+    ));
+    w.line("    : \"+f\"(c[0]), \"+f\"(c[1]), \"+f\"(c[2]), \"+f\"(c[3])");
+    w.line("    : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b0), \"r\"(b1));");
+    w.close();
+    w.line("");
+    w.open("__device__ __forceinline__ void ldmatrix_x4(unsigned* r, const void* p)");
+    w.line("const unsigned a = (unsigned)__cvta_generic_to_shared(p);");
+    w.line("asm volatile(\"ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\" : \"=r\"(r[0]), \"=r\"(r[1]), \"=r\"(r[2]), \"=r\"(r[3]) : \"r\"(a));");
+    w.close();
+    w.line("");
+    w.open("__device__ __forceinline__ void ldmatrix_x4_trans(unsigned* r, const void* p)");
+    w.line("const unsigned a = (unsigned)__cvta_generic_to_shared(p);");
+    w.line("asm volatile(\"ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\" : \"=r\"(r[0]), \"=r\"(r[1]), \"=r\"(r[2]), \"=r\"(r[3]) : \"r\"(a));");
+    w.close();
+    w.line("");
+    w.line("// 16 bytes from global to shared memory, zeros where `bytes` is 0 (rows past the sequence).");
+    w.open("__device__ __forceinline__ void cp_async_16(void* dst, const void* src, unsigned bytes)");
+    w.line("const unsigned d = (unsigned)__cvta_generic_to_shared(dst);");
+    w.line("asm volatile(\"cp.async.cg.shared.global [%0], [%1], 16, %2;\" :: \"r\"(d), \"l\"(src), \"r\"(bytes));");
+    w.close();
+    w.line("");
+}
+
+/// Starts copying `count` rows from row `first` of `src` (an operand, `[SEQ, DIM]` at `base`)
+/// into `dst` (rows of `STRIDE`) as one `cp.async` group, zeros past the sequence.
+pub(crate) fn stage_rows(w: &mut CodeWriter, dst: &str, src: &str, first: &str, count: &str) {
+    w.open(format!("for (int e = threadIdx.x; e < {count} * CHUNKS; e += blockDim.x)"));
+    w.line(format!("const int r = e / CHUNKS, c = e - r * CHUNKS, row = {first} + r;"));
+    w.line(format!(
+        "cp_async_16({dst} + r * STRIDE + c * 8, {src} + base + (idx_t)min(row, SEQ - 1) * DIM + c * 8, row < SEQ ? 16u : 0u);"
+    ));
+    w.close();
+    w.line("asm volatile(\"cp.async.commit_group;\" ::);");
 }

@@ -7,7 +7,7 @@ use crate::index::merge_view;
 use crate::multi_pointwise::work_list;
 use crate::row::{vector_width, RowAnalysis, MAX_CACHED_PER_THREAD};
 use crate::{Target, Unit};
-use braze_plan::{Attention, ColumnKernel, Expr, KernelKind, MultiPointwise, Plan, RowKernel};
+use braze_plan::{Attention, AttentionBackward, ColumnKernel, Expr, KernelKind, MultiPointwise, Plan, RowKernel};
 use std::fmt;
 
 /// Most reduction passes for which an uncached row kernel is a candidate.
@@ -68,10 +68,12 @@ pub enum KernelConfig {
         tensor_cores: bool,
     },
     /// Flash attention backward: as for the forward, the rows being those of the side the
-    /// kernel parallelises over (query rows for dq, key rows for dk/dv).
+    /// kernel parallelises over (query rows for dq, key rows for dk/dv); `tensor_cores`: the
+    /// mma.sync kernels (bf16/f16 on sm_80+, 16 rows a warp), else the FMA kernels.
     AttentionBackward {
         warps: u32,
         rows_per_warp: u32,
+        tensor_cores: bool,
     },
     /// Scatter-add of an index_select's gradient: `block` threads per block.
     IndexAdd {
@@ -125,9 +127,11 @@ impl fmt::Display for KernelConfig {
                 "attention warps={warps} rows_per_warp={rows_per_warp}{}",
                 if *tensor_cores { " tensor_cores" } else { "" }
             ),
-            KernelConfig::AttentionBackward { warps, rows_per_warp } => {
-                write!(f, "attention_backward warps={warps} rows_per_warp={rows_per_warp}")
-            }
+            KernelConfig::AttentionBackward { warps, rows_per_warp, tensor_cores } => write!(
+                f,
+                "attention_backward warps={warps} rows_per_warp={rows_per_warp}{}",
+                if *tensor_cores { " tensor_cores" } else { "" }
+            ),
             KernelConfig::Library => write!(f, "library call"),
         }
     }
@@ -161,10 +165,7 @@ pub fn candidate_configs(plan: &Plan, kernel: usize, target: &Target) -> Vec<Ker
         KernelKind::Column(col) => column_candidates(&unit, col),
         KernelKind::MultiPointwise(multi) => multi_pointwise_candidates(&unit, multi),
         KernelKind::Attention(att) => attention_forward_candidates(&unit, att),
-        KernelKind::AttentionBackward(back) => attention_candidates(back.shape.head_dim, true)
-            .into_iter()
-            .map(|(warps, rows_per_warp)| KernelConfig::AttentionBackward { warps, rows_per_warp })
-            .collect(),
+        KernelKind::AttentionBackward(back) => attention_backward_candidates(&unit, back),
     };
     let mut unique: Vec<KernelConfig> = Vec::new();
     for candidate in candidates {
@@ -181,13 +182,28 @@ pub fn candidate_configs(plan: &Plan, kernel: usize, target: &Target) -> Vec<Ker
 /// CUDA-core default took 3.5 ms. The CUDA-core shapes after it.
 fn attention_forward_candidates(unit: &Unit<'_>, att: &Attention) -> Vec<KernelConfig> {
     let mut candidates = Vec::new();
-    if crate::attention_mma::supports(unit, att) {
+    if crate::attention_mma::supports(unit, &att.shape) {
         for warps in [4, 8] {
             candidates.push(KernelConfig::Attention { warps, rows_per_warp: 16, tensor_cores: true });
         }
     }
     for (warps, rows_per_warp) in attention_candidates(att.shape.head_dim, false) {
         candidates.push(KernelConfig::Attention { warps, rows_per_warp, tensor_cores: false });
+    }
+    candidates
+}
+
+/// As for the forward: the tensor-core kernels first where they apply, the CUDA-core shapes
+/// after them.
+fn attention_backward_candidates(unit: &Unit<'_>, back: &AttentionBackward) -> Vec<KernelConfig> {
+    let mut candidates = Vec::new();
+    if crate::attention_mma::supports(unit, &back.shape) {
+        for warps in [4, 8, 2] {
+            candidates.push(KernelConfig::AttentionBackward { warps, rows_per_warp: 16, tensor_cores: true });
+        }
+    }
+    for (warps, rows_per_warp) in attention_candidates(back.shape.head_dim, true) {
+        candidates.push(KernelConfig::AttentionBackward { warps, rows_per_warp, tensor_cores: false });
     }
     candidates
 }

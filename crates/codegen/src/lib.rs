@@ -37,6 +37,7 @@
 
 mod attention;
 mod attention_mma;
+mod attention_mma_backward;
 mod body;
 mod column;
 mod concat;
@@ -188,9 +189,23 @@ pub fn generate(plan: &Plan, kernel: usize, config: &KernelConfig, target: &Targ
         (KernelKind::Attention(att), KernelConfig::Attention { warps, rows_per_warp, tensor_cores: false }) => {
             attention::generate_forward(&mut unit, att, warps, rows_per_warp)?
         }
-        (KernelKind::AttentionBackward(back), KernelConfig::AttentionBackward { warps, rows_per_warp }) => {
-            attention::generate_backward(&mut unit, back, warps, rows_per_warp)?
+        (
+            KernelKind::AttentionBackward(back),
+            KernelConfig::AttentionBackward { warps, rows_per_warp: 16, tensor_cores: true },
+        ) => attention_mma_backward::generate(&mut unit, back, warps)?,
+        (
+            KernelKind::AttentionBackward(_),
+            KernelConfig::AttentionBackward { tensor_cores: true, rows_per_warp, .. },
+        ) => {
+            return Err(error::invalid_config(
+                &k.name,
+                format!("the tensor-core kernels give each warp 16 rows, not {rows_per_warp}"),
+            ))
         }
+        (
+            KernelKind::AttentionBackward(back),
+            KernelConfig::AttentionBackward { warps, rows_per_warp, tensor_cores: false },
+        ) => attention::generate_backward(&mut unit, back, warps, rows_per_warp)?,
         (KernelKind::IndexAdd(ia), KernelConfig::IndexAdd { block }) => index_add::generate(&mut unit, ia, block)?,
         _ => return Err(mismatch()),
     };

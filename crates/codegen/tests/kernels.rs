@@ -474,7 +474,7 @@ fn attention_launches_and_index_width() {
         assert!(cuda(&empty, &default_config(&empty, 0, &Target::h200())).launches.is_empty());
     }
     // Configs of another family are refused.
-    let wrong = KernelConfig::AttentionBackward { warps: 4, rows_per_warp: 8 };
+    let wrong = KernelConfig::AttentionBackward { warps: 4, rows_per_warp: 8, tensor_cores: false };
     assert!(matches!(generate(&small, 0, &wrong, &Target::h200()), Err(CodegenError::ConfigMismatch { .. })));
 }
 
@@ -502,4 +502,44 @@ fn snapshot_of_the_tensor_core_attention_forward() {
         assert!(candidates.iter().all(|c| !matches!(c, KernelConfig::Attention { tensor_cores: true, .. })));
         assert!(generate(plan, 0, &config, &target).is_err());
     }
+}
+
+/// The tensor-core backward: the default for bf16/f16 on sm_80+ (the snapshots of the fixture
+/// plans are these kernels), the FMA configs after it, and refused where it cannot run.
+#[test]
+fn the_tensor_core_attention_backward_is_the_default_where_it_applies() {
+    use braze_ir::AttentionInput::{Key, Query, Value};
+    let dq = plans::attention_backward(DType::BF16, [16, 12, 1024, 64], true, &[Query]);
+    let config = KernelConfig::AttentionBackward { warps: 4, rows_per_warp: 16, tensor_cores: true };
+    let candidates = candidate_configs(&dq, 0, &Target::h200());
+    assert_eq!(candidates[0], config, "{candidates:?}");
+    assert!(candidates.iter().any(|c| matches!(c, KernelConfig::AttentionBackward { tensor_cores: false, .. })));
+    let kernel = cuda(&dq, &config);
+    for instruction in ["mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "ldmatrix_x4_trans(", "cp.async.cg"] {
+        assert!(kernel.source.contains(instruction), "{instruction}");
+    }
+    // 64 query rows and their output gradients, a key and a value tile of 64, rows of 64 + 8.
+    assert_eq!(kernel.launches[0].shared_bytes, 2 * (64 + 64) * 72 * 2);
+    assert_eq!(kernel.launches[0].grid, [16 * 12 * 16, 1, 1]);
+    // dk/dv also stage the tile's lse and delta; head dim 128 walks tiles of 32.
+    let dkdv = plans::attention_backward(DType::F16, [1, 2, 17, 128], false, &[Key, Value]);
+    let kernel = cuda(&dkdv, &config);
+    assert_eq!(kernel.launches[0].shared_bytes, 2 * (64 + 32) * 136 * 2 + 2 * 32 * 4);
+    assert!(kernel.source.contains("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"));
+    // Only the requested gradient is computed: dv alone needs no dP.
+    let dv = plans::attention_backward(DType::BF16, [1, 1, 17, 64], true, &[Value]);
+    let kernel = cuda(&dv, &config);
+    assert!(!kernel.source.contains("dpt"), "{}", kernel.source);
+    assert!(!kernel.source.contains("out1"));
+    // Not for f32, nor before sm_80, nor head dims that are no multiple of 16; 16 rows a warp.
+    let f32_plan = plans::attention_backward(DType::F32, [1, 1, 64, 64], true, &[Query]);
+    let ampere_less = Target { compute_capability: (7, 5), ..Target::h200() };
+    let odd_head = plans::attention_backward(DType::BF16, [1, 1, 64, 72 + 1], false, &[Query]);
+    for (plan, target) in [(&f32_plan, Target::h200()), (&dq, ampere_less), (&odd_head, Target::h200())] {
+        let candidates = candidate_configs(plan, 0, &target);
+        assert!(candidates.iter().all(|c| !matches!(c, KernelConfig::AttentionBackward { tensor_cores: true, .. })));
+        assert!(generate(plan, 0, &config, &target).is_err());
+    }
+    let eight_rows = KernelConfig::AttentionBackward { warps: 4, rows_per_warp: 8, tensor_cores: true };
+    assert!(generate(&dq, 0, &eight_rows, &Target::h200()).is_err());
 }
