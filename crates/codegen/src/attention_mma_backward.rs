@@ -14,6 +14,8 @@
 //! every sum is f32. Each gradient element is summed by one thread in one order, so the results
 //! have the same bits on every run (the reason for two kernels, see `attention.rs`). Under a
 //! causal mask a warp skips the tiles wholly on the far side of the diagonal from its rows.
+//! Without a GPU, `tests/emulated.rs` runs these kernels (and the forward) on the CPU against
+//! the reference.
 
 use crate::attention::check_dtypes;
 use crate::attention_mma::{device_helpers, stage_rows, supports};

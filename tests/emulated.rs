@@ -1,0 +1,103 @@
+//! Generated CUDA C run on the CPU by the emulator (`tests/emulator`) against the reference:
+//! the kernels whose arithmetic the CPU plan executor only models (the tensor-core attention
+//! forward and backward: mma.sync fragments, ldmatrix, cp.async staging). Needs a C++20
+//! compiler; says it skipped without one.
+
+mod common;
+mod emulator;
+
+use braze_codegen::{default_config, KernelConfig, Target};
+use braze_cpu::eval_graph;
+use braze_ir::{DType, Graph, NodeId, Op};
+use braze_passes::{compile_to_plan, FusionOptions};
+use common::{compare_outputs, random_inputs, wide_graph, Builder};
+
+fn enabled() -> bool {
+    if emulator::available() {
+        return true;
+    }
+    println!("skipped: no C++ compiler (c++ or $CXX)");
+    false
+}
+
+/// Attention of `[B, H, T, D]` operands and, with `backward`, the gradients of q, k and v for
+/// an incoming gradient.
+fn attention(dtype: DType, shape: [usize; 4], causal: bool, backward: bool) -> Graph {
+    let mut b = Builder::new();
+    let qkv: Vec<NodeId> = (0..3).map(|_| b.input(dtype, shape)).collect();
+    let y = b.op(Op::Attention { causal, scale: 1.0 / (shape[3] as f64).sqrt() }, &qkv);
+    if !backward {
+        return b.finish(vec![y]);
+    }
+    let dout = b.input(dtype, shape);
+    let grads = braze_autodiff::backward(&mut b.g, &[(y, dout)], &qkv).expect("float inputs");
+    b.finish(grads.into_iter().map(|g| g.expect("every input gets a gradient")).collect())
+}
+
+/// Compiles `graph` with each kernel's default config for the H200 (the tensor-core backward
+/// kernels with `backward_warps` warps where given), checks that `tensor_core_kernels` kernels
+/// run on tensor cores, runs every kernel in the emulator and compares with the reference.
+fn check(what: &str, graph: &Graph, tensor_core_kernels: usize, backward_warps: Option<u32>, seed: u64) {
+    let plan = compile_to_plan(graph, &FusionOptions::default()).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let target = Target::h200();
+    let configs: Vec<KernelConfig> = (0..plan.kernels.len())
+        .map(|k| match (default_config(&plan, k, &target), backward_warps) {
+            (KernelConfig::AttentionBackward { rows_per_warp, tensor_cores: true, .. }, Some(warps)) => {
+                KernelConfig::AttentionBackward { warps, rows_per_warp, tensor_cores: true }
+            }
+            (config, _) => config,
+        })
+        .collect();
+    let on_tensor_cores = configs
+        .iter()
+        .filter(|c| {
+            matches!(
+                c,
+                KernelConfig::Attention { tensor_cores: true, .. }
+                    | KernelConfig::AttentionBackward { tensor_cores: true, .. }
+            )
+        })
+        .count();
+    assert_eq!(on_tensor_cores, tensor_core_kernels, "{what}: {configs:?}");
+    let inputs = random_inputs(graph, seed, |_| false);
+    let expected = eval_graph(graph, &inputs).unwrap();
+    let wide = eval_graph(&wide_graph(graph), &inputs).unwrap();
+    let actual = emulator::run_plan(&plan, &configs, &target, &inputs).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let dtype = graph.node(graph.inputs()[0]).dtype;
+    compare_outputs(&actual, &expected, Some(&wide), dtype).unwrap_or_else(|e| panic!("{what}: {e}"));
+}
+
+/// The forward on tensor cores (the kernel also checked on the H200), which shows the emulator
+/// right: tails of the query and key tiles, both 16-bit dtypes, both head dims.
+#[test]
+fn tensor_core_attention_forward_in_the_emulator() {
+    if !enabled() {
+        return;
+    }
+    for (dtype, shape, causal) in [(DType::BF16, [1, 2, 100, 64], true), (DType::F16, [2, 1, 17, 128], false)] {
+        let what = format!("attention {dtype} {shape:?} causal={causal}");
+        check(&what, &attention(dtype, shape, causal, false), 1, None, 11);
+    }
+}
+
+/// The backward on tensor cores: dq and dk/dv beside the forward and the delta row kernel, at
+/// sequences of one, of a partial tile and of several tiles, with and without the mask, and
+/// blocks of 2 and 8 warps (rows a block below and above the walked tile).
+#[test]
+fn tensor_core_attention_backward_in_the_emulator() {
+    if !enabled() {
+        return;
+    }
+    for (dtype, shape, causal, warps) in [
+        (DType::BF16, [1, 2, 100, 64], true, None),
+        (DType::BF16, [2, 1, 17, 64], false, None),
+        (DType::F16, [1, 1, 70, 128], true, None),
+        (DType::BF16, [1, 2, 1, 128], true, None),
+        (DType::F16, [1, 1, 100, 64], false, None),
+        (DType::BF16, [1, 1, 200, 64], true, Some(8)),
+        (DType::F16, [1, 1, 90, 128], true, Some(2)),
+    ] {
+        let what = format!("attention backward {dtype} {shape:?} causal={causal} warps={warps:?}");
+        check(&what, &attention(dtype, shape, causal, true), 3, warps, 23);
+    }
+}
