@@ -64,6 +64,9 @@ impl Bench {
             "host_syncs": explanation.host_syncs, "graphs": explanation.graphs.len(),
             "first_call_s": first_call.as_secs_f64(),
         }));
+        if name != "block_fwd" {
+            self.kernel_profile(name, &shape, &dtype, us, &mut || Ok(compiled.profile(inputs)?.1))?;
+        }
         if explanation.host_syncs != 0 || explanation.graphs.len() != 1 {
             self.failures.push(format!(
                 "{name} {shape}: {} graph(s), {} host sync(s) per step; the step must be one graph with none",

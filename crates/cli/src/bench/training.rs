@@ -86,7 +86,7 @@ impl Bench {
             row["check"] = json!(verdict);
         }
         self.emit(row);
-        self.kernel_profile(&shape, &dtype, us, &mut || Ok(compiled.profile(inputs)?.1))?;
+        self.kernel_profile("mlp_step", &shape, &dtype, us, &mut || Ok(compiled.profile(inputs)?.1))?;
         // The same step replayed as one CUDA graph: what launch gaps and host work cost.
         let replayed = step.workload.compile().fullgraph(true).mode(Mode::ReduceOverhead).name("mlp_step");
         for _ in 0..WARM_STEPS {
@@ -109,8 +109,9 @@ impl Bench {
     /// Each kernel's GPU time in one step (launched one by one between timing events, the
     /// second profiled step), printed longest first with the sums per kernel family; an info row
     /// with their total beside the step time (the difference is launch gaps and host work).
-    fn kernel_profile(
+    pub(super) fn kernel_profile(
         &mut self,
+        workload: &str,
         shape: &str,
         dtype: &str,
         step_us: f64,
@@ -130,7 +131,7 @@ impl Bench {
             }
         }
         families.sort_by(|a, b| b.1.total_cmp(&a.1));
-        println!("# mlp_step {shape}: kernel GPU times of one step, {} kernels, {total_us:.1} us", times.len());
+        println!("# {workload} {shape}: kernel GPU times of one step, {} kernels, {total_us:.1} us", times.len());
         for (family, us, n) in &families {
             println!("#   {family:<15} {n:>3} kernels {us:>9.1} us  {:>5.1}%", 100.0 * us / total_us);
         }
@@ -140,7 +141,7 @@ impl Bench {
         }
         let by_family: Vec<String> = families.iter().map(|(f, us, n)| format!("{f} {n}: {us:.0} us")).collect();
         self.emit(json!({
-            "workload": "mlp_step", "shape": shape, "dtype": dtype, "variant": "info kernel profile",
+            "workload": workload, "shape": shape, "dtype": dtype, "variant": "info kernel profile",
             "us": total_us, "gbps": null,
             "note": format!(
                 "kernels alone {} of the step's {} ({})",
