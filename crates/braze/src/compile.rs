@@ -9,7 +9,7 @@ use crate::signature::{format_signature, TensorSig};
 use crate::tensor::caller;
 use crate::trace::{self, Binding, GradAtEntry, GraphRun, SplitRun, TraceConfig, TraceOutcome, WholeGraph, WriteBacks};
 use crate::{Device, Error, GraphBreak, Result, Tensor};
-use braze_ir::NodeId;
+use braze_ir::{DType, NodeId};
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -106,6 +106,8 @@ struct CacheState {
 
 struct Entry {
     inputs: Vec<TensorSig>,
+    /// The autocast region the function was traced in: a call in another traces it again.
+    autocast: Option<DType>,
     kind: EntryKind,
 }
 
@@ -131,7 +133,9 @@ struct WholeEntry {
 
 impl Entry {
     fn matches_inputs(&self, args: &[Tensor]) -> bool {
-        self.inputs.len() == args.len() && self.inputs.iter().zip(args).all(|(sig, arg)| sig.matches(arg))
+        self.autocast == crate::autocast_dtype()
+            && self.inputs.len() == args.len()
+            && self.inputs.iter().zip(args).all(|(sig, arg)| sig.matches(arg))
     }
 
     /// Why a captured tensor no longer fits the graph, if one does not.
@@ -353,7 +357,7 @@ where
     fn lookup(&self, args: &[Tensor]) -> (Option<Arc<Entry>>, Option<String>) {
         let mut state = self.lock();
         if let Some((entry, same)) = &state.last_hit {
-            if same.matches(args) && entry.captured_change().is_none() {
+            if same.matches(args) && entry.autocast == crate::autocast_dtype() && entry.captured_change().is_none() {
                 let entry = entry.clone();
                 state.stats.cache_hits += 1;
                 return (Some(entry), None);
@@ -368,14 +372,19 @@ where
                 (Some(entry), None)
             }
             Err(captured_reason) => {
-                let reason =
-                    captured_reason.or_else(|| state.entries.last().map(|e| self.describe_change(&e.inputs, args)));
+                let reason = captured_reason.or_else(|| state.entries.last().map(|e| self.describe_change(e, args)));
                 (None, reason)
             }
         }
     }
 
-    fn describe_change(&self, old: &[TensorSig], args: &[Tensor]) -> String {
+    fn describe_change(&self, entry: &Entry, args: &[Tensor]) -> String {
+        let region = crate::autocast_dtype();
+        if entry.autocast != region {
+            let name = |r: Option<DType>| r.map_or("off".to_string(), |d| d.to_string());
+            return format!("autocast changed from {} to {}", name(entry.autocast), name(region));
+        }
+        let old = &entry.inputs;
         if old.len() != args.len() {
             return format!("number of inputs changed from {} to {}", old.len(), args.len());
         }
@@ -506,9 +515,10 @@ where
         };
         let mut state = self.lock();
         // A signature traced again (a captured tensor changed) replaces its old entry.
-        state.entries.retain(|e| e.inputs != signature);
+        let autocast = crate::autocast_dtype();
+        state.entries.retain(|e| e.inputs != signature || e.autocast != autocast);
         state.last_hit = None;
-        state.entries.push(Arc::new(Entry { inputs: signature, kind }));
+        state.entries.push(Arc::new(Entry { inputs: signature, autocast, kind }));
         state.stats.traces += 1;
         if let Some(reason) = reason {
             state.recompile_reasons.push(reason);

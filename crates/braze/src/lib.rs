@@ -42,6 +42,7 @@
 //! **Invariant:** no user input makes the library panic: every op returns `Result`.
 
 mod assign;
+mod autocast;
 mod autograd;
 pub mod backend;
 mod breaks;
@@ -68,6 +69,7 @@ mod tensor;
 pub mod timeline;
 mod trace;
 
+pub use autocast::{autocast, autocast_dtype, without_autocast};
 pub use autograd::{is_grad_enabled, no_grad, value_and_grad};
 pub use backend::{allow_tf32, set_allow_tf32};
 pub use braze_cuda::KernelTime;

@@ -147,6 +147,10 @@ enum Command {
         /// f32 or bf16 parameters.
         #[arg(long, default_value = "f32", value_parser = parse_dtype)]
         dtype: DType,
+        /// Mixed precision: the forward and loss in an autocast region of bf16 or f16 (with f32
+        /// parameters, nanoGPT's way).
+        #[arg(long, value_parser = parse_dtype)]
+        autocast: Option<DType>,
         #[arg(long, default_value_t = 0)]
         seed: u64,
         /// Read the loss back every this many steps (each read waits for the device).
@@ -274,6 +278,7 @@ fn main() -> ExitCode {
             steps,
             lr,
             dtype,
+            autocast,
             seed,
             log_every,
             out,
@@ -289,6 +294,7 @@ fn main() -> ExitCode {
                 steps,
                 lr,
                 dtype,
+                autocast,
                 seed,
                 log_every,
                 out,

@@ -28,6 +28,8 @@ pub struct TrainOptions {
     pub steps: usize,
     pub lr: f64,
     pub dtype: DType,
+    /// The forward and loss in an autocast region of this dtype.
+    pub autocast: Option<DType>,
     pub seed: u64,
     pub eval_batches: usize,
     /// Read the loss back (a host sync) every this many steps.
@@ -48,6 +50,7 @@ impl Default for TrainOptions {
             steps: 200,
             lr: 3e-3,
             dtype: DType::F32,
+            autocast: None,
             seed: 0,
             eval_batches: 4,
             log_every: 10,
@@ -180,7 +183,7 @@ pub fn train(o: &TrainOptions, device: Device) -> Result<TrainReport> {
     }
     let model = Gpt2::new(config(o), device, o.seed)?;
     let opt = OptimizerConfig { lr: o.lr, ..OptimizerConfig::default() };
-    let trainer = Trainer::new(model, &opt)?;
+    let trainer = Trainer::new(model, &opt)?.with_autocast(o.autocast);
     let start = match &o.resume {
         Some(dir) => resume(dir, &trainer).with_context(|| format!("resuming from {}", dir.display()))?,
         None => 0,
@@ -264,8 +267,10 @@ mod tests {
         assert!((report.first_loss - 13f32.ln()).abs() < 0.2, "first loss {}", report.first_loss);
         assert!(report.eval_loss < 2.2, "eval loss {} after {} steps", report.eval_loss, report.steps_done);
         assert!(report.tokens_per_s > 0.0);
-        // Resuming starts from the saved weights and optimizer: its first loss is the trained one.
-        let again = TrainOptions { steps: 2, resume: Some(dir.clone()), out: None, ..o.clone() };
+        // Resuming starts from the saved weights and optimizer: its first loss is the trained one
+        // (here in a bf16 autocast region over the same f32 weights).
+        let again =
+            TrainOptions { steps: 2, resume: Some(dir.clone()), out: None, autocast: Some(DType::BF16), ..o.clone() };
         let resumed = train(&again, Device::Cpu).unwrap();
         assert_eq!(resumed.steps_done, 32);
         assert!(resumed.first_loss < report.first_loss - 0.2, "resumed at {}", resumed.first_loss);

@@ -27,7 +27,7 @@ pub use error::{IrError, Result};
 pub use graph::{Graph, Node, NodeId, SourceLoc};
 pub use host::{HostData, HostTensor};
 pub use literal::{format_f64, Literal};
-pub use op::{AttentionInput, Op, ReduceOp};
+pub use op::{AttentionInput, AutocastPolicy, Op, ReduceOp};
 pub use shape::Shape;
 
 #[cfg(test)]

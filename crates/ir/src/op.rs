@@ -192,6 +192,17 @@ pub enum Op {
     },
 }
 
+/// What an op does with its float operands inside an autocast region (PyTorch's
+/// `torch.autocast` lists): `Lower` ops gain from 16-bit inputs and take them in the region's
+/// dtype, `Float32` ops need range or accumulate and take them in f32, `Keep` ops run in the
+/// dtype their operands promote to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AutocastPolicy {
+    Lower,
+    Float32,
+    Keep,
+}
+
 impl Op {
     /// The name printed in the text form.
     pub fn name(&self) -> &'static str {
@@ -220,6 +231,25 @@ impl Op {
             Op::CrossEntropy { .. } => "cross_entropy",
             Op::IndexSelect { .. } => "index_select",
             Op::IndexAdd { .. } => "index_add",
+        }
+    }
+
+    /// The op's [`AutocastPolicy`]: matmuls and attention in the region's 16-bit dtype; norms,
+    /// softmaxes, the loss, sums and means, and the transcendentals PyTorch keeps in f32 (exp,
+    /// log, log1p, expm1, rsqrt, reciprocal, pow) in f32; the rest as their operands promote.
+    pub fn autocast(&self) -> AutocastPolicy {
+        use crate::{BinaryOp, UnaryOp};
+        match self {
+            Op::MatMul | Op::Attention { .. } => AutocastPolicy::Lower,
+            Op::LayerNorm { .. } | Op::RmsNorm { .. } | Op::Softmax { .. } | Op::LogSoftmax { .. } => {
+                AutocastPolicy::Float32
+            }
+            Op::CrossEntropy { .. } | Op::Reduce { op: ReduceOp::Sum | ReduceOp::Mean, .. } => AutocastPolicy::Float32,
+            Op::Unary {
+                op: UnaryOp::Exp | UnaryOp::Log | UnaryOp::Log1p | UnaryOp::Expm1 | UnaryOp::Rsqrt | UnaryOp::Reciprocal,
+            } => AutocastPolicy::Float32,
+            Op::Binary { op: BinaryOp::Pow } => AutocastPolicy::Float32,
+            _ => AutocastPolicy::Keep,
         }
     }
 

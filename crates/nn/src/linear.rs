@@ -23,6 +23,9 @@ impl Linear {
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let y = x.matmul(&self.weight.transpose(0, 1)?)?;
         Ok(match &self.bias {
+            // In an autocast region the bias joins the matmul's dtype, as PyTorch's `linear`
+            // takes all three operands in it: the output stays 16-bit.
+            Some(b) if braze::autocast_dtype().is_some() => y.add(&b.cast(y.dtype())?)?,
             Some(b) => y.add(b)?,
             None => y,
         })

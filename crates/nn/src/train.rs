@@ -3,7 +3,7 @@
 //! so each call trains one step without a host read.
 
 use crate::{Gpt2, Gpt2Optimizer, OptimizerConfig, Result};
-use braze::Tensor;
+use braze::{DType, Tensor};
 use std::sync::Arc;
 
 /// A model with its optimizer, shared with the step functions it hands out.
@@ -11,13 +11,31 @@ use std::sync::Arc;
 pub struct Trainer {
     pub model: Arc<Gpt2>,
     pub optimizer: Arc<Gpt2Optimizer>,
+    /// The forward and loss run in an autocast region of this dtype (mixed precision with the
+    /// model's parameters and the optimizer's state as they are, usually f32), as nanoGPT's
+    /// `torch.autocast(dtype=torch.bfloat16)`.
+    pub autocast: Option<DType>,
 }
 
 impl Trainer {
-    /// `model` with nanoGPT's optimizer groups over its parameters.
+    /// `model` with nanoGPT's optimizer groups over its parameters, no autocast.
     pub fn new(model: Gpt2, config: &OptimizerConfig) -> Result<Trainer> {
         let optimizer = Arc::new(Gpt2Optimizer::new(&model, config)?);
-        Ok(Trainer { model: Arc::new(model), optimizer })
+        Ok(Trainer { model: Arc::new(model), optimizer, autocast: None })
+    }
+
+    /// The same trainer with its forward and loss in an autocast region of `dtype`.
+    pub fn with_autocast(mut self, dtype: Option<DType>) -> Trainer {
+        self.autocast = dtype;
+        self
+    }
+
+    /// The model's mean loss on `idx` and `targets`, in the autocast region if there is one.
+    fn loss(&self, idx: &Tensor, targets: &Tensor) -> Result<Tensor> {
+        match self.autocast {
+            Some(dtype) => braze::autocast(dtype, || Ok(self.model.loss(idx, targets)?.0)),
+            None => Ok(self.model.loss(idx, targets)?.0),
+        }
     }
 
     /// The training step on `[idx, targets]` (`[B, T]` token ids): returns the loss before the
@@ -29,16 +47,16 @@ impl Trainer {
 
     /// The mean loss on `[idx, targets]` without gradients (evaluation).
     pub fn eval_fn(&self) -> impl Fn(&[Tensor]) -> braze::Result<Vec<Tensor>> + Send + Sync + 'static {
-        let model = self.model.clone();
+        let trainer = self.clone();
         move |a: &[Tensor]| {
             let (idx, targets) = (arg(a, 0)?, arg(a, 1)?);
-            braze::no_grad(|| Ok(vec![model.loss(idx, targets)?.0]))
+            braze::no_grad(|| Ok(vec![trainer.loss(idx, targets)?]))
         }
     }
 
     fn step(&self, idx: &Tensor, targets: &Tensor) -> Result<Vec<Tensor>> {
         self.optimizer.zero_grad();
-        let (loss, _) = self.model.loss(idx, targets)?;
+        let loss = self.loss(idx, targets)?;
         loss.backward()?;
         let norm = match self.optimizer.step()? {
             Some(norm) => norm,

@@ -18,6 +18,9 @@ pub struct Gpt2Sizes {
     pub n_head: usize,
     pub n_embd: usize,
     pub vocab_size: usize,
+    /// The compute dtype: `block_fwd` and `block_step` hold their parameters in it; `gpt2_step`
+    /// holds f32 parameters and, for bf16 or f16, runs its forward in an autocast region of it
+    /// (nanoGPT's mixed precision).
     pub dtype: DType,
     pub seed: u64,
 }
@@ -106,12 +109,15 @@ pub fn block_workload(sizes: &Gpt2Sizes, device: Device, backward: bool) -> Resu
     })
 }
 
-/// `gpt2_step` with its trainer (model and optimizer), inputs `idx` and `targets`; each call
-/// trains one step and returns the loss and the gradients' norm before clipping.
+/// `gpt2_step` with its trainer (model and optimizer, f32, the forward autocast to the sizes'
+/// dtype when it is 16-bit), inputs `idx` and `targets`; each call trains one step and returns
+/// the loss and the gradients' norm before clipping.
 pub fn gpt2_training_step(sizes: &Gpt2Sizes, device: Device) -> Result<(Workload, Trainer)> {
-    let model = Gpt2::new(sizes.config(), device, sizes.seed).map_err(nn)?;
+    let config = Gpt2Config { dtype: DType::F32, ..sizes.config() };
+    let model = Gpt2::new(config, device, sizes.seed).map_err(nn)?;
     let config = OptimizerConfig { lr: GPT2_STEP_LR, weight_decay: 0.1, betas: (0.9, 0.95), grad_clip: 1.0 };
-    let trainer = Trainer::new(model, &config).map_err(nn)?;
+    let autocast = (sizes.dtype != DType::F32).then_some(sizes.dtype);
+    let trainer = Trainer::new(model, &config).map_err(nn)?.with_autocast(autocast);
     let workload = Workload {
         name: "gpt2_step",
         input_names: vec!["idx".into(), "targets".into()],

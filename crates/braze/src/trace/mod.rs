@@ -36,11 +36,25 @@ pub(crate) fn is_active() -> bool {
 pub(crate) struct OpBuilder<'g> {
     graph: &'g mut Graph,
     loc: SourceLoc,
+    /// The autocast region the op was called in.
+    autocast: Option<DType>,
 }
 
-impl OpBuilder<'_> {
+impl<'g> OpBuilder<'g> {
+    pub(crate) fn new(graph: &'g mut Graph, loc: SourceLoc) -> OpBuilder<'g> {
+        OpBuilder { graph, loc, autocast: crate::autocast::autocast_dtype() }
+    }
+
+    /// Adds `op`, its float operands first cast as the autocast region asks (`autocast`).
     pub(crate) fn op(&mut self, op: Op, operands: &[NodeId]) -> braze_ir::Result<NodeId> {
-        self.graph.add(op, operands, Some(self.loc.clone()))
+        let mut cast = Vec::with_capacity(operands.len());
+        for &x in operands {
+            cast.push(match crate::autocast::operand_dtype(&op, self.autocast, self.dtype(x)) {
+                Some(dtype) => self.cast(x, dtype)?,
+                None => x,
+            });
+        }
+        self.graph.add(op, &cast, Some(self.loc.clone()))
     }
 
     pub(crate) fn constant(&mut self, value: f64, dtype: DType) -> NodeId {
@@ -123,8 +137,7 @@ fn eager(
         }
         ids.push(graph.input(t.dtype(), t.shape()));
     }
-    let out =
-        build(&mut OpBuilder { graph: &mut graph, loc: loc.clone() }, &ids).map_err(|ir| Error::ir(op, loc, ir))?;
+    let out = build(&mut OpBuilder::new(&mut graph, loc.clone()), &ids).map_err(|ir| Error::ir(op, loc, ir))?;
     graph.set_outputs(vec![out]);
     let target = Target { device: device.unwrap_or(Device::Cpu), mode: Mode::Default };
     let inputs: Vec<Tensor> = operands.iter().map(|t| (*t).clone()).collect();

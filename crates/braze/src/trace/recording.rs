@@ -146,7 +146,7 @@ impl Trace {
             let value = self.value_of(t, op, Some(loc))?;
             ids.push(self.node_for(value, op, Some(loc))?);
         }
-        let mut builder = OpBuilder { graph: &mut self.segment.graph, loc: loc.clone() };
+        let mut builder = OpBuilder::new(&mut self.segment.graph, loc.clone());
         let node = build(&mut builder, &ids).map_err(|ir| Error::ir(op, loc, ir))?;
         if !crate::autograd::is_grad_enabled() && !ids.contains(&node) {
             self.segment.stopped.insert(node);
