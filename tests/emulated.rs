@@ -101,3 +101,55 @@ fn tensor_core_attention_backward_in_the_emulator() {
         check(&what, &attention(dtype, shape, causal, true), 3, warps, 23);
     }
 }
+
+/// `index_add` over `[outer, indices, inner]` sources into `size` rows at `at`.
+fn index_add(dtype: DType, index: DType, outer: usize, inner: usize, size: usize, at: &[i64]) -> Graph {
+    let mut b = Builder::new();
+    let src = b.input(dtype, [outer, at.len(), inner]);
+    let indices = b.input(index, [at.len()]);
+    let out = b.op(Op::IndexAdd { axis: 1, size }, &[src, indices]);
+    b.finish(vec![out])
+}
+
+/// The index_add kernel (an embedding's gradient): every default and candidate config in the
+/// emulator gives the CPU plan executor's bits (the same f32 sums in index order, rounded
+/// once) and the reference's values, with every index on one row, indices out of range, none at
+/// all, ragged inner extents and several outer slices.
+#[test]
+fn index_add_in_the_emulator_matches_the_plan_executor_bit_for_bit() {
+    use braze_codegen::candidate_configs;
+    use braze_ir::HostTensor;
+    if !enabled() {
+        return;
+    }
+    let spread: Vec<i64> = (0..300).map(|i| (i * 7919 % 61) as i64).collect();
+    let cases: Vec<(&str, DType, DType, usize, usize, usize, Vec<i64>)> = vec![
+        ("one row hit 200 times, bf16", DType::BF16, DType::I64, 1, 64, 5, vec![3; 200]),
+        ("spread, f32, i32 indices, ragged inner", DType::F32, DType::I32, 1, 37, 61, spread.clone()),
+        ("out of range and negative indices skipped", DType::F32, DType::I64, 2, 8, 4, vec![0, 9, -1, 3, 3, 4, 1, -7]),
+        ("no indices", DType::F16, DType::I64, 2, 16, 3, vec![]),
+        ("several outer slices, f16", DType::F16, DType::I32, 3, 40, 33, spread[..90].to_vec()),
+    ];
+    let target = Target::h200();
+    for (what, dtype, index, outer, inner, size, at) in cases {
+        let graph = index_add(dtype, index, outer, inner, size, &at);
+        let plan = compile_to_plan(&graph, &FusionOptions::default()).unwrap();
+        let at_f64: Vec<f64> = at.iter().map(|&i| i as f64).collect();
+        let mut inputs = random_inputs(&graph, 31, |_| false);
+        inputs[1] = HostTensor::from_f64(index, [at.len()], &at_f64).unwrap();
+        let expected = eval_graph(&graph, &inputs).unwrap();
+        let modelled = braze_cpu::eval_plan(&plan, &inputs).unwrap();
+        let candidates = candidate_configs(&plan, 0, &target);
+        assert!(candidates.len() > 1, "{what}: {candidates:?}");
+        for config in candidates {
+            let actual = emulator::run_plan(&plan, &[config], &target, &inputs)
+                .unwrap_or_else(|e| panic!("{what} with {config}: {e}"));
+            assert_eq!(
+                actual[0].to_bytes(),
+                modelled[0].to_bytes(),
+                "{what} with {config}: not the plan executor's bits"
+            );
+            compare_outputs(&actual, &expected, None, dtype).unwrap_or_else(|e| panic!("{what} with {config}: {e}"));
+        }
+    }
+}

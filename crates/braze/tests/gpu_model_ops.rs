@@ -183,6 +183,35 @@ fn gpu_embedding_gradient_has_the_same_bits_on_every_run() {
 }
 
 #[test]
+fn gpu_index_select_gradients_of_repeats_no_indices_and_ragged_rows() {
+    // The scatter-add kernel: every index on one row, no indices (a gradient of zeros), inner
+    // extents that are no multiple of a vector, several outer slices, bf16 summed in f32.
+    let f: F = |a| {
+        let (_, grads) = value_and_grad(|b| b[0].index_select(1, &a[1])?.mul(&a[2])?.sum_all(), &[a[0].clone()])?;
+        Ok(grads)
+    };
+    let cases = [
+        (DType::F32, 1, 50, 7, vec![3i64; 16_384]),
+        (DType::BF16, 3, 41, 100, token_ids(2000, 41, 5)),
+        (DType::F32, 2, 300, 33, token_ids(999, 300, 6)),
+        (DType::F32, 2, 9, 16, Vec::new()),
+    ];
+    for (dtype, outer, size, inner, ids) in cases {
+        let inputs = [
+            randn(&[outer, size, inner], dtype, 1),
+            indices(&ids, DType::I64),
+            randn(&[outer, ids.len(), inner], dtype, 2),
+        ];
+        check(
+            &format!("index_select grad {dtype} [{outer}, {size}, {inner}] of {} indices", ids.len()),
+            f,
+            &inputs,
+            dtype,
+        );
+    }
+}
+
+#[test]
 fn gpu_embedding_out_of_range_is_an_error_eagerly_and_compiled() {
     let Some(gpu) = gpu() else { return };
     let w = randn(&[10, 8], DType::F32, 1).to_device(gpu).unwrap();

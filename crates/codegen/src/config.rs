@@ -75,9 +75,14 @@ pub enum KernelConfig {
         rows_per_warp: u32,
         tensor_cores: bool,
     },
-    /// Scatter-add of an index_select's gradient: `block` threads per block.
+    /// Scatter-add of an index_select's gradient: `warps` warps per block, each owning
+    /// `rows_per_warp` output rows; the block scans the indices `chunk` at a time (a multiple of
+    /// `32 * warps`) and each warp keeps a slice of at most `columns` inner columns in registers.
     IndexAdd {
-        block: u32,
+        warps: u32,
+        rows_per_warp: u32,
+        chunk: u32,
+        columns: u32,
     },
     /// The kernel is a library call (cuBLASLt); nothing to configure.
     Library,
@@ -114,7 +119,9 @@ impl fmt::Display for KernelConfig {
             ),
             KernelConfig::MultiReduce { block, chunk } => write!(f, "multi_reduce block={block} chunk={chunk}"),
             KernelConfig::Concat { block } => write!(f, "concat block={block}"),
-            KernelConfig::IndexAdd { block } => write!(f, "index_add block={block}"),
+            KernelConfig::IndexAdd { warps, rows_per_warp, chunk, columns } => {
+                write!(f, "index_add warps={warps} rows_per_warp={rows_per_warp} chunk={chunk} columns={columns}")
+            }
             KernelConfig::Column { col_threads, row_threads, vec, rows_per_block } => write!(
                 f,
                 "column col_threads={col_threads} row_threads={row_threads} vec={vec} rows_per_block={rows_per_block}"
@@ -161,7 +168,7 @@ pub fn candidate_configs(plan: &Plan, kernel: usize, target: &Target) -> Vec<Ker
             .collect(),
         KernelKind::Concat(_) => [256, 128, 512].into_iter().map(|block| KernelConfig::Concat { block }).collect(),
         KernelKind::MatMul(_) => vec![KernelConfig::Library],
-        KernelKind::IndexAdd(_) => vec![KernelConfig::IndexAdd { block: 256 }],
+        KernelKind::IndexAdd(ia) => crate::index_add::candidates(ia),
         KernelKind::Column(col) => column_candidates(&unit, col),
         KernelKind::MultiPointwise(multi) => multi_pointwise_candidates(&unit, multi),
         KernelKind::Attention(att) => attention_forward_candidates(&unit, att),

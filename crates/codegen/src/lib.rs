@@ -24,7 +24,8 @@
 //!
 //! Families, one module each: `pointwise`, `row`, `multi_reduce`, `multi_pointwise`
 //! (independent pointwise programs in one launch, a block per tile of one member), `concat`,
-//! `attention` (flash-attention forward, and a dq and a dk/dv backward kernel);
+//! `attention` (flash-attention forward, and a dq and a dk/dv backward kernel), `index_add`
+//! (an index_select's gradient, each output row summed by the warp that owns it);
 //! matmuls are [`KernelCode::CuBlasLt`].
 //!
 //! Launch configurations and the grids they leave open are chosen for a [`Target`], the GPU as
@@ -206,7 +207,9 @@ pub fn generate(plan: &Plan, kernel: usize, config: &KernelConfig, target: &Targ
             KernelKind::AttentionBackward(back),
             KernelConfig::AttentionBackward { warps, rows_per_warp, tensor_cores: false },
         ) => attention::generate_backward(&mut unit, back, warps, rows_per_warp)?,
-        (KernelKind::IndexAdd(ia), KernelConfig::IndexAdd { block }) => index_add::generate(&mut unit, ia, block)?,
+        (KernelKind::IndexAdd(ia), KernelConfig::IndexAdd { warps, rows_per_warp, chunk, columns }) => {
+            index_add::generate(&mut unit, ia, index_add::Shape { warps, rows_per_warp, chunk, columns })?
+        }
         _ => return Err(mismatch()),
     };
     Ok(KernelCode::Cuda(assemble(unit, config, emitted)))

@@ -543,3 +543,45 @@ fn the_tensor_core_attention_backward_is_the_default_where_it_applies() {
     let eight_rows = KernelConfig::AttentionBackward { warps: 4, rows_per_warp: 8, tensor_cores: true };
     assert!(generate(&dq, 0, &eight_rows, &Target::h200()).is_err());
 }
+
+#[test]
+fn index_add_rows_are_owned_by_warps_and_written_once() {
+    let plan = plans::index_add(DType::F32, DType::I64, 1, 16_384, 768, 50_304);
+    let config = default_config(&plan, 0, &Target::h200());
+    assert_eq!(config, KernelConfig::IndexAdd { warps: 16, rows_per_warp: 2, chunk: 4096, columns: 1024 });
+    let kernel = cuda(&plan, &config);
+    // A block per 32 rows, every row of 768 columns in one slice of 16-byte accesses.
+    assert_eq!(
+        (kernel.launches[0].grid, kernel.launches[0].block),
+        ([50_304usize.div_ceil(32) as u32, 1, 1], [512, 1, 1])
+    );
+    assert!(kernel.source.contains("load_f32x4(src + v * 128u, ld);"));
+    assert_eq!(kernel.source.matches("store_f32x4(into").count(), 2, "each of a warp's two rows stored once");
+    assert!(!kernel.source.contains("atomicAdd("), "deterministic: no atomics");
+    assert!(kernel.scratch.is_empty() && kernel.tables.is_empty());
+
+    // No indices: one launch that writes zeros, no scan.
+    let none = cuda(&plans::index_add(DType::F32, DType::I64, 2, 0, 16, 5), &config);
+    assert_eq!(none.launches.len(), 1);
+    assert!(!none.source.contains("__ballot_sync") && none.source.contains("store_f32x4(into"));
+    // No rows or no columns: nothing to launch.
+    for (size, inner) in [(0, 16), (5, 0)] {
+        let empty = cuda(&plans::index_add(DType::F32, DType::I64, 1, 4, inner, size), &config);
+        assert!(empty.launches.is_empty(), "size {size} inner {inner}");
+    }
+    // Inner extents that are no multiple of a vector: narrower accesses, lanes past the end idle.
+    let odd = cuda(&plans::index_add(DType::BF16, DType::I32, 3, 1000, 100, 77), &config);
+    assert!(odd.source.contains("load_bf16x4(") && odd.source.contains("if (column + v * 128u < INNER)"));
+    let odd = cuda(&plans::index_add(DType::F32, DType::I32, 2, 37, 7, 5), &config);
+    assert!(!odd.source.contains("load_f32x") && odd.source.contains("src[v * 32u]"));
+
+    let bad = |warps, rows_per_warp, chunk, columns| {
+        let config = KernelConfig::IndexAdd { warps, rows_per_warp, chunk, columns };
+        generate(&plan, 0, &config, &Target::h200()).unwrap_err().to_string()
+    };
+    assert!(bad(0, 1, 1024, 256).contains("warps"));
+    assert!(bad(8, 32, 1024, 256).contains("rows a block"));
+    assert!(bad(8, 1, 1000, 256).contains("chunk"));
+    assert!(bad(8, 1, 1024, 100).contains("columns"));
+    assert!(bad(32, 2, 4096, 1024).contains("do not fit"));
+}

@@ -518,9 +518,9 @@ impl AttentionBackward {
 /// The scatter-add of an index_select's gradient: inputs src (`[outer, indices, inner]`,
 /// contiguous, of `dtype`) and indices (`indices` integers of `index_dtype`); output 0 is
 /// `[outer, size, inner]`, zero except that slice `j` of src is added at `indices[j]`. Every
-/// output element sums its slices in the order of the indices (in f32 for floats, each sum
-/// rounded to the dtype; wrapping for integers), so the result has the same bits on every run;
-/// an index outside `0..size` adds nothing (the forward's check reports it).
+/// output element sums its slices from zero in the order of the indices (in f32 for floats,
+/// rounded to the dtype once at the end; wrapping for integers), so the result has the same bits
+/// on every run; an index outside `0..size` adds nothing (the forward's check reports it).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct IndexAdd {
     pub outer: usize,

@@ -534,6 +534,16 @@ pub fn attention_backward(dtype: DType, shape: [usize; 4], causal: bool, wrt: &[
     g.compile(&grads)
 }
 
+/// The scatter-add of an index_select's gradient: `src` `[outer, indices, inner]` of `dtype`
+/// added at `indices` (of `index`) into `[outer, size, inner]`.
+pub fn index_add(dtype: DType, index: DType, outer: usize, indices: usize, inner: usize, size: usize) -> Plan {
+    let mut g = GraphBuilder::default();
+    let src = g.input(dtype, &[outer, indices, inner]);
+    let at = g.input(index, &[indices]);
+    let out = g.op(Op::IndexAdd { axis: 1, size }, &[src, at]);
+    g.compile(&[out])
+}
+
 /// Every fixture plan, named as its snapshot.
 pub fn all_plans() -> Vec<(&'static str, Plan)> {
     vec![
@@ -575,6 +585,14 @@ pub fn all_plans() -> Vec<(&'static str, Plan)> {
         ("attention_causal_bf16_d64", attention_forward(DType::BF16, [16, 12, 1024, 64], true)),
         ("attention_f32_d128_t1000", attention_forward(DType::F32, [2, 3, 1000, 128], false)),
         ("attention_f16_t17", attention_forward(DType::F16, [1, 2, 17, 64], true)),
+        // GPT-2's token embedding gradient: V = 50,304, C = 768, 16k tokens.
+        ("index_add_gpt2_embedding_f32", index_add(DType::F32, DType::I64, 1, 16_384, 768, 50_304)),
+        ("index_add_bf16_ragged_inner", index_add(DType::BF16, DType::I32, 3, 1000, 100, 77)),
+        ("index_add_f16_wide_inner", index_add(DType::F16, DType::I64, 1, 300, 5000, 40)),
+        ("index_add_f32_odd_inner", index_add(DType::F32, DType::I32, 2, 37, 7, 5)),
+        ("index_add_i64", index_add(DType::I64, DType::I64, 1, 64, 12, 9)),
+        ("index_add_no_indices", index_add(DType::F32, DType::I64, 2, 0, 16, 5)),
+        ("index_add_64bit_index", index_add(DType::F32, DType::I32, 1, 4096, 1024, 2_200_000)),
         (
             "attention_backward_dq_causal_bf16_d64",
             attention_backward(DType::BF16, [16, 12, 1024, 64], true, &[AttentionInput::Query]),

@@ -370,9 +370,10 @@ fn run_pointwise(pointwise: &Pointwise, inputs: &[&HostData], outputs: &mut [Hos
     }
 }
 
-/// Slice `j` of the source added at `indices[j]`, in the order of `j` (in f32, each sum rounded
-/// to an f16/bf16 dtype as the GPU kernel stores it), as the GPU kernel sums each output
-/// element's slices in index order; indices outside `0..size` add nothing.
+/// Slice `j` of the source added at `indices[j]`, in the order of `j`, from zero: in f32 for
+/// floats and rounded to an f16/bf16 dtype once at the end, wrapping for integers, as the GPU
+/// kernel's lane sums each output element in registers and stores it once; indices outside
+/// `0..size` add nothing.
 fn run_index_add(ia: &braze_plan::IndexAdd, inputs: &[&HostData], outputs: &mut [HostData]) {
     let (src, indices) = (inputs[0], inputs[1]);
     let mut acc: Vec<Val> = vec![cast_const(Literal::Int(0), ia.dtype); ia.outer * ia.size * ia.inner];
@@ -385,13 +386,15 @@ fn run_index_add(ia: &braze_plan::IndexAdd, inputs: &[&HostData], outputs: &mut 
             for i in 0..ia.inner {
                 let slot = &mut acc[(o * ia.size + at as usize) * ia.inner + i];
                 *slot = match (*slot, load(src, (o * ia.indices + j) * ia.inner + i)) {
-                    (Val::Float(a), Val::Float(b)) => cast(Val::Float(a + b), ia.dtype),
+                    // f32 addition: an f16/bf16 value widens exactly.
+                    (Val::Float(a), Val::Float(b)) => Val::Float(a + b),
                     (Val::Int(a), Val::Int(b)) => settle(Val::Int(a.wrapping_add(b)), ia.dtype),
                     (a, b) => unreachable!("validated: adding {b:?} to {a:?}"),
                 };
             }
         }
     }
+    // `store` rounds each f32 sum to the dtype.
     for (i, v) in acc.into_iter().enumerate() {
         store(&mut outputs[0], i, v);
     }
