@@ -200,10 +200,14 @@ impl CheckRing {
 
 impl CudaDevice {
     fn register_checks(&self, ring: &Arc<CheckRing>) {
-        let mut rings = lock(&self.check_rings);
-        // Rings of dropped executables whose last copy was read are let go here.
-        rings.retain(|r| Arc::strong_count(r) > 1 || r.owes_a_read());
-        rings.push(ring.clone());
+        let gone = {
+            let mut rings = lock(&self.check_rings);
+            let gone = prune(&mut rings);
+            rings.push(ring.clone());
+            gone
+        };
+        // Freed outside the lock: freeing pinned memory passes the context gate.
+        drop(gone);
     }
 
     /// Enqueues, after a run, the copy of the check words `words` into `slot` (and its event),
@@ -222,17 +226,19 @@ impl CudaDevice {
         let thread = std::thread::current().id();
         // With whether the executable was dropped (only the device holds the ring): then every
         // slot is read, whichever thread's run it holds, since no later run will read it.
-        let rings: Vec<(Arc<CheckRing>, bool)> = {
+        let (rings, gone): (Vec<(Arc<CheckRing>, bool)>, _) = {
             let mut rings = lock(&self.check_rings);
-            rings.retain(|r| Arc::strong_count(r) > 1 || r.owes_a_read());
-            rings
+            let gone = prune(&mut rings);
+            let rings = rings
                 .iter()
                 .map(|r| {
                     let dropped = Arc::strong_count(r) == 1;
                     (r.clone(), dropped)
                 })
-                .collect()
+                .collect();
+            (rings, gone)
         };
+        drop(gone);
         let mut first = None;
         for (ring, dropped) in rings {
             if let Err(err) = ring.poll(false, (!dropped).then_some(thread)) {
@@ -240,5 +246,56 @@ impl CudaDevice {
             }
         }
         first.map_or(Ok(()), Err)
+    }
+}
+
+/// Takes out the rings of dropped executables (only the device holds them) whose last copy was
+/// read, for the caller to drop once it let go of the lock.
+fn prune(rings: &mut Vec<Arc<CheckRing>>) -> Vec<Arc<CheckRing>> {
+    let (keep, gone) = std::mem::take(rings).into_iter().partition(|r| Arc::strong_count(r) > 1 || r.owes_a_read());
+    *rings = keep;
+    gone
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ring(sites: &[(&str, usize)]) -> CheckRing {
+        CheckRing {
+            sites: sites.iter().map(|&(op, bound)| Site { op: op.to_string(), bound }).collect(),
+            state: Mutex::new(RingState { free: Vec::new(), pending: VecDeque::new(), stashed: None }),
+            waits: AtomicU64::new(0),
+        }
+    }
+
+    fn words(values: &[u64]) -> Vec<u8> {
+        values.iter().flat_map(|v| v.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn the_first_raised_check_names_its_op_index_and_bound() {
+        let ring = ring(&[("embedding at a.rs:1:1", 6), ("index_select at b.rs:2:2", 10)]);
+        assert!(ring.raised(&words(&[0, 0, 0, 0])).is_none());
+        let err = ring.raised(&words(&[0, 0, 1, u64::MAX])).expect("the second check is raised");
+        assert!(
+            matches!(&err, CudaError::IndexOutOfRange { op, index: -1, bound: 10 } if op == "index_select at b.rs:2:2"),
+            "{err:?}"
+        );
+        let err = ring.raised(&words(&[1, 7, 1, 12])).expect("both are raised");
+        assert!(matches!(err, CudaError::IndexOutOfRange { index: 7, bound: 6, .. }), "the first one is reported");
+        assert!(err.to_string().contains("reported at a later call or host read"), "{err}");
+    }
+
+    #[test]
+    fn a_stashed_error_is_reported_once_by_any_read() {
+        let ring = ring(&[("embedding", 6)]);
+        ring.poll(false, None).expect("nothing pending");
+        assert!(!ring.owes_a_read());
+        ring.stash(CudaError::IndexOutOfRange { op: "embedding".into(), index: 9, bound: 6 });
+        assert!(ring.owes_a_read());
+        let other_thread = std::thread::spawn(|| std::thread::current().id()).join().unwrap();
+        assert!(ring.poll(false, Some(other_thread)).is_err(), "a dropped executable's error goes to any thread");
+        ring.poll(false, None).expect("reported once");
     }
 }
