@@ -41,7 +41,7 @@ use std::thread::ThreadId;
 use braze_plan::Plan;
 
 use crate::buffer::DeviceBuffer;
-use crate::device::{lock, CudaDevice};
+use crate::device::{lock, CudaDevice, PendingChecks};
 use crate::error::{CudaError, Result};
 use crate::pinned::PinnedBuffer;
 
@@ -130,7 +130,15 @@ impl CheckRing {
                 i += 1;
                 continue;
             }
-            let bytes = if wait { Some(slot.wait_bytes()?) } else { slot.try_bytes()? };
+            let bytes = if wait { slot.wait_bytes().map(Some) } else { slot.try_bytes() };
+            let bytes = match bytes {
+                Ok(bytes) => bytes,
+                Err(err) => {
+                    // The driver failed: a raised check read so far is returned by a later read.
+                    state.stashed = first;
+                    return Err(err);
+                }
+            };
             // Copies complete in stream order: the later ones are pending too.
             let Some(bytes) = bytes else { break };
             let raised = self.raised(bytes);
@@ -187,14 +195,19 @@ impl CheckRing {
         lock(&self.state).stashed.get_or_insert(err);
     }
 
-    /// Whether a read is still owed: a pending copy or a stashed error.
+    pub(crate) fn waits(&self) -> u64 {
+        self.waits.load(Ordering::Relaxed)
+    }
+}
+
+impl PendingChecks for CheckRing {
+    fn poll_completed(&self, thread: Option<ThreadId>) -> Result<()> {
+        self.poll(false, thread)
+    }
+
     fn owes_a_read(&self) -> bool {
         let state = lock(&self.state);
         !state.pending.is_empty() || state.stashed.is_some()
-    }
-
-    pub(crate) fn waits(&self) -> u64 {
-        self.waits.load(Ordering::Relaxed)
     }
 }
 
@@ -203,7 +216,7 @@ impl CudaDevice {
         let gone = {
             let mut rings = lock(&self.check_rings);
             let gone = prune(&mut rings);
-            rings.push(ring.clone());
+            rings.push(ring.clone() as Arc<dyn PendingChecks>);
             gone
         };
         // Freed outside the lock: freeing pinned memory passes the context gate.
@@ -226,7 +239,7 @@ impl CudaDevice {
         let thread = std::thread::current().id();
         // With whether the executable was dropped (only the device holds the ring): then every
         // slot is read, whichever thread's run it holds, since no later run will read it.
-        let (rings, gone): (Vec<(Arc<CheckRing>, bool)>, _) = {
+        let (rings, gone): (Vec<(Arc<dyn PendingChecks>, bool)>, _) = {
             let mut rings = lock(&self.check_rings);
             let gone = prune(&mut rings);
             let rings = rings
@@ -241,7 +254,7 @@ impl CudaDevice {
         drop(gone);
         let mut first = None;
         for (ring, dropped) in rings {
-            if let Err(err) = ring.poll(false, (!dropped).then_some(thread)) {
+            if let Err(err) = ring.poll_completed((!dropped).then_some(thread)) {
                 first.get_or_insert(err);
             }
         }
@@ -251,7 +264,7 @@ impl CudaDevice {
 
 /// Takes out the rings of dropped executables (only the device holds them) whose last copy was
 /// read, for the caller to drop once it let go of the lock.
-fn prune(rings: &mut Vec<Arc<CheckRing>>) -> Vec<Arc<CheckRing>> {
+fn prune(rings: &mut Vec<Arc<dyn PendingChecks>>) -> Vec<Arc<dyn PendingChecks>> {
     let (keep, gone) = std::mem::take(rings).into_iter().partition(|r| Arc::strong_count(r) > 1 || r.owes_a_read());
     *rings = keep;
     gone

@@ -21,7 +21,6 @@ use braze_codegen::Target;
 
 use crate::buffer::{bytes_of, values_from_bytes, Allocation, DeviceBuffer, MemoryCounter, PodScalar};
 use crate::capture_gate::{outside_capture, DropOutsideCapture, StreamGate};
-use crate::checks::CheckRing;
 use crate::error::{CudaError, Result};
 use crate::kernel::Kernel;
 
@@ -99,7 +98,18 @@ pub struct CudaDevice {
     /// The second stream, of pinned copies that overlap compute (see `pinned`); made on first use.
     pub(crate) copy_stream: Mutex<Option<Arc<CudaStream>>>,
     /// The check slots of this device's executables (see `checks`), read at host syncs.
-    pub(crate) check_rings: Mutex<Vec<Arc<CheckRing>>>,
+    pub(crate) check_rings: Mutex<Vec<Arc<dyn PendingChecks>>>,
+}
+
+/// Check words of an executable's runs, copied to the host without waiting, that the device
+/// reads at host synchronizations (the slots of `checks`).
+pub(crate) trait PendingChecks: std::fmt::Debug + Send + Sync {
+    /// Reads the completed copies (of the runs `thread` enqueued, or of all runs) without
+    /// waiting; the first raised check is the error.
+    fn poll_completed(&self, thread: Option<std::thread::ThreadId>) -> Result<()>;
+
+    /// Whether a read is still owed: a copy not yet read, or an error not yet reported.
+    fn owes_a_read(&self) -> bool;
 }
 
 /// Pinned chunks that uploads are copied through, used round-robin.
