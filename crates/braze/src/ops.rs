@@ -294,8 +294,10 @@ impl Tensor {
     /// PyTorch's `index_select(x, axis, indices)`: the slices of self at `indices` (a 1-D i32 or
     /// i64 tensor) along `axis`, in their order (repeats allowed). An index outside
     /// `0..shape[axis]` is an error naming it: eagerly the indices are read on the host (a host
-    /// sync); compiled the read is clamped and the call returns the error after running. The
-    /// gradient is a deterministic scatter-add into the selected slices.
+    /// sync); compiled the read is clamped and the error is reported without a host wait: on the
+    /// CPU backend by the call itself, on a GPU by a later call of the function or at the latest
+    /// by the next host read (`to_vec`, `item`, ...) on this thread, as CUDA reports device-side
+    /// asserts. The gradient is a deterministic scatter-add into the selected slices.
     #[track_caller]
     pub fn index_select(&self, axis: i64, indices: &Tensor) -> Result<Tensor> {
         let loc = caller();

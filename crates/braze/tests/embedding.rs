@@ -98,6 +98,7 @@ fn out_of_range_indices_are_errors_eagerly_and_compiled() {
         let f = compile(|a: &[Tensor]| Ok(vec![a[0].embedding(&a[1])?.mul_scalar(2.0)?])).fullgraph(true);
         let err = f.call(&[weight.clone(), idx]).unwrap_err().to_string();
         assert!(err.contains("index_select") && err.contains(&format!("index {bad}")) && err.contains("6"), "{err}");
+        assert!(err.contains("embedding.rs"), "the error names the op's source location: {err}");
     }
     let err = weight.embedding(&Tensor::randn([3], DType::F32, 0).unwrap()).unwrap_err().to_string();
     assert!(err.contains("i32 or i64") && err.contains("f32"), "{err}");

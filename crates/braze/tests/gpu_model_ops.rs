@@ -6,7 +6,8 @@
 
 mod common;
 
-use braze::{compile, value_and_grad, DType, Mode, Tensor};
+use braze::timeline::{self, Track};
+use braze::{compile, cuda_device, sync_count, value_and_grad, DType, Mode, Tensor};
 use common::{check, gpu, F};
 
 const MODES: [Mode; 3] = [Mode::Default, Mode::ReduceOverhead, Mode::MaxAutotune];
@@ -216,15 +217,66 @@ fn gpu_embedding_out_of_range_is_an_error_eagerly_and_compiled() {
     let Some(gpu) = gpu() else { return };
     let w = randn(&[10, 8], DType::F32, 1).to_device(gpu).unwrap();
     let bad = indices(&[1, 10, 2], DType::I64).to_device(gpu).unwrap();
+    let good = indices(&[1, 9, 2], DType::I64).to_device(gpu).unwrap();
+    // Eagerly the indices are read on the host before anything runs.
     let err = w.embedding(&bad).unwrap_err().to_string();
     assert!(err.contains("index 10") && err.contains("0..10"), "{err}");
+    let want = w.embedding(&good).unwrap().mul_scalar(2.0).unwrap().to_vec::<f32>().unwrap();
     for mode in MODES {
         let f = compile(|a: &[Tensor]| Ok(vec![a[0].embedding(&a[1])?.mul_scalar(2.0)?])).fullgraph(true).mode(mode);
-        let err = f.call(&[w.clone(), bad.clone()]).unwrap_err().to_string();
-        assert!(err.contains("index_select") && err.contains("index 10") && err.contains("10"), "{mode:?}: {err}");
-        // The check is cleared: good indices run again.
-        let good = indices(&[1, 9, 2], DType::I64).to_device(gpu).unwrap();
-        assert_eq!(f.call(&[w.clone(), good]).unwrap()[0].shape().dims(), [3, 8], "{mode:?}");
+        // Compiled, the device-side check is read without a host wait: the bad call may return
+        // its (clamped) outputs, and the error comes no later than the next host read.
+        let err = match f.call(&[w.clone(), bad.clone()]) {
+            Err(err) => err,
+            Ok(out) => out[0].to_vec::<f32>().expect_err("the host read reports the bad index"),
+        };
+        let err = err.to_string();
+        assert!(err.contains("index_select") && err.contains("index 10") && err.contains("size 10"), "{mode:?}: {err}");
+        assert!(err.contains("gpu_model_ops.rs"), "the error names the op's source location: {err}");
+        // Reported once, and the words were zeroed: good indices run and read again.
+        let out = f.call(&[w.clone(), good.clone()]).unwrap();
+        assert_eq!(out[0].to_vec::<f32>().unwrap(), want, "{mode:?}");
+        // A steady loop of good calls waits for nothing: no host sync per call.
+        let before = sync_count();
+        let mut last = Vec::new();
+        for _ in 0..100 {
+            last = f.call(&[w.clone(), good.clone()]).unwrap();
+        }
+        assert_eq!(sync_count() - before, 0, "{mode:?}: host syncs in 100 calls");
+        assert_eq!(last[0].to_vec::<f32>().unwrap(), want, "{mode:?}");
+        // Several bad calls before any read: reported (by a later call or the synchronization),
+        // and afterwards nothing is left over.
+        let mut errors = 0;
+        for _ in 0..3 {
+            errors += usize::from(f.call(&[w.clone(), bad.clone()]).is_err());
+        }
+        let device = cuda_device(0).unwrap();
+        errors += usize::from(device.synchronize().is_err());
+        assert!(errors >= 1, "{mode:?}: three bad calls and a synchronization raised nothing");
+        device.synchronize().expect("every raised check was reported");
+        assert_eq!(f.call(&[w.clone(), good.clone()]).unwrap()[0].to_vec::<f32>().unwrap(), want, "{mode:?}");
+    }
+}
+
+#[test]
+fn gpu_check_copy_is_a_span_on_the_compute_stream() {
+    let Some(gpu) = gpu() else { return };
+    let w = randn(&[10, 8], DType::F32, 1).to_device(gpu).unwrap();
+    let good = indices(&[1, 9, 2], DType::I64).to_device(gpu).unwrap();
+    for mode in [Mode::Default, Mode::ReduceOverhead] {
+        let f = compile(|a: &[Tensor]| Ok(vec![a[0].embedding(&a[1])?.mul_scalar(2.0)?])).fullgraph(true).mode(mode);
+        for _ in 0..3 {
+            f.call(&[w.clone(), good.clone()]).unwrap();
+        }
+        timeline::start();
+        f.call(&[w.clone(), good.clone()]).unwrap();
+        let trace = timeline::stop().unwrap();
+        let copies = trace.spans.iter().filter(|s| s.track == Track::Compute && s.name.starts_with("check words"));
+        assert!(
+            copies.clone().count() >= 1 && copies.clone().all(|s| s.category == "copy"),
+            "{mode:?}: {:?}",
+            trace.spans
+        );
     }
 }
 

@@ -2,7 +2,8 @@
 //!
 //! Everything a [`CudaDevice`] does is enqueued on one non-default stream, so operations are
 //! ordered by submission and the only calls that wait for the GPU are [`CudaDevice::download`]
-//! (and its variants), [`CudaDevice::synchronize`] and timer reads.
+//! (and its variants), [`CudaDevice::synchronize`] and timer reads. The first two also report
+//! the index checks of earlier plan runs that no call reported yet (see `checks`).
 //!
 //! A `CudaDevice` is shared between threads (`Arc<CudaDevice>` is `Send + Sync`): its operations
 //! may be called from any thread at once, and each is ordered on the stream as a whole. While
@@ -96,6 +97,19 @@ pub struct CudaDevice {
     download_staging: Mutex<Option<DropOutsideCapture<PinnedHostSlice<u8>>>>,
     /// The second stream, of pinned copies that overlap compute (see `pinned`); made on first use.
     pub(crate) copy_stream: Mutex<Option<Arc<CudaStream>>>,
+    /// The check slots of this device's executables (see `checks`), read at host syncs.
+    pub(crate) check_rings: Mutex<Vec<Arc<dyn PendingChecks>>>,
+}
+
+/// Check words of an executable's runs, copied to the host without waiting, that the device
+/// reads at host synchronizations (the slots of `checks`).
+pub(crate) trait PendingChecks: std::fmt::Debug + Send + Sync {
+    /// Reads the completed copies (of the runs `thread` enqueued, or of all runs) without
+    /// waiting; the first raised check is the error.
+    fn poll_completed(&self, thread: Option<std::thread::ThreadId>) -> Result<()>;
+
+    /// Whether a read is still owed: a copy not yet read, or an error not yet reported.
+    fn owes_a_read(&self) -> bool;
 }
 
 /// Pinned chunks that uploads are copied through, used round-robin.
@@ -145,6 +159,7 @@ impl CudaDevice {
             upload_staging: Mutex::new(UploadStaging::default()),
             download_staging: Mutex::new(None),
             copy_stream: Mutex::new(None),
+            check_rings: Mutex::new(Vec::new()),
         }))
     }
 
@@ -403,7 +418,16 @@ impl CudaDevice {
     }
 
     /// Reads `out.len()` bytes of `src` starting at `offset` into `out`, through pinned memory.
+    ///
+    /// A host synchronization: an index out of range that an earlier run of a plan, enqueued on
+    /// this device by this thread, met is reported here ([`CudaError::IndexOutOfRange`], after `out` was filled) unless a
+    /// call before already reported it (see [`CudaDevice::poll_checks`]).
     pub fn download_into(&self, src: &DeviceBuffer, offset: usize, out: &mut [u8]) -> Result<()> {
+        self.download_waiting(src, offset, out)?;
+        self.poll_checks()
+    }
+
+    fn download_waiting(&self, src: &DeviceBuffer, offset: usize, out: &mut [u8]) -> Result<()> {
         self.gate.shared(|| {
             self.reject_during_capture("downloading to the host")?;
             let address = self.checked_range(src, offset, out.len(), "download")?;
@@ -436,14 +460,18 @@ impl CudaDevice {
     }
 
     /// Waits until all work enqueued on the device's stream has finished, and reports any
-    /// asynchronous error it raised (e.g. an illegal address in an earlier kernel).
+    /// asynchronous error it raised (e.g. an illegal address in an earlier kernel), or else an
+    /// index out of range that an earlier run of a plan, enqueued by this thread, met and no call
+    /// reported yet
+    /// ([`CudaDevice::poll_checks`]).
     pub fn synchronize(&self) -> Result<()> {
-        self.gate.shared(|| {
+        self.gate.shared(|| -> Result<()> {
             self.reject_during_capture("synchronizing")?;
             self.stream.synchronize()?;
             self.ctx.check_err()?;
             Ok(())
-        })
+        })?;
+        self.poll_checks()
     }
 
     /// A pair of timing events on this device's stream.

@@ -28,9 +28,14 @@ pub enum CudaError {
     )]
     CublasLtUnavailable,
 
-    /// A kernel met an index outside `0..bound` (an index_select's check, raised on the device
-    /// and read after the run; the read itself was clamped).
-    #[error("{op}: index {index} is out of range for a dimension of size {bound}")]
+    /// A kernel met an index outside `0..bound` (an index_select's check, raised on the device;
+    /// the read itself was clamped). The check is read without a host wait, so it is reported at
+    /// a later call: the next run of the same executable that finds the copy of the check words
+    /// complete, or at the latest the next host read or synchronization of the device.
+    #[error(
+        "{op}: index {index} is out of range for a dimension of size {bound} (a device-side check, \
+         reported at a later call or host read)"
+    )]
     IndexOutOfRange { op: String, index: i64, bound: usize },
 
     /// The driver loaded but the requested device does not exist.

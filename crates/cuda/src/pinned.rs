@@ -72,6 +72,26 @@ impl PinnedBuffer {
     }
 }
 
+impl PinnedBuffer {
+    /// A new allocation of at least `bytes` (rounded up to a power of two, at least 4 KiB), idle.
+    pub(crate) fn alloc(device: &CudaDevice, bytes: usize) -> Result<PinnedBuffer> {
+        let capacity = bytes.max(MIN_PINNED_BYTES).next_power_of_two();
+        let ctx = device.context();
+        // SAFETY: the pinned memory is uninitialised; the host reads only bytes a copy (or the
+        // host itself) wrote first. Flags 0 (not write-combined): the host both writes and reads it.
+        let host = outside_capture(|| unsafe { ctx.alloc_pinned_with_flags::<u8>(capacity, 0) })?;
+        let last_copy = ctx.new_event(None)?;
+        Ok(PinnedBuffer { host: DropOutsideCapture::new(host), len: bytes, last_copy })
+    }
+
+    /// The bytes in use once the last copy has completed, waiting for that copy (only that
+    /// copy, not the device).
+    pub(crate) fn wait_bytes(&self) -> Result<&[u8]> {
+        self.last_copy.synchronize()?;
+        Ok(&self.host.as_slice()?[..self.len])
+    }
+}
+
 impl Drop for PinnedBuffer {
     fn drop(&mut self) {
         // A copy may still read or write the memory that is freed with the fields.
@@ -107,14 +127,9 @@ impl PinnedPool {
             buffer.len = bytes;
             return Ok(buffer);
         }
-        let capacity = bytes.max(MIN_PINNED_BYTES).next_power_of_two();
-        let ctx = self.device.context();
-        // SAFETY: the pinned memory is uninitialised; the host reads only bytes a copy (or the
-        // host itself) wrote first. Flags 0 (not write-combined): the host both writes and reads it.
-        let host = outside_capture(|| unsafe { ctx.alloc_pinned_with_flags::<u8>(capacity, 0) })?;
-        let last_copy = ctx.new_event(None)?;
+        let buffer = PinnedBuffer::alloc(&self.device, bytes)?;
         self.allocations.fetch_add(1, Ordering::Relaxed);
-        Ok(PinnedBuffer { host: DropOutsideCapture::new(host), len: bytes, last_copy })
+        Ok(buffer)
     }
 
     /// Returns a buffer for reuse (it may still be in a copy: it is handed out again only after).

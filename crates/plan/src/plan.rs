@@ -78,7 +78,8 @@ pub struct Plan {
 
 /// A condition a kernel checks while it runs and reports instead of failing: an index out of
 /// range. A raised check never makes a kernel read or write out of bounds (the read is clamped);
-/// the backend reports it after the plan ran, naming the op, the index and the bound.
+/// the backend reports it after the plan ran (the GPU backend at a later call or host read,
+/// without waiting for the run), naming the op, the index and the bound.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Check {
     /// The op of the graph that indexes, e.g. `embedding`.

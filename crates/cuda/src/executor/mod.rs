@@ -3,6 +3,11 @@
 //! then per call binds the caller's buffers, launches (or replays a CUDA graph of) every kernel
 //! and hands back the outputs.
 //!
+//! A plan with index checks (gathers) reports an index out of range at a later call, not at the
+//! call whose run met it: the check words are copied to pinned host memory after the run without
+//! waiting, and read at the next run or host synchronization (see `checks`). No call waits for
+//! the device because of checks.
+//!
 //! Outputs come from a small ring of output sets owned by the executable: a set is reused only
 //! when the caller has dropped every tensor it handed out, so a result is never overwritten
 //! behind the caller's back, and a steady loop that drops last step's results allocates nothing.
@@ -20,6 +25,7 @@ use crate::autotune::AutotuneStore;
 use crate::blas::{BlasLt, MatmulDtype, MatmulSpec, MatrixRef};
 use crate::buffer::DeviceBuffer;
 use crate::cache::KernelCache;
+use crate::checks::CheckRing;
 use crate::device::CudaDevice;
 use crate::error::{CudaError, Result};
 use crate::graph::CapturedGraph;
@@ -150,8 +156,9 @@ pub struct PlanExecutable {
     /// skips the per-input work (thousands of inputs cost no per-input checks per call).
     tables_for_set: Option<usize>,
     last_addresses: Vec<u64>,
-    /// The plan's check words (two `u64` per check, zero between runs), when it has checks.
-    checks: Option<DeviceBuffer>,
+    /// The plan's check words (two `u64` per check, zero between runs), when it has checks,
+    /// and the pinned slots they are copied into after each run.
+    checks: Option<(DeviceBuffer, Arc<CheckRing>)>,
 }
 
 fn device_dtype(dtype: DType) -> Result<MatmulDtype> {
@@ -239,7 +246,10 @@ impl PlanExecutable {
         report.arena_unshared_bytes = memory.unshared_bytes;
         tracing::debug!(target: "braze::kernels", kernels = report.kernels, launches = report.launches,
             compile_ms = report.compile_ms, nvrtc = report.nvrtc_compiles, "plan built");
-        let checks = if plan.checks.is_empty() { None } else { Some(device.alloc_zeroed(16 * plan.checks.len())?) };
+        let checks = match CheckRing::for_plan(device, &plan)? {
+            Some(ring) => Some((device.alloc_zeroed(16 * plan.checks.len())?, ring)),
+            None => None,
+        };
         Ok(PlanExecutable {
             checks,
             device: device.clone(),
@@ -415,6 +425,11 @@ impl PlanExecutable {
 
     /// Runs the plan on `inputs` (one buffer per plan input, in order) and returns one buffer per
     /// plan output. Enqueues work on the device's stream and does not wait for it.
+    ///
+    /// An index out of range that this run meets is reported at a later call: by a later run
+    /// (which then does not run), [`PlanExecutable::poll_checks`], or at the latest by the next
+    /// host read or synchronization of the device on this thread, as
+    /// [`CudaError::IndexOutOfRange`]. A run first returns such an error of an earlier run.
     pub fn run(&mut self, inputs: &[DeviceBuffer]) -> Result<Vec<DeviceBuffer>> {
         self.run_with(inputs, false)
     }
@@ -450,11 +465,54 @@ impl PlanExecutable {
         self.run_inner(inputs, same_inputs, Observe::Nothing)
     }
 
+    /// Runs the plan, with the copy of its check words (if it has checks) enqueued after it,
+    /// into a slot taken before: an earlier run's raised check, found then, is this call's error.
     fn run_inner(
         &mut self,
         inputs: &[DeviceBuffer],
         same_inputs: bool,
-        observe: Observe<'_>,
+        mut observe: Observe<'_>,
+    ) -> Result<Vec<DeviceBuffer>> {
+        let Some((_, ring)) = &self.checks else { return self.enqueue_run(inputs, same_inputs, &mut observe) };
+        let ring = ring.clone();
+        let mut slot = ring.begin_run()?;
+        let ran = self.enqueue_run(inputs, same_inputs, &mut observe);
+        // Also after a failed run: kernels enqueued before the failure may have raised a check,
+        // and the words must be zero for the next run.
+        let spans = match &mut observe {
+            Observe::Trace(spans) => Some(&mut **spans),
+            _ => None,
+        };
+        let read = self.enqueue_check_read(&mut slot, spans);
+        ring.end_run(slot, read.is_ok());
+        let outputs = ran?;
+        read?;
+        Ok(outputs)
+    }
+
+    /// Copies the check words into `slot` and zeroes them (enqueued, with a timeline span on
+    /// the compute stream when `spans` is given).
+    fn enqueue_check_read(
+        &self,
+        slot: &mut crate::pinned::PinnedBuffer,
+        spans: Option<&mut Vec<PendingSpan>>,
+    ) -> Result<()> {
+        let (words, _) = self.checks.as_ref().expect("called for a plan with checks");
+        let Some(spans) = spans else { return self.device.enqueue_check_read(words, slot) };
+        let name = format!("check words to host ({} B)", words.len_bytes());
+        let span = self.device.begin_span(name, "copy", SpanStream::Compute)?;
+        self.device.enqueue_check_read(words, slot)?;
+        span.end()?;
+        spans.push(span);
+        Ok(())
+    }
+
+    /// Enqueues one run of the plan and returns its outputs.
+    fn enqueue_run(
+        &mut self,
+        inputs: &[DeviceBuffer],
+        same_inputs: bool,
+        observe: &mut Observe<'_>,
     ) -> Result<Vec<DeviceBuffer>> {
         let known = same_inputs && self.tables_for_set.is_some();
         if !known {
@@ -478,8 +536,8 @@ impl PlanExecutable {
         let graphs = self.options.cuda_graphs && self.report.launches > 0;
         let (profile, mut spans) = match observe {
             Observe::Nothing => (None, None),
-            Observe::Profile(times) => (Some(times), None),
-            Observe::Trace(spans) => (None, Some(spans)),
+            Observe::Profile(times) => (Some(&mut **times), None),
+            Observe::Trace(spans) => (None, Some(&mut **spans)),
         };
         if let (Some(spans), false) = (spans.as_deref_mut(), graphs) {
             self.enqueue_all_traced(inputs, &self.output_sets[set_index], spans)?;
@@ -547,25 +605,33 @@ impl PlanExecutable {
         } else {
             self.enqueue_all(inputs, &self.output_sets[set_index])?;
         }
-        self.report_checks()?;
         let set = &self.output_sets[set_index];
         Ok(self.plan.outputs.iter().map(|o| self.locate(o.buffer, inputs, set).0.clone()).collect())
     }
 
-    /// Reads the check words after a run (a host sync, only for plans with checks): the first
-    /// raised check becomes an error naming its op, index and bound, and the words are zeroed
-    /// for the next run.
-    fn report_checks(&self) -> Result<()> {
-        let Some(words) = &self.checks else { return Ok(()) };
-        let values: Vec<u64> = self.device.download_values(words)?;
-        let raised = self.plan.checks.iter().enumerate().find(|(c, _)| values[2 * c] != 0);
-        let Some((c, check)) = raised else { return Ok(()) };
-        self.device.memset_d8(words, 0)?;
-        let op = match &check.loc {
-            Some(loc) => format!("{} at {loc}", check.op),
-            None => check.op.clone(),
-        };
-        Err(CudaError::IndexOutOfRange { op, index: values[2 * c + 1] as i64, bound: check.bound })
+    /// Reads the check words of this executable's earlier runs whose copies have completed (no
+    /// waiting): the first raised check is the error, naming its op, index and bound. Runs do
+    /// this themselves before they start, and the device at host synchronizations.
+    pub fn poll_checks(&self) -> Result<()> {
+        match &self.checks {
+            Some((_, ring)) => ring.poll(false, None),
+            None => Ok(()),
+        }
+    }
+
+    /// As [`PlanExecutable::poll_checks`], first waiting for the check copies of every run
+    /// enqueued so far (their events only, not the whole device).
+    pub fn wait_checks(&self) -> Result<()> {
+        match &self.checks {
+            Some((_, ring)) => ring.poll(true, None),
+            None => Ok(()),
+        }
+    }
+
+    /// How many runs waited for the oldest run's check copy because all
+    /// [`crate::CHECK_SLOTS`] slots were pending (the host that many runs ahead of the GPU).
+    pub fn check_slot_waits(&self) -> u64 {
+        self.checks.as_ref().map_or(0, |(_, ring)| ring.waits())
     }
 
     /// Uploads input-pointer tables whose pointers changed since the last call.
@@ -644,7 +710,7 @@ impl PlanExecutable {
                             Param::Scratch(s) => KernelArg::Buffer(&cuda.scratch[s]),
                             Param::Table(t) => KernelArg::Buffer(&cuda.tables[t].buffer),
                             Param::Checks => {
-                                KernelArg::Buffer(self.checks.as_ref().expect("a plan with gathers has checks"))
+                                KernelArg::Buffer(&self.checks.as_ref().expect("a plan with gathers has checks").0)
                             }
                         })
                         .collect();
@@ -696,5 +762,18 @@ impl PlanExecutable {
             self.blas = Some(BlasLt::new(&self.device)?);
         }
         Ok(())
+    }
+}
+
+impl Drop for PlanExecutable {
+    /// Reads the completed check copies: a raised check is kept for the device's next host
+    /// synchronization to report (the device holds the slots until their copies were read), and
+    /// logged, since a drop cannot return it.
+    fn drop(&mut self) {
+        let Some((_, ring)) = &self.checks else { return };
+        if let Err(err) = ring.poll(false, None) {
+            tracing::warn!(target: "braze::kernels", error = %err, "a dropped plan raised a device-side check");
+            ring.stash(err);
+        }
     }
 }
