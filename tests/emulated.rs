@@ -122,16 +122,34 @@ fn index_add_in_the_emulator_matches_the_plan_executor_bit_for_bit() {
     if !enabled() {
         return;
     }
+    struct Case {
+        what: &'static str,
+        dtype: DType,
+        index: DType,
+        outer: usize,
+        inner: usize,
+        size: usize,
+        at: Vec<i64>,
+    }
     let spread: Vec<i64> = (0..300).map(|i| (i * 7919 % 61) as i64).collect();
-    let cases: Vec<(&str, DType, DType, usize, usize, usize, Vec<i64>)> = vec![
-        ("one row hit 200 times, bf16", DType::BF16, DType::I64, 1, 64, 5, vec![3; 200]),
-        ("spread, f32, i32 indices, ragged inner", DType::F32, DType::I32, 1, 37, 61, spread.clone()),
-        ("out of range and negative indices skipped", DType::F32, DType::I64, 2, 8, 4, vec![0, 9, -1, 3, 3, 4, 1, -7]),
-        ("no indices", DType::F16, DType::I64, 2, 16, 3, vec![]),
-        ("several outer slices, f16", DType::F16, DType::I32, 3, 40, 33, spread[..90].to_vec()),
+    let case = |what, dtype, index, outer, inner, size, at| Case { what, dtype, index, outer, inner, size, at };
+    let cases = [
+        case("one row hit 200 times, bf16", DType::BF16, DType::I64, 1, 64, 5, vec![3; 200]),
+        case("spread, f32, i32 indices, ragged inner", DType::F32, DType::I32, 1, 37, 61, spread.clone()),
+        case(
+            "out of range and negative indices skipped",
+            DType::F32,
+            DType::I64,
+            2,
+            8,
+            4,
+            vec![0, 9, -1, 3, 3, 4, 1, -7],
+        ),
+        case("no indices", DType::F16, DType::I64, 2, 16, 3, vec![]),
+        case("several outer slices, f16", DType::F16, DType::I32, 3, 40, 33, spread[..90].to_vec()),
     ];
     let target = Target::h200();
-    for (what, dtype, index, outer, inner, size, at) in cases {
+    for Case { what, dtype, index, outer, inner, size, at } in cases {
         let graph = index_add(dtype, index, outer, inner, size, &at);
         let plan = compile_to_plan(&graph, &FusionOptions::default()).unwrap();
         let at_f64: Vec<f64> = at.iter().map(|&i| i as f64).collect();

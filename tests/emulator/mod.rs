@@ -3,14 +3,18 @@
 //! here without a GPU: each kernel's source is translated to C++ (`prelude.h` gives the CUDA
 //! built-ins, threads and warps; the kernel's inline PTX becomes calls of its emulations),
 //! compiled by the system C++ compiler and run one block at a time with a thread per CUDA
-//! thread, on the plan's buffers. Slow (a thread per CUDA thread): for small shapes.
+//! thread, on the plan's buffers. A plan's kernels are compiled as one program (each kernel in
+//! a namespace of its own) that runs them on command, so library calls (cuBLASLt matmuls) run in
+//! between on the CPU plan executor's model of them. Slow (a thread per CUDA thread): for small
+//! shapes.
 
-use braze_codegen::{generate, KernelCode, KernelConfig, Param, Target};
-use braze_ir::HostTensor;
+use braze_codegen::{generate, KernelCode, KernelConfig, Param, TableSpec, Target};
+use braze_ir::{DType, HostData, HostTensor};
 use braze_plan::{BufferRole, Plan};
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::io::{BufRead, BufReader, Write as _};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 const PRELUDE: &str = include_str!("prelude.h");
@@ -148,135 +152,264 @@ fn work_dir(label: &str) -> PathBuf {
     dir
 }
 
-fn compile_and_run(dir: &Path, program: &str, buffers: &mut [Vec<u8>]) -> Result<(), String> {
-    let cpp = dir.join("kernel.cpp");
-    let exe = dir.join("kernel");
-    std::fs::write(&cpp, program).map_err(|e| e.to_string())?;
-    let built = Command::new(compiler())
-        .args(["-std=c++20", "-O1", "-pthread", "-w", "-o"])
-        .arg(&exe)
-        .arg(&cpp)
-        .output()
-        .map_err(|e| format!("running the C++ compiler: {e}"))?;
-    if !built.status.success() {
-        return Err(format!(
-            "the C++ compiler failed on {}:\n{}",
-            cpp.display(),
-            String::from_utf8_lossy(&built.stderr)
-        ));
-    }
-    for (i, bytes) in buffers.iter().enumerate() {
-        std::fs::write(dir.join(format!("p{i}.bin")), bytes).map_err(|e| e.to_string())?;
-    }
-    let ran = Command::new(&exe).arg(dir).output().map_err(|e| e.to_string())?;
-    if !ran.status.success() {
-        return Err(format!("the emulated kernel failed: {}", String::from_utf8_lossy(&ran.stderr)));
-    }
-    for (i, bytes) in buffers.iter_mut().enumerate() {
-        *bytes = std::fs::read(dir.join(format!("p{i}.bin"))).map_err(|e| e.to_string())?;
-    }
-    Ok(())
+/// Where the program keeps each byte array: plan inputs, then plan buffers, then the check
+/// words, then each kernel's scratch.
+struct Storage {
+    inputs: usize,
+    buffers: usize,
+    /// First scratch index of each kernel.
+    scratch: Vec<usize>,
 }
 
-/// Runs `plan` with `configs` (one per kernel) for `target` on `inputs`, every kernel emulated;
+impl Storage {
+    fn of_buffer(&self, plan: &Plan, id: braze_plan::BufferId) -> usize {
+        match plan.buffer(id).role {
+            BufferRole::Input(i) | BufferRole::InPlace(i) => i,
+            _ => self.inputs + id.0,
+        }
+    }
+    fn checks(&self) -> usize {
+        self.inputs + self.buffers
+    }
+}
+
+/// The emulator program of a plan, serving commands on stdin: `load S PATH`, `save S PATH`
+/// (storage `S` from or to a file), `run K` (kernel `K`'s launches), each answered `ok`.
+fn program(plan: &Plan, codes: &[KernelCode], storage: &Storage, sizes: &[(usize, u8)]) -> Result<String, String> {
+    let mut program = String::from(PRELUDE);
+    program.push_str("#include <fstream>\n#include <iostream>\n#include <sstream>\n#include <string>\n");
+    program.push_str("static std::vector<std::vector<unsigned char>> emu_storage;\n");
+    let mut runs = String::new();
+    for (k, code) in codes.iter().enumerate() {
+        let KernelCode::Cuda(generated) = code else { continue };
+        let kernel = &plan.kernels[k];
+        // The kernel and a function that runs its launches, in a namespace where its types are.
+        writeln!(program, "namespace kernel_{k} {{\n{}", translate(&generated.source)?).unwrap();
+        let mut body = String::new();
+        for (t, table) in generated.tables.iter().enumerate() {
+            match table {
+                TableSpec::InputPointers => {
+                    let pointers: Vec<String> = kernel
+                        .inputs
+                        .iter()
+                        .map(|&id| {
+                            format!(
+                                "(unsigned long long)(uintptr_t)emu_storage[{}].data()",
+                                storage.of_buffer(plan, id)
+                            )
+                        })
+                        .collect();
+                    writeln!(body, "  std::vector<unsigned long long> table_{t} = {{{}}};", pointers.join(", "))
+                        .unwrap();
+                }
+                TableSpec::Static(bytes) => {
+                    let bytes: Vec<String> = bytes.iter().map(u8::to_string).collect();
+                    writeln!(body, "  std::vector<unsigned char> table_{t} = {{{}}};", bytes.join(", ")).unwrap();
+                }
+            }
+        }
+        for launch in &generated.launches {
+            if launch.shared_bytes as usize > 256 * 1024 {
+                return Err(format!("{}: {} bytes of dynamic shared memory", kernel.name, launch.shared_bytes));
+            }
+            let types = parameter_types(&generated.source, &launch.entry)?;
+            let args: Vec<String> = launch
+                .params
+                .iter()
+                .zip(&types)
+                .map(|(param, ty)| {
+                    let data = match *param {
+                        Param::Input(i) => format!("emu_storage[{}].data()", storage.of_buffer(plan, kernel.inputs[i])),
+                        Param::Output(o) => {
+                            format!("emu_storage[{}].data()", storage.of_buffer(plan, kernel.outputs[o]))
+                        }
+                        Param::Scratch(s) => format!("emu_storage[{}].data()", storage.scratch[k] + s),
+                        Param::Checks => format!("emu_storage[{}].data()", storage.checks()),
+                        Param::Table(t) => format!("table_{t}.data()"),
+                    };
+                    format!("({ty}){data}")
+                })
+                .collect();
+            let [gx, gy, gz] = launch.grid;
+            let [bx, by, bz] = launch.block;
+            writeln!(
+                body,
+                "  emu_launch([&] {{ {}({}); }}, dim3_t{{{gx}, {gy}, {gz}}}, dim3_t{{{bx}, {by}, {bz}}});",
+                launch.entry,
+                args.join(", ")
+            )
+            .unwrap();
+        }
+        writeln!(program, "void emu_run() {{\n{body}}}\n}}  // namespace kernel_{k}").unwrap();
+        writeln!(runs, "      case {k}: kernel_{k}::emu_run(); break;").unwrap();
+    }
+    let allocations: String = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, (bytes, fill))| format!("  emu_storage[{i}].assign({bytes}, {fill});\n"))
+        .collect();
+    write!(
+        program,
+        r#"
+int main() {{
+  emu_storage.resize({count});
+{allocations}  std::string line;
+  while (std::getline(std::cin, line)) {{
+    std::istringstream in(line);
+    std::string op, path;
+    long index = -1;
+    in >> op >> index;
+    if (op == "load") {{
+      in >> path;
+      std::ifstream f(path, std::ios::binary);
+      std::vector<unsigned char> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+      if (bytes.size() != emu_storage[index].size()) {{ std::cout << "error: size" << std::endl; continue; }}
+      emu_storage[index] = bytes;
+    }} else if (op == "save") {{
+      in >> path;
+      std::ofstream f(path, std::ios::binary);
+      f.write((const char*)emu_storage[index].data(), emu_storage[index].size());
+    }} else if (op == "run") {{
+      switch (index) {{
+{runs}      default: std::cout << "error: no kernel " << index << std::endl; continue;
+      }}
+    }} else {{
+      return 0;
+    }}
+    std::cout << "ok" << std::endl;
+  }}
+  return 0;
+}}
+"#,
+        count = sizes.len()
+    )
+    .unwrap();
+    Ok(program)
+}
+
+/// A running emulator program.
+struct Session {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    dir: PathBuf,
+}
+
+impl Session {
+    fn start(dir: PathBuf, program: &str) -> Result<Session, String> {
+        let cpp = dir.join("plan.cpp");
+        let exe = dir.join("plan");
+        std::fs::write(&cpp, program).map_err(|e| e.to_string())?;
+        let built = Command::new(compiler())
+            .args(["-std=c++20", "-O1", "-pthread", "-w", "-o"])
+            .arg(&exe)
+            .arg(&cpp)
+            .output()
+            .map_err(|e| format!("running the C++ compiler: {e}"))?;
+        if !built.status.success() {
+            return Err(format!(
+                "the C++ compiler failed on {}:\n{}",
+                cpp.display(),
+                String::from_utf8_lossy(&built.stderr)
+            ));
+        }
+        let mut child = Command::new(&exe)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| e.to_string())?;
+        let stdin = child.stdin.take().expect("piped");
+        let stdout = BufReader::new(child.stdout.take().expect("piped"));
+        Ok(Session { child, stdin, stdout, dir })
+    }
+
+    fn command(&mut self, line: &str) -> Result<(), String> {
+        writeln!(self.stdin, "{line}").map_err(|e| e.to_string())?;
+        self.stdin.flush().map_err(|e| e.to_string())?;
+        let mut answer = String::new();
+        self.stdout.read_line(&mut answer).map_err(|e| e.to_string())?;
+        if answer.trim() == "ok" {
+            return Ok(());
+        }
+        let status = self.child.wait().map(|s| s.to_string()).unwrap_or_default();
+        let mut stderr = String::new();
+        if let Some(mut e) = self.child.stderr.take() {
+            std::io::Read::read_to_string(&mut e, &mut stderr).ok();
+        }
+        Err(format!("the emulator answered `{}` to `{line}` ({status}) {stderr}", answer.trim()))
+    }
+
+    fn load(&mut self, index: usize, bytes: &[u8]) -> Result<(), String> {
+        let path = self.dir.join(format!("in-{index}.bin"));
+        std::fs::write(&path, bytes).map_err(|e| e.to_string())?;
+        self.command(&format!("load {index} {}", path.display()))
+    }
+
+    fn save(&mut self, index: usize) -> Result<Vec<u8>, String> {
+        let path = self.dir.join(format!("out-{index}.bin"));
+        self.command(&format!("save {index} {}", path.display()))?;
+        std::fs::read(&path).map_err(|e| e.to_string())
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let _ = writeln!(self.stdin, "quit");
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn host_data(dtype: DType, numel: usize, bytes: &[u8]) -> Result<HostData, String> {
+    Ok(HostTensor::from_bytes(dtype, [numel], bytes).map_err(|e| e.to_string())?.into_data())
+}
+
+/// Runs `plan` with `configs` (one per kernel) for `target` on `inputs`: its CUDA kernels in
+/// the emulator, its library calls on the CPU plan executor (`braze_cpu::eval_kernel`);
 /// intermediates and outputs start as 0xff bytes (NaN for floats), so an element no kernel
-/// writes shows. `Err` for a library call (cuBLASLt), a pointer table, or inline PTX the
-/// prelude has no emulation of.
+/// writes shows. `Err` for inline PTX the prelude has no emulation of, or a failed run.
 pub fn run_plan(
     plan: &Plan,
     configs: &[KernelConfig],
     target: &Target,
     inputs: &[HostTensor],
 ) -> Result<Vec<HostTensor>, String> {
-    let storage_of = |id: braze_plan::BufferId| match plan.buffer(id).role {
-        BufferRole::Input(i) | BufferRole::InPlace(i) => i,
-        _ => inputs.len() + id.0,
-    };
-    let mut storage: Vec<Vec<u8>> = inputs.iter().map(HostTensor::to_bytes).collect();
-    storage.extend(plan.buffers.iter().map(|b| vec![0xffu8; b.bytes()]));
-    let mut checks = vec![0u8; 16 * plan.checks.len()];
-    for (k, kernel) in plan.kernels.iter().enumerate() {
-        let code = generate(plan, k, &configs[k], target).map_err(|e| e.to_string())?;
-        let KernelCode::Cuda(generated) = code else {
-            return Err(format!("kernel {} is a library call, which is not emulated", kernel.name));
-        };
-        if !generated.tables.is_empty() {
-            return Err(format!("kernel {} takes pointer tables, which are not emulated", kernel.name));
+    let codes: Vec<KernelCode> = (0..plan.kernels.len())
+        .map(|k| generate(plan, k, &configs[k], target).map_err(|e| e.to_string()))
+        .collect::<Result<_, _>>()?;
+    let mut sizes: Vec<(usize, u8)> = inputs.iter().map(|t| (t.to_bytes().len(), 0)).collect();
+    sizes.extend(plan.buffers.iter().map(|b| (b.bytes(), 0xff)));
+    sizes.push((16 * plan.checks.len(), 0));
+    let mut scratch = Vec::new();
+    for code in &codes {
+        scratch.push(sizes.len());
+        if let KernelCode::Cuda(generated) = code {
+            sizes.extend(generated.scratch.iter().map(|s| (s.bytes, 0)));
         }
-        // One file per distinct parameter: plan buffers, then scratch, then the check words.
-        let mut files: Vec<Vec<u8>> = Vec::new();
-        let mut file_of = Vec::new();
-        let scratch: Vec<Vec<u8>> = generated.scratch.iter().map(|s| vec![0u8; s.bytes]).collect();
-        let mut program = String::from(PRELUDE);
-        program.push_str(&translate(&generated.source)?);
-        program.push_str("\nint main(int argc, char** argv) {\n  std::string dir = argv[1];\n");
-        let mut slot_of = |key: (u8, usize), bytes: &[u8], files: &mut Vec<Vec<u8>>| {
-            if let Some(&(_, at)) = file_of.iter().find(|(k, _)| *k == key) {
-                return at;
-            }
-            files.push(bytes.to_vec());
-            file_of.push((key, files.len() - 1));
-            files.len() - 1
-        };
-        let mut calls = String::new();
-        for launch in &generated.launches {
-            let types = parameter_types(&generated.source, &launch.entry)?;
-            let mut args = Vec::new();
-            for (param, ty) in launch.params.iter().zip(&types) {
-                let file = match *param {
-                    Param::Input(i) => {
-                        let s = storage_of(kernel.inputs[i]);
-                        slot_of((0, s), &storage[s], &mut files)
-                    }
-                    Param::Output(o) => {
-                        let s = storage_of(kernel.outputs[o]);
-                        slot_of((0, s), &storage[s], &mut files)
-                    }
-                    Param::Scratch(s) => slot_of((1, s), &scratch[s], &mut files),
-                    Param::Checks => slot_of((2, 0), &checks, &mut files),
-                    Param::Table(_) => unreachable!("refused above"),
-                };
-                args.push(format!("({ty})emu_buffers[{file}].data()"));
-            }
-            writeln!(
-                calls,
-                "  emu_launch([&] {{ {}({}); }}, dim3_t{{{}, {}, {}}}, dim3_t{{{}, {}, {}}});",
-                launch.entry,
-                args.join(", "),
-                launch.grid[0],
-                launch.grid[1],
-                launch.grid[2],
-                launch.block[0],
-                launch.block[1],
-                launch.block[2]
-            )
-            .unwrap();
-        }
-        let count = files.len();
-        writeln!(
-            program,
-            "  std::vector<std::vector<unsigned char>> emu_buffers({count});\n  \
-             for (int i = 0; i < {count}; ++i) {{\n    \
-               FILE* f = std::fopen((dir + \"/p\" + std::to_string(i) + \".bin\").c_str(), \"rb\");\n    \
-               std::fseek(f, 0, SEEK_END); long n = std::ftell(f); std::fseek(f, 0, SEEK_SET);\n    \
-               emu_buffers[i].resize(n);\n    \
-               if (n && std::fread(emu_buffers[i].data(), 1, n, f) != (size_t)n) return 2;\n    \
-               std::fclose(f);\n  }}\n{calls}  \
-             for (int i = 0; i < {count}; ++i) {{\n    \
-               FILE* f = std::fopen((dir + \"/p\" + std::to_string(i) + \".bin\").c_str(), \"wb\");\n    \
-               std::fwrite(emu_buffers[i].data(), 1, emu_buffers[i].size(), f); std::fclose(f);\n  }}\n  \
-             return 0;\n}}"
-        )
-        .unwrap();
-        program = program.replacen("#include <vector>", "#include <vector>\n#include <string>", 1);
-        let dir = work_dir(&kernel.name);
-        compile_and_run(&dir, &program, &mut files)?;
-        let _ = std::fs::remove_dir_all(&dir);
-        for ((kind, index), file) in file_of {
-            match kind {
-                0 => storage[index] = files[file].clone(),
-                2 => checks = files[file].clone(),
-                _ => {}
+    }
+    let storage = Storage { inputs: inputs.len(), buffers: plan.buffers.len(), scratch };
+    let name = plan.kernels.first().map_or("empty", |k| k.name.as_str());
+    let mut session = Session::start(work_dir(name), &program(plan, &codes, &storage, &sizes)?)?;
+    for (i, input) in inputs.iter().enumerate() {
+        session.load(i, &input.to_bytes())?;
+    }
+    for (k, code) in codes.iter().enumerate() {
+        let kernel = &plan.kernels[k];
+        match code {
+            KernelCode::Cuda(_) => session.command(&format!("run {k}"))?,
+            KernelCode::CuBlasLt(_) => {
+                let mut reads = Vec::new();
+                for &id in &kernel.inputs {
+                    let b = plan.buffer(id);
+                    reads.push(host_data(b.dtype, b.numel, &session.save(storage.of_buffer(plan, id))?)?);
+                }
+                let reads: Vec<&HostData> = reads.iter().collect();
+                for (&id, data) in kernel.outputs.iter().zip(braze_cpu::eval_kernel(plan, k, &reads)) {
+                    let numel = plan.buffer(id).numel;
+                    let bytes = HostTensor::new([numel], data).map_err(|e| e.to_string())?.to_bytes();
+                    session.load(storage.of_buffer(plan, id), &bytes)?;
+                }
             }
         }
     }
@@ -284,7 +417,8 @@ pub fn run_plan(
         .iter()
         .map(|o| {
             let b = plan.buffer(o.buffer);
-            HostTensor::from_bytes(b.dtype, o.shape.clone(), &storage[storage_of(o.buffer)]).map_err(|e| e.to_string())
+            let bytes = session.save(storage.of_buffer(plan, o.buffer))?;
+            HostTensor::from_bytes(b.dtype, o.shape.clone(), &bytes).map_err(|e| e.to_string())
         })
         .collect()
 }

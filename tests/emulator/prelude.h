@@ -116,6 +116,7 @@ static inline int __all_sync(unsigned m, int pred) {
   return __ballot_sync(m, pred) == full;
 }
 
+static inline unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)(((unsigned long long)a * b) >> 32); }
 static inline int __popc(unsigned x) { return __builtin_popcount(x); }
 static inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
 static inline int __ffs(int x) { return __builtin_ffs(x); }
@@ -137,8 +138,26 @@ template <class T>
 static inline T __ldg(const T* p) { return *p; }
 template <class T>
 static inline T __ldcg(const T* p) { return *p; }
-static inline int __float2int_rz(float x) { return (int)x; }
-static inline long long __float2ll_rz(float x) { return (long long)x; }
+// Float to integer toward zero as the GPU converts: saturating, NaN to 0.
+static inline int __float2int_rz(float x) {
+  if (x != x) return 0;
+  if (x >= 2147483648.0f) return 2147483647;
+  if (x <= -2147483648.0f) return (int)-2147483647 - 1;
+  return (int)x;
+}
+static inline long long __float2ll_rz(float x) {
+  if (x != x) return 0;
+  if (x >= 9223372036854775808.0f) return 9223372036854775807LL;
+  if (x <= -9223372036854775808.0f) return (long long)-9223372036854775807LL - 1;
+  return (long long)x;
+}
+// An integer to float rounded toward zero (long double holds every i64 exactly).
+static inline float __ll2float_rz(long long x) {
+  long double exact = (long double)x;
+  float f = (float)exact;
+  if (std::fabs((long double)f) > std::fabs(exact)) f = std::nextafter(f, 0.0f);
+  return f;
+}
 static inline float __saturatef(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x); }
 using std::min;
 using std::max;

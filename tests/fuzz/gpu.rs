@@ -198,7 +198,12 @@ pub fn run_everywhere(
 /// Compares the GPU's outputs with the CPU plan executor's, both already accepted by the judge:
 /// counts the elements that differ; `Err` where an output whose value the exactness tables call
 /// exact (same bits in fused kernels as in the reference) differs.
-fn agreement(graph: &Graph, gpu: &[HostTensor], cpu: &[HostTensor], refs: &References) -> Result<Agreement, String> {
+pub fn agreement(
+    graph: &Graph,
+    gpu: &[HostTensor],
+    cpu: &[HostTensor],
+    refs: &References,
+) -> Result<Agreement, String> {
     let exact = exact_values(graph);
     let mut counts = Agreement::default();
     for (j, (g, c)) in gpu.iter().zip(cpu).enumerate() {

@@ -58,6 +58,9 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod emulated;
+#[path = "../emulator/mod.rs"]
+mod emulator;
 mod exactness;
 mod generator;
 mod gpu;

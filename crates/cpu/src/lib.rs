@@ -78,5 +78,5 @@ pub use compare::{
 };
 pub use error::{CpuError, Result};
 pub use eval::eval_graph;
-pub use plan_eval::{eval_plan, eval_plan_observed};
+pub use plan_eval::{eval_kernel, eval_plan, eval_plan_observed};
 pub use random::{inject_specials, random_tensor, SplitMix64};

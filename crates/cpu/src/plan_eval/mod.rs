@@ -108,6 +108,18 @@ pub fn eval_plan_observed(
     Ok(outputs)
 }
 
+/// Runs kernel `k` of `plan` as [`eval_plan`] does, on the data of its input slots, returning
+/// the data of its output slots (for a backend that runs the plan's other kernels elsewhere);
+/// an out-of-range gather index is clamped and not reported.
+///
+/// # Panics
+/// If `k` is not a kernel of `plan` or `inputs` does not hold one entry per input slot.
+pub fn eval_kernel(plan: &Plan, k: usize, inputs: &[&HostData]) -> Vec<HostData> {
+    let kernel = &plan.kernels[k];
+    assert_eq!(inputs.len(), kernel.inputs.len(), "one input per slot of kernel {}", kernel.name);
+    run_kernel(plan, kernel, inputs, &mut vec![None; plan.checks.len()])
+}
+
 /// Runs one kernel on the data of its input slots and returns the data of its output slots.
 fn run_kernel(plan: &Plan, kernel: &Kernel, inputs: &[&HostData], raised: &mut [Option<i64>]) -> Vec<HostData> {
     let mut outputs: Vec<HostData> = kernel
