@@ -6,14 +6,20 @@ its weights load into braze-nn as they are.
     python3 benches/torch_gpt2.py --json torch_gpt2.json                 # all, standard sizes
     python3 benches/torch_gpt2.py --only gpt2_step --write DIR           # also the check files
     python3 benches/torch_gpt2.py --device cpu --layers 2 --heads 2 --width 32 --vocab 64 \\
-        --batch 2 --seq 16 --only gpt2_step --write DIR --no-time        # a small check, no GPU
+        --batch 2 --seq 16 --only gpt2_step --write DIR --no-time --curve-steps 10  # small, no GPU
 
 `--write DIR` saves, as safetensors: `weights.safetensors` (the initial parameters, nanoGPT's
-names, f32; metadata n_layer, n_head, n_embd, vocab_size, block_size), and for each of the first
-`--check-steps` steps `step-{k}.safetensors` with the batch (`idx`, `targets`, i64), the logits
-of the first sequence (`logits0`, f32) and the loss in f32 (`loss`), PyTorch's eager f32 step
+names, f32; metadata n_layer, n_head, n_embd, vocab_size, block_size, batch, steps (the logit
+steps), curve_steps, autocast), for each of the first `--check-steps` steps `step-{k}.safetensors`
+with the batch (`idx`, `targets`, i64), the logits of the first sequence (`logits0`, f32) and
+the loss in f32 (`loss`), and `curve.safetensors` with the first `--curve-steps` steps (default
+50) compactly: `idx` and `targets` `[N, B, T]` i64, `loss` `[N]` f32 and `grad_norm` `[N]` f32
+(the global gradient norm before clipping); metadata steps, autocast. It is PyTorch's eager step
 from the same parameters (AdamW lr 3e-4, betas 0.9/0.95, weight decay 0.1 on 2-D parameters,
-gradient clipping 1.0), which `braze gpt2-check --torch-weights DIR` compares.
+gradient clipping 1.0), in f32, or with `--autocast bf16` the forward and loss under
+`torch.autocast(dtype=torch.bfloat16)` (f32 parameters, as the timed gpt2_step); `braze gpt2-check
+--torch-weights DIR` trains braze's compiled step on the same batches and compares the logits of
+the first steps and the two loss curves.
 
 Rows: median ms per step (CUDA events) after warm-up, tokens/s and, for gpt2_step, TFLOP/s by
 nanoGPT's estimate (6 N + 12 L C T per token, N without the position table).
@@ -127,26 +133,42 @@ def tokens(a, device):
 
 
 def write_check(a, out):
-    """nanoGPT's first steps in f32 from seeded weights, as safetensors for braze to check."""
+    """nanoGPT's first steps from seeded weights, as safetensors for braze to check: the logits
+    of the first `check_steps`, the batches, losses and gradient norms of the first `curve_steps`."""
     from safetensors.torch import save_file
     os.makedirs(out, exist_ok=True)
     torch.manual_seed(0)
     model = GPT(a).to(a.device)
     meta = {k: str(v) for k, v in dict(n_layer=a.layers, n_head=a.heads, n_embd=a.width, vocab_size=a.vocab,
-                                       block_size=a.seq, batch=a.batch, steps=a.check_steps).items()}
+                                       block_size=a.seq, batch=a.batch, steps=a.check_steps,
+                                       curve_steps=a.curve_steps, autocast=a.autocast).items()}
     weights = {n: p.detach().float().cpu().contiguous() for n, p in model.named_parameters()}
     save_file(weights, os.path.join(out, "weights.safetensors"), metadata=meta)
     opt = optimizer(model)
-    for k in range(a.check_steps):
+    device_type = torch.device(a.device).type
+    idxs, tgts, losses, norms = [], [], [], []
+    for k in range(max(a.check_steps, a.curve_steps)):
         idx, tgt = tokens(a, a.device), tokens(a, a.device)
-        logits, loss = model(idx, tgt)
-        save_file({"idx": idx.cpu(), "targets": tgt.cpu(), "logits0": logits[0].detach().float().cpu().contiguous(),
-                   "loss": loss.detach().float().cpu().reshape(1)}, os.path.join(out, f"step-{k}.safetensors"))
+        with torch.autocast(device_type, dtype=torch.bfloat16, enabled=a.autocast == "bf16"):
+            logits, loss = model(idx, tgt)
+        if k < a.check_steps:
+            save_file({"idx": idx.cpu(), "targets": tgt.cpu(), "logits0": logits[0].detach().float().cpu().contiguous(),
+                       "loss": loss.detach().float().cpu().reshape(1)}, os.path.join(out, f"step-{k}.safetensors"))
+        del logits
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        print(f"check step {k}: loss {loss.item():.6f}")
+        if k < a.curve_steps:
+            idxs.append(idx.cpu())
+            tgts.append(tgt.cpu())
+            losses.append(loss.detach().float().cpu())
+            norms.append(norm.detach().float().cpu())
+        print(f"check step {k}: loss {loss.item():.6f}, grad norm {norm.item():.6f}")
+    if a.curve_steps:
+        save_file({"idx": torch.stack(idxs), "targets": torch.stack(tgts), "loss": torch.stack(losses),
+                   "grad_norm": torch.stack(norms)}, os.path.join(out, "curve.safetensors"),
+                  metadata={"steps": str(a.curve_steps), "autocast": a.autocast})
 
 
 def gpt2_step(a):
@@ -214,7 +236,10 @@ def main():
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--device", default="cuda")
     p.add_argument("--write", help="write the check files for braze gpt2-check here")
-    p.add_argument("--check-steps", type=int, default=3)
+    p.add_argument("--check-steps", type=int, default=3, help="steps whose logits --write saves")
+    p.add_argument("--curve-steps", type=int, default=50, help="steps whose batches and losses --write saves")
+    p.add_argument("--autocast", choices=("none", "bf16"), default="none",
+                   help="--write's steps in f32 (none) or under bf16 autocast")
     p.add_argument("--no-time", action="store_true", help="only --write, no timing")
     a = p.parse_args()
     if a.write:

@@ -113,8 +113,10 @@ enum Command {
         json: Option<std::path::PathBuf>,
     },
     /// braze-nn's GPT-2 from PyTorch's initial weights (`benches/torch_gpt2.py --write DIR`),
-    /// each step's logits and loss compared with PyTorch's in f32, the compiled step (clip and
-    /// AdamW) training on between them. Non-zero exit on a mismatch, naming the step.
+    /// trained with the compiled step (clip and AdamW) on PyTorch's batches: the first steps'
+    /// logits and losses compared with PyTorch's, then the loss curves side by side (every 5th
+    /// step) against a tolerance that grows with the steps. Non-zero exit on a mismatch, naming
+    /// the step.
     Gpt2Check {
         /// The directory torch_gpt2.py --write wrote.
         #[arg(long)]
@@ -122,6 +124,10 @@ enum Command {
         /// cpu or cuda (default: the best available).
         #[arg(long, value_parser = parse_device)]
         device: Option<Device>,
+        /// none (f32) or bf16 (the forward and loss under bf16 autocast): must be what
+        /// torch_gpt2.py --autocast wrote the files with, which is the default.
+        #[arg(long, value_parser = gpt2_check::Precision::parse)]
+        autocast: Option<gpt2_check::Precision>,
     },
     /// Train a small GPT (braze-nn's GPT-2) on a synthetic language of additions written as
     /// characters: the whole step (forward, cross-entropy, backward, gradient clipping, AdamW)
@@ -263,11 +269,12 @@ fn main() -> ExitCode {
         Command::TrainCheck { torch_weights, device, mode, json } => {
             train_check(&torch_weights, device, mode, json.as_deref())
         }
-        Command::Gpt2Check { torch_weights, device } => resolve_device(device).and_then(|device| {
-            for line in gpt2_check::check(&torch_weights, device)? {
+        Command::Gpt2Check { torch_weights, device, autocast } => resolve_device(device).and_then(|device| {
+            let report = gpt2_check::check(&torch_weights, device, autocast)?;
+            for line in &report.lines {
                 println!("{line}");
             }
-            Ok(())
+            report.verdict()
         }),
         Command::Train {
             n_layer,
