@@ -27,8 +27,8 @@ fn emulated_random_graphs_match_the_reference_and_the_plan_executor() {
     let graphs = env_u64("BRAZE_FUZZ_EMULATED_GRAPHS").unwrap_or(16);
     let target = Target::h200();
     let (mut kernels, mut failures) = (0, Vec::new());
-    let generators: [(&str, fn(u64, &mut Counts) -> braze_ir::Graph); 2] =
-        [("graph", random_graph), ("model graph", random_model_graph)];
+    type Generator = fn(u64, &mut Counts) -> braze_ir::Graph;
+    let generators: [(&str, Generator); 2] = [("graph", random_graph), ("model graph", random_model_graph)];
     for (seed, (mode, generate)) in (first..first + graphs).flat_map(|s| generators.map(|g| (s, g))) {
         let graph = generate(seed, &mut Counts::default());
         let inputs = random_inputs(&graph, seed, |_| !seed.is_multiple_of(3));
