@@ -14,7 +14,8 @@
 # max-autotune (its tuning dominates the PyTorch side). braze, then PyTorch on the same cases, then
 # compare.py; each program writes its JSON after every case, so one stopped by its time limit
 # still leaves the cases it measured to compare. Logged to $OUT/sweep.log, joined in
-# $OUT/compare-sweep.txt.
+# $OUT/compare-sweep.txt. `training` (not part of `all`: a device call of its own) runs the
+# training workloads beside PyTorch (see its comment below).
 set -uo pipefail
 out=${OUT:-.stage/out}
 mkdir -p "$out"
@@ -82,6 +83,46 @@ if [ "$what" = sweep ]; then
     >> "$out/sweep.log" 2>&1 || status=1
   grep -E "FAIL|error|problem" "$out/sweep.log" | tail -n 20
   python3 .stage/compare.py "$out/braze-sweep.json" "$out/torch-sweep.json" | tee "$out/compare-sweep.txt"
+fi
+if [ "$what" = training ]; then
+  # The training workloads beside PyTorch, each step alone on the GPU: GPT-2 (nanoGPT's weights
+  # written by PyTorch, the logits and 50-step loss curves compared in f32 and under bf16
+  # autocast; block_fwd, block_step, gpt2_step and attention timed beside torch.compile and
+  # SDPA, with each kernel's time in one step), mlp_step from PyTorch's weights, the GPU tests
+  # of the model ops, attention, busy loops and smoke suite, the busy loops, braze train.
+  # Logged to $OUT/gpt2.log, train.log, tests.log; braze's rows in $OUT/braze.json.
+  w=$(mktemp -d)
+  { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv; date -u
+    echo "== torch_gpt2.py --write (f32 check files) and timing"
+    timeout 200 python3 .stage/torch_gpt2.py --write "$w/gpt2" --json "$w/torch_gpt2.json" 2>&1 | tail -n 15
+    echo "== braze gpt2-check (f32)"; timeout 120 .stage/bin/braze gpt2-check --torch-weights "$w/gpt2" 2>&1 | tail -n 25
+    echo "== torch_gpt2.py --write --autocast bf16 --no-time"
+    timeout 120 python3 .stage/torch_gpt2.py --only gpt2_step --write "$w/gpt2-bf16" --autocast bf16 --no-time 2>&1 | tail -n 3
+    echo "== braze gpt2-check (bf16 autocast)"; timeout 120 .stage/bin/braze gpt2-check --torch-weights "$w/gpt2-bf16" 2>&1 | tail -n 25
+    echo "== braze bench --only block_fwd,block_step,gpt2_step,attention"
+    timeout 200 .stage/bin/braze bench --only block_fwd,block_step,gpt2_step,attention --json "$out/braze.json" 2>&1 |
+      grep -vE "^#   +[0-9]" | tail -n 60
+    echo "== torch_baseline.py --only attention"; timeout 60 python3 .stage/torch_baseline.py --only attention 2>&1 | tail -n 3
+  } > "$out/gpt2.log" 2>&1 || status=1
+  tail -n 50 "$out/gpt2.log"
+  { echo "== torch_train.py --variants compile"
+    timeout 100 python3 .stage/torch_train.py --write "$w/mlp" --variants compile --rep-ms 100 2>&1 | grep -v "^#" | tail -n 5
+    echo "== braze bench --only mlp_step"
+    timeout 80 .stage/bin/braze bench --only mlp_step --torch-weights "$w/mlp" --rep-ms 100 2>&1 | grep -vE "^#   +[0-9]" | tail -n 20
+  } > "$out/train.log" 2>&1 || status=1
+  tail -n 20 "$out/train.log"
+  { for t in gpu_attention gpu_model_ops gpu_busy gpu_smoke gpu_threads; do
+      [ -x ".stage/bin/$t" ] || continue
+      echo "== $t"; timeout 150 ".stage/bin/$t" 2>&1 | grep -E "^test |test result|panicked|FAILED|output [0-9]" | tail -n 40
+    done
+    echo "== braze bench --only busy"; timeout 60 .stage/bin/braze bench --only busy 2>&1 | grep -vE "^#" | tail -n 12
+    echo "== torch_busy.py"; timeout 60 python3 .stage/torch_busy.py 2>&1 | grep '^{' | tail -n 3
+    echo "== braze train --autocast bf16"
+    timeout 60 .stage/bin/braze train --device cuda --autocast bf16 --n-layer 4 --n-head 4 --n-embd 256 \
+      --block-size 64 --batch 64 --steps 400 2>&1 | tail -n 15
+  } > "$out/tests.log" 2>&1 || status=1
+  grep -E "^==|test result|FAILED|panicked" "$out/tests.log" | tail -n 30
+  rm -rf "$w"
 fi
 if [ "$what" = fuzz ]; then
   echo "== .stage/bin/fuzz gpu_random_graphs_match_the_reference" | tee "$out/fuzz.log"

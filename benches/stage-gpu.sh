@@ -5,6 +5,7 @@
 #
 #     bash .stage/gpu-run.sh            # conformance, sanitizer, benchmarks, PyTorch baselines
 #     bash .stage/gpu-run.sh fuzz       # 10,000 random graphs on the GPU (a device call of its own)
+#     bash .stage/gpu-run.sh training   # GPT-2, attention, mlp_step beside PyTorch (a call of its own)
 #
 # Results land in $OUT (or .stage/out when $OUT is unset).
 set -euo pipefail
