@@ -171,3 +171,55 @@ fn index_add_in_the_emulator_matches_the_plan_executor_bit_for_bit() {
         }
     }
 }
+
+/// A whole GPT-2 training step (braze-nn's model at a small size: embedding gathers, layer
+/// norms, attention, GELU, cross-entropy, backward, gradient clipping, AdamW), exported from the
+/// compiled function and run with every kernel emulated (matmuls on the plan executor's model):
+/// the loss, gradient norm and every updated parameter and optimizer state as the plan executor
+/// gives them, in f32 and under bf16 autocast (attention on tensor cores).
+#[test]
+fn a_gpt2_training_step_in_the_emulator_matches_the_plan_executor() {
+    use braze::Device;
+    use braze_ir::HostTensor;
+    use braze_workloads::gpt2::gpt2_training_step;
+    use braze_workloads::Gpt2Sizes;
+    if !enabled() {
+        return;
+    }
+    for dtype in [DType::F32, DType::BF16] {
+        let sizes = Gpt2Sizes { dtype, ..Gpt2Sizes::small() };
+        let (workload, _) = gpt2_training_step(&sizes, Device::Cpu).unwrap();
+        let (graph, bound) = workload.compile().fullgraph(true).export(&workload.inputs).unwrap();
+        let inputs: Vec<HostTensor> = bound.iter().map(|t| t.to_host().unwrap()).collect();
+        let plan = compile_to_plan(&graph, &FusionOptions::default()).unwrap();
+        let target = Target::h200();
+        let configs: Vec<KernelConfig> = (0..plan.kernels.len()).map(|k| default_config(&plan, k, &target)).collect();
+        let tensor_cores = configs
+            .iter()
+            .filter(|c| {
+                matches!(
+                    c,
+                    KernelConfig::Attention { tensor_cores: true, .. }
+                        | KernelConfig::AttentionBackward { tensor_cores: true, .. }
+                )
+            })
+            .count();
+        assert_eq!(tensor_cores, if dtype == DType::BF16 { 3 * sizes.n_layer } else { 0 }, "{configs:?}");
+        let modelled = braze_cpu::eval_plan(&plan, &inputs).unwrap();
+        let actual = emulator::run_plan(&plan, &configs, &target, &inputs).unwrap_or_else(|e| panic!("{dtype}: {e}"));
+        // AdamW's first update is about lr * sign(g): an element whose gradient is at rounding
+        // level may move the other way, 2 lr (6e-4) apart; everything else agrees to rounding.
+        let (rtol, atol) = if dtype == DType::BF16 { (2e-2, 2e-3) } else { (1e-4, 1e-3) };
+        for (j, (a, m)) in actual.iter().zip(&modelled).enumerate() {
+            for i in 0..a.numel() {
+                let (x, y) = (a.get_f64(i), m.get_f64(i));
+                assert!(
+                    (x - y).abs() <= atol + rtol * y.abs() || (x.is_nan() && y.is_nan()),
+                    "{dtype}: output {j} ({}{}) element {i}: emulated {x}, plan executor {y}",
+                    a.dtype(),
+                    a.shape()
+                );
+            }
+        }
+    }
+}

@@ -9,7 +9,7 @@ use crate::signature::{format_signature, TensorSig};
 use crate::tensor::caller;
 use crate::trace::{self, Binding, GradAtEntry, GraphRun, SplitRun, TraceConfig, TraceOutcome, WholeGraph, WriteBacks};
 use crate::{Device, Error, GraphBreak, Result, Tensor};
-use braze_ir::{DType, NodeId};
+use braze_ir::{DType, Graph, NodeId};
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -282,6 +282,32 @@ where
         crate::profile::collect(|| self.run(args, None))
     }
 
+    /// The graph the function traces to on `args` and the tensors its inputs are bound to for
+    /// a call on them, in input order: the arguments and what the function captures (weights,
+    /// optimizer state, gradients it accumulates into), as `torch.export` hands out a program
+    /// and its state. Traces (and runs once, as `explain` does) when `args` are not cached; a
+    /// function traced with breaks has no one graph, which is an error naming the breaks.
+    pub fn export(&self, args: &[Tensor]) -> Result<(Arc<Graph>, Vec<Tensor>)> {
+        if !self.is_cached(args) {
+            self.run(args, None)?;
+        }
+        let (Some(entry), _) = self.lookup(args) else {
+            return Err(Error::InvalidArgument {
+                op: format!("export `{}`", self.name),
+                loc: None,
+                detail: "the call's signature was not cached after tracing it".into(),
+            });
+        };
+        match &entry.kind {
+            EntryKind::Whole(whole) => Ok((whole.run.graph.clone(), self.bound_inputs(&whole.bindings, args)?)),
+            EntryKind::Replay => Err(Error::InvalidArgument {
+                op: format!("export `{}`", self.name),
+                loc: None,
+                detail: "the function has graph breaks, so no one graph (see explain's breaks)".into(),
+            }),
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, CacheState> {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -442,6 +468,14 @@ where
         if direct {
             return Ok((args.to_vec(), run.exe.run(args).map_err(running)?));
         }
+        let mut inputs = self.bound_inputs(bindings, args)?;
+        unalias(&mut inputs, written_in_place)?;
+        let outputs = run.exe.run(&inputs).map_err(running)?;
+        Ok((inputs, outputs))
+    }
+
+    /// The tensors bound to a graph's inputs for a call on `args`, in input order.
+    fn bound_inputs(&self, bindings: &[Binding], args: &[Tensor]) -> Result<Vec<Tensor>> {
         let mut inputs = Vec::with_capacity(bindings.len());
         for binding in bindings {
             inputs.push(match binding {
@@ -460,9 +494,7 @@ where
                 })?,
             });
         }
-        unalias(&mut inputs, written_in_place)?;
-        let outputs = run.exe.run(&inputs).map_err(running)?;
-        Ok((inputs, outputs))
+        Ok(inputs)
     }
 
     fn trace_new(

@@ -1,5 +1,5 @@
 //! Tensors a compiled function captures are graph inputs bound by identity: an assigned value is
-//! seen without a retrace; a new shape retraces.
+//! seen without a retrace; a new shape retraces; `export` hands out the graph and its bindings.
 
 use braze::{compile, DType, Result, Tensor};
 use braze_workloads::{self as workloads, Sizes};
@@ -101,4 +101,28 @@ fn a_tensor_captured_twice_is_one_input() {
 fn assert_close(got: &[f32], want: &[f32]) {
     let host = |v: &[f32]| braze::HostTensor::new([v.len()], braze::HostData::F32(v.to_vec())).unwrap();
     braze_cpu::compare::assert_close(&host(got), &host(want)).unwrap();
+}
+
+/// `export` hands out the traced graph and what its inputs are bound to: the arguments and the
+/// captured weight, in input order; the graph run on them gives the call's result. A function
+/// with a graph break has no one graph: an error.
+#[test]
+fn export_gives_the_graph_and_its_bound_inputs() {
+    let weight = vector(&[1.0, 2.0, 3.0]);
+    let captured = weight.clone();
+    let compiled = compile(move |a: &[Tensor]| Ok(vec![a[0].mul(&captured)?.sum_all()?])).fullgraph(true);
+    let x = vector(&[4.0, 5.0, 6.0]);
+    let (graph, bound) = compiled.export(std::slice::from_ref(&x)).unwrap();
+    assert_eq!(graph.inputs().len(), 2);
+    assert!(bound[0].same_tensor(&x) && bound[1].same_tensor(&weight));
+    let hosts: Vec<braze::HostTensor> = bound.iter().map(|t| t.to_host().unwrap()).collect();
+    let out = braze_cpu::eval_graph(&graph, &hosts).unwrap();
+    assert_eq!(out[0].to_f64_vec(), [32.0]);
+    assert_eq!(compiled.stats().traces, 1, "export traced once; a call now hits the cache");
+    let breaking = compile(|a: &[Tensor]| {
+        let n: f32 = a[0].sum_all()?.item()?;
+        Ok(vec![a[0].mul_scalar(n as f64)?])
+    });
+    let err = breaking.export(std::slice::from_ref(&x)).unwrap_err();
+    assert!(err.to_string().contains("graph breaks"), "{err}");
 }
