@@ -172,54 +172,64 @@ fn index_add_in_the_emulator_matches_the_plan_executor_bit_for_bit() {
     }
 }
 
-/// A whole GPT-2 training step (braze-nn's model at a small size: embedding gathers, layer
-/// norms, attention, GELU, cross-entropy, backward, gradient clipping, AdamW), exported from the
-/// compiled function and run with every kernel emulated (matmuls on the plan executor's model):
-/// the loss, gradient norm and every updated parameter and optimizer state as the plan executor
-/// gives them, in f32 and under bf16 autocast (attention on tensor cores).
-#[test]
-fn a_gpt2_training_step_in_the_emulator_matches_the_plan_executor() {
-    use braze::Device;
+/// A compiled training step exported and run with every kernel emulated (matmuls on the plan
+/// executor's model): every output (the loss, updated parameters, optimizer state) as the plan
+/// executor gives it. `tensor_cores`: how many kernels must run on tensor cores.
+fn check_training_step(what: &str, workload: &braze_workloads::Workload, dtype: DType, tensor_cores: usize) {
     use braze_ir::HostTensor;
+    let (graph, bound) = workload.compile().fullgraph(true).export(&workload.inputs).unwrap();
+    let inputs: Vec<HostTensor> = bound.iter().map(|t| t.to_host().unwrap()).collect();
+    let plan = compile_to_plan(&graph, &FusionOptions::default()).unwrap();
+    let target = Target::h200();
+    let configs: Vec<KernelConfig> = (0..plan.kernels.len()).map(|k| default_config(&plan, k, &target)).collect();
+    let on_tensor_cores = configs
+        .iter()
+        .filter(|c| {
+            matches!(
+                c,
+                KernelConfig::Attention { tensor_cores: true, .. }
+                    | KernelConfig::AttentionBackward { tensor_cores: true, .. }
+            )
+        })
+        .count();
+    assert_eq!(on_tensor_cores, tensor_cores, "{what}: {configs:?}");
+    let modelled = braze_cpu::eval_plan(&plan, &inputs).unwrap();
+    let actual = emulator::run_plan(&plan, &configs, &target, &inputs).unwrap_or_else(|e| panic!("{what}: {e}"));
+    // AdamW's first update is about lr * sign(g): an element whose gradient is at rounding
+    // level may move the other way, 2 lr apart (lr 3e-4 and 1e-3 here); everything else agrees
+    // to rounding.
+    let (rtol, atol) = if dtype == DType::F32 { (1e-4, 2.5e-3) } else { (2e-2, 2.5e-3) };
+    for (j, (a, m)) in actual.iter().zip(&modelled).enumerate() {
+        for i in 0..a.numel() {
+            let (x, y) = (a.get_f64(i), m.get_f64(i));
+            assert!(
+                (x - y).abs() <= atol + rtol * y.abs() || (x.is_nan() && y.is_nan()),
+                "{what}: output {j} ({}{}) element {i}: emulated {x}, plan executor {y}",
+                a.dtype(),
+                a.shape()
+            );
+        }
+    }
+}
+
+/// Whole training steps in the emulator: GPT-2 (braze-nn's model at a small size: embedding
+/// gathers, layer norms, attention, GELU, cross-entropy, backward, gradient clipping, AdamW) in
+/// f32 and under bf16 autocast (attention on tensor cores), and mlp_step with bf16 parameters
+/// (row, column and multi-tensor kernels of the backward and the optimizer).
+#[test]
+fn training_steps_in_the_emulator_match_the_plan_executor() {
+    use braze::Device;
     use braze_workloads::gpt2::gpt2_training_step;
-    use braze_workloads::Gpt2Sizes;
+    use braze_workloads::{mlp_step, Gpt2Sizes, Sizes};
     if !enabled() {
         return;
     }
     for dtype in [DType::F32, DType::BF16] {
         let sizes = Gpt2Sizes { dtype, ..Gpt2Sizes::small() };
         let (workload, _) = gpt2_training_step(&sizes, Device::Cpu).unwrap();
-        let (graph, bound) = workload.compile().fullgraph(true).export(&workload.inputs).unwrap();
-        let inputs: Vec<HostTensor> = bound.iter().map(|t| t.to_host().unwrap()).collect();
-        let plan = compile_to_plan(&graph, &FusionOptions::default()).unwrap();
-        let target = Target::h200();
-        let configs: Vec<KernelConfig> = (0..plan.kernels.len()).map(|k| default_config(&plan, k, &target)).collect();
-        let tensor_cores = configs
-            .iter()
-            .filter(|c| {
-                matches!(
-                    c,
-                    KernelConfig::Attention { tensor_cores: true, .. }
-                        | KernelConfig::AttentionBackward { tensor_cores: true, .. }
-                )
-            })
-            .count();
-        assert_eq!(tensor_cores, if dtype == DType::BF16 { 3 * sizes.n_layer } else { 0 }, "{configs:?}");
-        let modelled = braze_cpu::eval_plan(&plan, &inputs).unwrap();
-        let actual = emulator::run_plan(&plan, &configs, &target, &inputs).unwrap_or_else(|e| panic!("{dtype}: {e}"));
-        // AdamW's first update is about lr * sign(g): an element whose gradient is at rounding
-        // level may move the other way, 2 lr (6e-4) apart; everything else agrees to rounding.
-        let (rtol, atol) = if dtype == DType::BF16 { (2e-2, 2e-3) } else { (1e-4, 1e-3) };
-        for (j, (a, m)) in actual.iter().zip(&modelled).enumerate() {
-            for i in 0..a.numel() {
-                let (x, y) = (a.get_f64(i), m.get_f64(i));
-                assert!(
-                    (x - y).abs() <= atol + rtol * y.abs() || (x.is_nan() && y.is_nan()),
-                    "{dtype}: output {j} ({}{}) element {i}: emulated {x}, plan executor {y}",
-                    a.dtype(),
-                    a.shape()
-                );
-            }
-        }
+        let tensor_cores = if dtype == DType::BF16 { 3 * sizes.n_layer } else { 0 };
+        check_training_step(&format!("gpt2_step {dtype}"), &workload, dtype, tensor_cores);
     }
+    let sizes = Sizes { rows: 48, hidden: 64, dtype: DType::BF16, ..Sizes::default() };
+    check_training_step("mlp_step bf16", &mlp_step(&sizes, Device::Cpu).unwrap(), DType::BF16, 0);
 }
