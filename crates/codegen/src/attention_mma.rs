@@ -33,7 +33,7 @@ pub(crate) fn supports(unit: &Unit<'_>, s: &AttentionShape) -> bool {
         && d <= 128
 }
 
-pub(crate) fn generate(unit: &mut Unit<'_>, att: &Attention, warps: u32) -> Result<Emitted> {
+pub(crate) fn generate(unit: &mut Unit<'_>, att: &Attention, warps: u32, stages: u32) -> Result<Emitted> {
     let name = unit.name().to_string();
     let s = att.shape;
     if !supports(unit, &s) {
@@ -45,9 +45,10 @@ pub(crate) fn generate(unit: &mut Unit<'_>, att: &Attention, warps: u32) -> Resu
     if !(1..=8).contains(&warps) {
         return Err(invalid_config(&name, format!("warps {warps} must be in 1..=8")));
     }
+    check_stages(&name, stages)?;
     let rows = 16 * warps as usize;
     let stride = s.head_dim + 8;
-    let shared_bytes = (rows + 2 * KEY_TILE) * stride * 2;
+    let shared_bytes = (rows + 2 * KEY_TILE * stages as usize) * stride * 2;
     if shared_bytes > unit.target.shared_memory_per_block_optin as usize {
         return Err(invalid_config(&name, format!("{shared_bytes} bytes of shared memory a block")));
     }
@@ -80,8 +81,9 @@ pub(crate) fn generate(unit: &mut Unit<'_>, att: &Attention, warps: u32) -> Resu
     w.line("const idx_t base = bh * (idx_t)SEQ * DIM;");
     w.line("extern __shared__ uint4 smem_words[];");
     w.line("unsigned short* qs = reinterpret_cast<unsigned short*>(smem_words);  // ROWS x STRIDE");
-    w.line("unsigned short* ks = qs + ROWS * STRIDE;                              // KT x STRIDE");
-    w.line("unsigned short* vs = ks + KT * STRIDE;                                // KT x STRIDE");
+    w.line(format!(
+        "unsigned short* kv = qs + ROWS * STRIDE;  // {stages} x (a key tile, its values): KT x STRIDE each"
+    ));
     stage_rows(&mut w, "qs", "in0", "row0", "ROWS");
     w.line("asm volatile(\"cp.async.wait_group 0;\" ::);");
     w.line("__syncthreads();");
@@ -98,12 +100,17 @@ pub(crate) fn generate(unit: &mut Unit<'_>, att: &Attention, warps: u32) -> Resu
     w.line("float row_max[2] = {NEG_INF, NEG_INF}, row_sum[2] = {0.0f, 0.0f};  // sums: this thread's columns only");
     w.line("const int qrow[2] = {row0 + warp * 16 + g, row0 + warp * 16 + g + 8};");
     w.line("const int key_end = CAUSAL ? min(SEQ, row0 + ROWS) : SEQ;");
-    w.open("for (int k0 = 0; k0 < key_end; k0 += KT)");
-    w.line("__syncthreads();  // the previous tile is no longer read");
-    stage_rows(&mut w, "ks", "in1", "k0", "KT");
-    stage_rows(&mut w, "vs", "in2", "k0", "KT");
-    w.line("asm volatile(\"cp.async.wait_group 0;\" ::);");
-    w.line("__syncthreads();");
+    walk_tiles(
+        &mut w,
+        stages,
+        "k0",
+        "0",
+        "key_end",
+        "KT",
+        &[("ks", "in1", "kv"), ("vs", "in2", "kv + KT * STRIDE")],
+        "2 * KT * STRIDE",
+        &|_, _, _| {},
+    );
     w.line("float sc[KT / 8][4];");
     w.line("#pragma unroll");
     w.line("for (int j = 0; j < KT / 8; ++j) sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;");
@@ -214,7 +221,7 @@ pub(crate) fn generate(unit: &mut Unit<'_>, att: &Attention, warps: u32) -> Resu
             if s.causal { ", causal" } else { "" }
         ),
         notes: vec![format!(
-            "{rows} query rows a block ({warps} warps x 16), key tiles of {KEY_TILE}, {shared_bytes} bytes of shared memory; mma.sync m16n8k16, ldmatrix, cp.async"
+            "{rows} query rows a block ({warps} warps x 16), key tiles of {KEY_TILE} ({stages} in shared memory at once), {shared_bytes} bytes of shared memory; mma.sync m16n8k16, ldmatrix, cp.async"
         )],
         width: Some(width),
         code: w.finish(),
@@ -274,4 +281,68 @@ pub(crate) fn stage_rows(w: &mut CodeWriter, dst: &str, src: &str, first: &str, 
     ));
     w.close();
     w.line("asm volatile(\"cp.async.commit_group;\" ::);");
+}
+
+/// Refuses a tile pipeline depth the kernels do not have.
+pub(crate) fn check_stages(name: &str, stages: u32) -> Result<()> {
+    if !(1..=2).contains(&stages) {
+        return Err(invalid_config(name, format!("stages {stages} must be 1 or 2")));
+    }
+    Ok(())
+}
+
+/// Opens the loop over the walked side's tiles (`var` from `first` while below `end`, by
+/// `step`) and stages each tile: every `(name, src, base)` buffer gets `step` rows of `src` at
+/// `base` (plus the slot's offset, `slot_size` elements a slot), and `extra(w, slot, row)`
+/// stages what else a tile needs (`slot`: the expression of the tile's slot, `row`: of its
+/// first row). With one stage the block copies a tile and then computes on it; with two the
+/// next tile's copies are issued before the current one's math (into the other of two slots,
+/// `name` pointing at the current one), so they overlap it. The caller writes the loop body
+/// and closes the loop.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn walk_tiles(
+    w: &mut CodeWriter,
+    stages: u32,
+    var: &str,
+    first: &str,
+    end: &str,
+    step: &str,
+    buffers: &[(&str, &str, &str)],
+    slot_size: &str,
+    extra: &dyn Fn(&mut CodeWriter, &str, &str),
+) {
+    if stages == 1 {
+        w.open(format!("for (int {var} = {first}; {var} < {end}; {var} += {step})"));
+        w.line("__syncthreads();  // the previous tile is no longer read");
+        for (name, src, base) in buffers {
+            w.line(format!("unsigned short* {name} = {base};"));
+            stage_rows(w, name, src, var, step);
+        }
+        extra(w, "0", var);
+        w.line("asm volatile(\"cp.async.wait_group 0;\" ::);");
+        w.line("__syncthreads();");
+        return;
+    }
+    w.line("// The first tile's copies; each step issues the next one's before its own math.");
+    w.open("");
+    for (name, src, base) in buffers {
+        w.line(format!("unsigned short* {name} = {base};"));
+        stage_rows(w, name, src, first, step);
+    }
+    extra(w, "0", first);
+    w.close();
+    w.open(format!("for (int {var} = {first}, slot = 0; {var} < {end}; {var} += {step}, slot ^= 1)"));
+    w.line("asm volatile(\"cp.async.wait_group 0;\" ::);  // this tile's copies");
+    w.line("__syncthreads();  // visible to all; and the other slot is no longer read");
+    w.open(format!("if ({var} + {step} < {end})"));
+    w.line(format!("const int next = {var} + {step};"));
+    for (name, src, base) in buffers {
+        w.line(format!("unsigned short* {name} = {base} + (slot ^ 1) * ({slot_size});"));
+        stage_rows(w, name, src, "next", step);
+    }
+    extra(w, "(slot ^ 1)", "next");
+    w.close();
+    for (name, _, base) in buffers {
+        w.line(format!("unsigned short* {name} = {base} + slot * ({slot_size});"));
+    }
 }

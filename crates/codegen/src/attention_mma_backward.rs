@@ -18,7 +18,7 @@
 //! the reference.
 
 use crate::attention::check_dtypes;
-use crate::attention_mma::{device_helpers, stage_rows, supports};
+use crate::attention_mma::{check_stages, device_helpers, stage_rows, supports, walk_tiles};
 use crate::cuda::f32_literal;
 use crate::error::{invalid_config, Result};
 use crate::index::IndexWidth;
@@ -37,7 +37,7 @@ fn walk_tile(head_dim: usize) -> usize {
     }
 }
 
-pub(crate) fn generate(unit: &mut Unit<'_>, back: &AttentionBackward, warps: u32) -> Result<Emitted> {
+pub(crate) fn generate(unit: &mut Unit<'_>, back: &AttentionBackward, warps: u32, stages: u32) -> Result<Emitted> {
     let name = unit.name().to_string();
     let s = back.shape;
     if !supports(unit, &s) {
@@ -49,13 +49,15 @@ pub(crate) fn generate(unit: &mut Unit<'_>, back: &AttentionBackward, warps: u32
     if !(1..=8).contains(&warps) {
         return Err(invalid_config(&name, format!("warps {warps} must be in 1..=8")));
     }
+    check_stages(&name, stages)?;
     let d = s.dtype;
     check_dtypes(unit, &s, &[d, d, d, DType::F32, DType::F32, d], &vec![d; back.grads.len()])?;
     let queries = back.grads == [AttentionInput::Query];
     let rows = 16 * warps as usize;
     let walk = walk_tile(s.head_dim);
     let stride = s.head_dim + 8;
-    let shared_bytes = 2 * (rows + walk) * stride * 2 + if queries { 0 } else { 2 * walk * 4 };
+    let per_stage = 2 * walk * stride * 2 + if queries { 0 } else { 2 * walk * 4 };
+    let shared_bytes = 2 * rows * stride * 2 + stages as usize * per_stage;
     if shared_bytes > unit.target.shared_memory_per_block_optin as usize {
         return Err(invalid_config(&name, format!("{shared_bytes} bytes of shared memory a block")));
     }
@@ -88,10 +90,10 @@ pub(crate) fn generate(unit: &mut Unit<'_>, back: &AttentionBackward, warps: u32
     w.line("const idx_t base = bh * (idx_t)SEQ * DIM;");
     w.line("extern __shared__ uint4 smem_words[];");
     if queries {
-        dq_body(&mut w);
+        dq_body(&mut w, stages);
     } else {
         let slot = |g: AttentionInput| back.grads.iter().position(|&x| x == g);
-        dkdv_body(&mut w, slot(AttentionInput::Key), slot(AttentionInput::Value));
+        dkdv_body(&mut w, stages, slot(AttentionInput::Key), slot(AttentionInput::Value));
     }
     w.close();
 
@@ -117,7 +119,7 @@ pub(crate) fn generate(unit: &mut Unit<'_>, back: &AttentionBackward, warps: u32
             if s.causal { ", causal" } else { "" }
         ),
         notes: vec![format!(
-            "{rows} rows a block ({warps} warps x 16), tiles of {walk} of the other side, {shared_bytes} bytes of shared memory; mma.sync m16n8k16, ldmatrix, cp.async"
+            "{rows} rows a block ({warps} warps x 16), tiles of {walk} of the other side ({stages} in shared memory at once), {shared_bytes} bytes of shared memory; mma.sync m16n8k16, ldmatrix, cp.async"
         )],
         width: Some(width),
         code: w.finish(),
@@ -183,11 +185,12 @@ fn store(w: &mut CodeWriter, out: &str, acc: &str, first: &str, factor: &str) {
 }
 
 /// dq: inputs q, k, v, lse, delta, dout; output 0.
-fn dq_body(w: &mut CodeWriter) {
+fn dq_body(w: &mut CodeWriter, stages: u32) {
     w.line("unsigned short* qs = reinterpret_cast<unsigned short*>(smem_words);  // ROWS x STRIDE");
     w.line("unsigned short* dos = qs + ROWS * STRIDE;                            // ROWS x STRIDE");
-    w.line("unsigned short* ks = dos + ROWS * STRIDE;                            // WT x STRIDE");
-    w.line("unsigned short* vs = ks + WT * STRIDE;                               // WT x STRIDE");
+    w.line(format!(
+        "unsigned short* kv = dos + ROWS * STRIDE;  // {stages} x (a key tile, its values): WT x STRIDE each"
+    ));
     stage_rows(w, "qs", "in0", "row0", "ROWS");
     stage_rows(w, "dos", "in5", "row0", "ROWS");
     w.line("asm volatile(\"cp.async.wait_group 0;\" ::);");
@@ -209,12 +212,17 @@ fn dq_body(w: &mut CodeWriter) {
     w.close();
     zeroed(w, "dq", "DTILES");
     w.line("const int key_end = CAUSAL ? min(SEQ, row0 + ROWS) : SEQ;");
-    w.open("for (int k0 = 0; k0 < key_end; k0 += WT)");
-    w.line("__syncthreads();  // the previous tile is no longer read");
-    stage_rows(w, "ks", "in1", "k0", "WT");
-    stage_rows(w, "vs", "in2", "k0", "WT");
-    w.line("asm volatile(\"cp.async.wait_group 0;\" ::);");
-    w.line("__syncthreads();");
+    walk_tiles(
+        w,
+        stages,
+        "k0",
+        "0",
+        "key_end",
+        "WT",
+        &[("ks", "in1", "kv"), ("vs", "in2", "kv + WT * STRIDE")],
+        "2 * WT * STRIDE",
+        &|_, _, _| {},
+    );
     w.line("if (CAUSAL && k0 > warp_row0 + 15) continue;  // every key of the tile after the warp's rows");
     zeroed(w, "sc", "WT / 8");
     zeroed(w, "dp", "WT / 8");
@@ -259,13 +267,11 @@ fn dq_body(w: &mut CodeWriter) {
 }
 
 /// dk and/or dv: inputs q, k, v, lse, delta, dout; outputs at the given slots.
-fn dkdv_body(w: &mut CodeWriter, dk: Option<usize>, dv: Option<usize>) {
+fn dkdv_body(w: &mut CodeWriter, stages: u32, dk: Option<usize>, dv: Option<usize>) {
     w.line("unsigned short* ks = reinterpret_cast<unsigned short*>(smem_words);  // ROWS x STRIDE");
     w.line("unsigned short* vs = ks + ROWS * STRIDE;                             // ROWS x STRIDE");
-    w.line("unsigned short* qs = vs + ROWS * STRIDE;                             // WT x STRIDE");
-    w.line("unsigned short* dos = qs + WT * STRIDE;                              // WT x STRIDE");
-    w.line("float* lse2s = reinterpret_cast<float*>(dos + WT * STRIDE);          // WT: lse * log2(e)");
-    w.line("float* deltas = lse2s + WT;                                          // WT: rowsum(dout * out)");
+    w.line(format!("unsigned short* qdo = vs + ROWS * STRIDE;  // {stages} x (a query tile, its output gradients): WT x STRIDE each"));
+    w.line(format!("float* stats = reinterpret_cast<float*>(qdo + {stages} * 2 * WT * STRIDE);  // {stages} x (lse * log2(e), rowsum(dout * out)): WT each"));
     stage_rows(w, "ks", "in1", "row0", "ROWS");
     stage_rows(w, "vs", "in2", "row0", "ROWS");
     w.line("const int krow[2] = {warp_row0 + g, warp_row0 + g + 8};");
@@ -277,17 +283,25 @@ fn dkdv_body(w: &mut CodeWriter, dk: Option<usize>, dv: Option<usize>) {
     }
     w.line("// Under the mask, query tiles before the block's first key row are never visited.");
     w.line("const int query_start = CAUSAL ? row0 / WT * WT : 0;");
-    w.open("for (int q0 = query_start; q0 < SEQ; q0 += WT)");
-    w.line("__syncthreads();  // the previous tile is no longer read");
-    stage_rows(w, "qs", "in0", "q0", "WT");
-    stage_rows(w, "dos", "in5", "q0", "WT");
-    w.open("for (int e = threadIdx.x; e < WT; e += blockDim.x)");
-    w.line("const int i = min(q0 + e, SEQ - 1);");
-    w.line("lse2s[e] = in3[bh * SEQ + i] * LOG2E;");
-    w.line("deltas[e] = in4[bh * SEQ + i];");
-    w.close();
-    w.line("asm volatile(\"cp.async.wait_group 0;\" ::);");
-    w.line("__syncthreads();");
+    walk_tiles(
+        w,
+        stages,
+        "q0",
+        "query_start",
+        "SEQ",
+        "WT",
+        &[("qs", "in0", "qdo"), ("dos", "in5", "qdo + WT * STRIDE")],
+        "2 * WT * STRIDE",
+        &|w, slot, row| {
+            w.open("for (int e = threadIdx.x; e < WT; e += blockDim.x)");
+            w.line(format!("const int i = min({row} + e, SEQ - 1);"));
+            w.line(format!("stats[{slot} * 2 * WT + e] = in3[bh * SEQ + i] * LOG2E;"));
+            w.line(format!("stats[{slot} * 2 * WT + WT + e] = in4[bh * SEQ + i];"));
+            w.close();
+        },
+    );
+    w.line(if stages == 1 { "const float* lse2s = stats;" } else { "const float* lse2s = stats + slot * 2 * WT;" });
+    w.line("const float* deltas = lse2s + WT;");
     w.line("if (CAUSAL && q0 + WT - 1 < warp_row0) continue;  // every query of the tile before the warp's keys");
     zeroed(w, "st", "WT / 8");
     if dk.is_some() {

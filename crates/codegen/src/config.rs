@@ -61,19 +61,24 @@ pub enum KernelConfig {
     },
     /// Flash attention forward: `warps` warps of `rows_per_warp` query rows each share a
     /// block (and each key tile it stages); `tensor_cores`: the mma.sync kernel (bf16/f16 on
-    /// sm_80+, 16 rows a warp), else the FMA kernel.
+    /// sm_80+, 16 rows a warp), else the FMA kernel; `stages`: tiles in shared memory at once
+    /// (2: the next tile's copies are in flight while the current one's math runs; tensor cores
+    /// only), else 1.
     Attention {
         warps: u32,
         rows_per_warp: u32,
         tensor_cores: bool,
+        stages: u32,
     },
     /// Flash attention backward: as for the forward, the rows being those of the side the
     /// kernel parallelises over (query rows for dq, key rows for dk/dv); `tensor_cores`: the
-    /// mma.sync kernels (bf16/f16 on sm_80+, 16 rows a warp), else the FMA kernels.
+    /// mma.sync kernels (bf16/f16 on sm_80+, 16 rows a warp), else the FMA kernels; `stages`
+    /// as for the forward.
     AttentionBackward {
         warps: u32,
         rows_per_warp: u32,
         tensor_cores: bool,
+        stages: u32,
     },
     /// Scatter-add of an index_select's gradient: `warps` warps per block, each owning
     /// `rows_per_warp` output rows; the block scans the indices `chunk` at a time (a multiple of
@@ -129,15 +134,17 @@ impl fmt::Display for KernelConfig {
             KernelConfig::MultiPointwise { block, vec, steps } => {
                 write!(f, "multi_pointwise block={block} vec={vec} steps={steps}")
             }
-            KernelConfig::Attention { warps, rows_per_warp, tensor_cores } => write!(
+            KernelConfig::Attention { warps, rows_per_warp, tensor_cores, stages } => write!(
                 f,
-                "attention warps={warps} rows_per_warp={rows_per_warp}{}",
-                if *tensor_cores { " tensor_cores" } else { "" }
+                "attention warps={warps} rows_per_warp={rows_per_warp}{}{}",
+                if *tensor_cores { " tensor_cores" } else { "" },
+                if *stages > 1 { format!(" stages={stages}") } else { String::new() }
             ),
-            KernelConfig::AttentionBackward { warps, rows_per_warp, tensor_cores } => write!(
+            KernelConfig::AttentionBackward { warps, rows_per_warp, tensor_cores, stages } => write!(
                 f,
-                "attention_backward warps={warps} rows_per_warp={rows_per_warp}{}",
-                if *tensor_cores { " tensor_cores" } else { "" }
+                "attention_backward warps={warps} rows_per_warp={rows_per_warp}{}{}",
+                if *tensor_cores { " tensor_cores" } else { "" },
+                if *stages > 1 { format!(" stages={stages}") } else { String::new() }
             ),
             KernelConfig::Library => write!(f, "library call"),
         }
@@ -190,12 +197,12 @@ pub fn candidate_configs(plan: &Plan, kernel: usize, target: &Target) -> Vec<Ker
 fn attention_forward_candidates(unit: &Unit<'_>, att: &Attention) -> Vec<KernelConfig> {
     let mut candidates = Vec::new();
     if crate::attention_mma::supports(unit, &att.shape) {
-        for warps in [4, 8] {
-            candidates.push(KernelConfig::Attention { warps, rows_per_warp: 16, tensor_cores: true });
+        for (warps, stages) in [(4, 1), (8, 1), (4, 2), (8, 2)] {
+            candidates.push(KernelConfig::Attention { warps, rows_per_warp: 16, tensor_cores: true, stages });
         }
     }
     for (warps, rows_per_warp) in attention_candidates(att.shape.head_dim, false) {
-        candidates.push(KernelConfig::Attention { warps, rows_per_warp, tensor_cores: false });
+        candidates.push(KernelConfig::Attention { warps, rows_per_warp, tensor_cores: false, stages: 1 });
     }
     candidates
 }
@@ -205,12 +212,12 @@ fn attention_forward_candidates(unit: &Unit<'_>, att: &Attention) -> Vec<KernelC
 fn attention_backward_candidates(unit: &Unit<'_>, back: &AttentionBackward) -> Vec<KernelConfig> {
     let mut candidates = Vec::new();
     if crate::attention_mma::supports(unit, &back.shape) {
-        for warps in [4, 8, 2] {
-            candidates.push(KernelConfig::AttentionBackward { warps, rows_per_warp: 16, tensor_cores: true });
+        for (warps, stages) in [(4, 1), (8, 1), (2, 1), (4, 2), (2, 2)] {
+            candidates.push(KernelConfig::AttentionBackward { warps, rows_per_warp: 16, tensor_cores: true, stages });
         }
     }
     for (warps, rows_per_warp) in attention_candidates(back.shape.head_dim, true) {
-        candidates.push(KernelConfig::AttentionBackward { warps, rows_per_warp, tensor_cores: false });
+        candidates.push(KernelConfig::AttentionBackward { warps, rows_per_warp, tensor_cores: false, stages: 1 });
     }
     candidates
 }

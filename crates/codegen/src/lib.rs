@@ -178,22 +178,24 @@ pub fn generate(plan: &Plan, kernel: usize, config: &KernelConfig, target: &Targ
         (KernelKind::MultiPointwise(multi), KernelConfig::MultiPointwise { block, vec, steps }) => {
             multi_pointwise::generate(&mut unit, multi, block, vec, steps)?
         }
-        (KernelKind::Attention(att), KernelConfig::Attention { warps, rows_per_warp: 16, tensor_cores: true }) => {
-            attention_mma::generate(&mut unit, att, warps)?
-        }
+        (
+            KernelKind::Attention(att),
+            KernelConfig::Attention { warps, rows_per_warp: 16, tensor_cores: true, stages },
+        ) => attention_mma::generate(&mut unit, att, warps, stages)?,
         (KernelKind::Attention(_), KernelConfig::Attention { tensor_cores: true, rows_per_warp, .. }) => {
             return Err(error::invalid_config(
                 &k.name,
                 format!("the tensor-core kernel gives each warp 16 rows, not {rows_per_warp}"),
             ))
         }
-        (KernelKind::Attention(att), KernelConfig::Attention { warps, rows_per_warp, tensor_cores: false }) => {
-            attention::generate_forward(&mut unit, att, warps, rows_per_warp)?
-        }
+        (
+            KernelKind::Attention(att),
+            KernelConfig::Attention { warps, rows_per_warp, tensor_cores: false, stages: 1 },
+        ) => attention::generate_forward(&mut unit, att, warps, rows_per_warp)?,
         (
             KernelKind::AttentionBackward(back),
-            KernelConfig::AttentionBackward { warps, rows_per_warp: 16, tensor_cores: true },
-        ) => attention_mma_backward::generate(&mut unit, back, warps)?,
+            KernelConfig::AttentionBackward { warps, rows_per_warp: 16, tensor_cores: true, stages },
+        ) => attention_mma_backward::generate(&mut unit, back, warps, stages)?,
         (
             KernelKind::AttentionBackward(_),
             KernelConfig::AttentionBackward { tensor_cores: true, rows_per_warp, .. },
@@ -205,8 +207,15 @@ pub fn generate(plan: &Plan, kernel: usize, config: &KernelConfig, target: &Targ
         }
         (
             KernelKind::AttentionBackward(back),
-            KernelConfig::AttentionBackward { warps, rows_per_warp, tensor_cores: false },
+            KernelConfig::AttentionBackward { warps, rows_per_warp, tensor_cores: false, stages: 1 },
         ) => attention::generate_backward(&mut unit, back, warps, rows_per_warp)?,
+        (KernelKind::Attention(_), KernelConfig::Attention { tensor_cores: false, stages, .. })
+        | (KernelKind::AttentionBackward(_), KernelConfig::AttentionBackward { tensor_cores: false, stages, .. }) => {
+            return Err(error::invalid_config(
+                &k.name,
+                format!("the CUDA-core attention kernels stage one tile at a time, not {stages}"),
+            ))
+        }
         (KernelKind::IndexAdd(ia), KernelConfig::IndexAdd { warps, rows_per_warp, chunk, columns }) => {
             index_add::generate(&mut unit, ia, index_add::Shape { warps, rows_per_warp, chunk, columns })?
         }

@@ -460,7 +460,7 @@ fn attention_launches_and_index_width() {
     let kernel = cuda(&big, &default_config(&big, 0, &Target::h200()));
     assert!(kernel.source.contains("64-bit index math"), "{}", kernel.source);
     let small = plans::attention_forward(DType::BF16, [16, 12, 1024, 64], true);
-    let config = KernelConfig::Attention { warps: 4, rows_per_warp: 8, tensor_cores: false };
+    let config = KernelConfig::Attention { warps: 4, rows_per_warp: 8, tensor_cores: false, stages: 1 };
     let kernel = cuda(&small, &config);
     assert!(kernel.source.contains("32-bit index math"));
     let launch = &kernel.launches[0];
@@ -474,7 +474,7 @@ fn attention_launches_and_index_width() {
         assert!(cuda(&empty, &default_config(&empty, 0, &Target::h200())).launches.is_empty());
     }
     // Configs of another family are refused.
-    let wrong = KernelConfig::AttentionBackward { warps: 4, rows_per_warp: 8, tensor_cores: false };
+    let wrong = KernelConfig::AttentionBackward { warps: 4, rows_per_warp: 8, tensor_cores: false, stages: 1 };
     assert!(matches!(generate(&small, 0, &wrong, &Target::h200()), Err(CodegenError::ConfigMismatch { .. })));
 }
 
@@ -482,7 +482,7 @@ fn attention_launches_and_index_width() {
 #[test]
 fn snapshot_of_the_tensor_core_attention_forward() {
     let plan = plans::attention_forward(DType::BF16, [16, 12, 1024, 64], true);
-    let config = KernelConfig::Attention { warps: 4, rows_per_warp: 16, tensor_cores: true };
+    let config = KernelConfig::Attention { warps: 4, rows_per_warp: 16, tensor_cores: true, stages: 1 };
     let candidates = candidate_configs(&plan, 0, &Target::h200());
     assert_eq!(candidates[0], config, "{candidates:?}");
     assert!(candidates.iter().any(|c| matches!(c, KernelConfig::Attention { tensor_cores: false, .. })));
@@ -510,7 +510,7 @@ fn snapshot_of_the_tensor_core_attention_forward() {
 fn the_tensor_core_attention_backward_is_the_default_where_it_applies() {
     use braze_ir::AttentionInput::{Key, Query, Value};
     let dq = plans::attention_backward(DType::BF16, [16, 12, 1024, 64], true, &[Query]);
-    let config = KernelConfig::AttentionBackward { warps: 4, rows_per_warp: 16, tensor_cores: true };
+    let config = KernelConfig::AttentionBackward { warps: 4, rows_per_warp: 16, tensor_cores: true, stages: 1 };
     let candidates = candidate_configs(&dq, 0, &Target::h200());
     assert_eq!(candidates[0], config, "{candidates:?}");
     assert!(candidates.iter().any(|c| matches!(c, KernelConfig::AttentionBackward { tensor_cores: false, .. })));
@@ -540,8 +540,21 @@ fn the_tensor_core_attention_backward_is_the_default_where_it_applies() {
         assert!(candidates.iter().all(|c| !matches!(c, KernelConfig::AttentionBackward { tensor_cores: true, .. })));
         assert!(generate(plan, 0, &config, &target).is_err());
     }
-    let eight_rows = KernelConfig::AttentionBackward { warps: 4, rows_per_warp: 8, tensor_cores: true };
+    let eight_rows = KernelConfig::AttentionBackward { warps: 4, rows_per_warp: 8, tensor_cores: true, stages: 1 };
     assert!(generate(&dq, 0, &eight_rows, &Target::h200()).is_err());
+    // Two tiles in shared memory (the next one's copies in flight) is a candidate: twice the
+    // walked side's shared memory; three stages, or two on the CUDA-core kernels, are refused.
+    let two = KernelConfig::AttentionBackward { warps: 4, rows_per_warp: 16, tensor_cores: true, stages: 2 };
+    assert!(candidates.contains(&two), "{candidates:?}");
+    assert_eq!(cuda(&dq, &two).launches[0].shared_bytes, (2 * 64 + 2 * 2 * 64) * 72 * 2);
+    assert_eq!(cuda(&dkdv, &two).launches[0].shared_bytes, 2 * 64 * 136 * 2 + 2 * (2 * 32 * 136 * 2 + 2 * 32 * 4));
+    assert!(cuda(&dq, &two).source.contains("slot ^= 1"));
+    let three = KernelConfig::AttentionBackward { warps: 4, rows_per_warp: 16, tensor_cores: true, stages: 3 };
+    let fma_two = KernelConfig::AttentionBackward { warps: 4, rows_per_warp: 8, tensor_cores: false, stages: 2 };
+    for config in [three, fma_two] {
+        let err = generate(&dq, 0, &config, &Target::h200()).unwrap_err().to_string();
+        assert!(err.contains("stage"), "{config}: {err}");
+    }
 }
 
 #[test]
