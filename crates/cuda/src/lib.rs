@@ -28,7 +28,7 @@ pub use buffer::{bytes_of, values_from_bytes, DeviceBuffer, PodScalar};
 pub use cache::{CacheKey, CacheStats, KernelCache};
 pub use device::{cuda_available, device_count, driver_available, CudaDevice, EventTimer};
 pub use error::{CudaError, Result};
-pub use executor::{BuildReport, ExecOptions, KernelTime, PlanExecutable};
+pub use executor::{compile_kernels, BuildReport, ExecOptions, KernelTime, PlanExecutable};
 pub use graph::CapturedGraph;
 pub use kernel::{Kernel, LoadedModule};
 pub use launch::KernelArg;

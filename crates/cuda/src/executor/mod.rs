@@ -25,7 +25,7 @@ use crate::error::{CudaError, Result};
 use crate::graph::CapturedGraph;
 use crate::kernel::Kernel;
 use crate::launch::KernelArg;
-use crate::nvrtc::{CompileOptions, KernelResources};
+use crate::nvrtc::{CompileOptions, CompiledModule, KernelResources};
 use crate::spans::{PendingSpan, SpanStream};
 
 mod tuning;
@@ -163,6 +163,33 @@ fn device_dtype(dtype: DType) -> Result<MatmulDtype> {
     }
 }
 
+/// Compiles the CUDA C of every kernel of `codes` through `cache`, in order: `None` for a
+/// library call or a kernel with nothing to launch. NVRTC compiles are independent, so they run
+/// in parallel, one thread per kernel source.
+pub fn compile_kernels(
+    codes: &[KernelCode],
+    cache: &KernelCache,
+    compile_options: &CompileOptions,
+) -> Vec<Result<Option<Arc<CompiledModule>>>> {
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = codes
+            .iter()
+            .map(|code| {
+                scope.spawn(move || match code {
+                    KernelCode::Cuda(g) if !g.launches.is_empty() => {
+                        cache.get_or_compile(&g.source, &g.name, compile_options).map(Some)
+                    }
+                    _ => Ok(None),
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(CudaError::InvalidArgument("compile thread panicked".into()))))
+            .collect()
+    })
+}
+
 impl PlanExecutable {
     /// Generates, compiles and loads every kernel of `plan` and allocates its arena, workspaces
     /// and tables. Configurations come from `options.configs`, else from what the autotuner
@@ -185,25 +212,7 @@ impl PlanExecutable {
         }
         let codes = braze_codegen::plan_sources(&plan, &configs, target)?;
         let compile_options = CompileOptions { arch: target.arch(), ..CompileOptions::default() };
-        // NVRTC compiles are independent: run them in parallel, one thread per kernel source.
-        let compiled: Vec<Result<Option<Arc<crate::nvrtc::CompiledModule>>>> = std::thread::scope(|scope| {
-            let handles: Vec<_> = codes
-                .iter()
-                .map(|code| {
-                    let opts = &compile_options;
-                    scope.spawn(move || match code {
-                        KernelCode::Cuda(g) if !g.launches.is_empty() => {
-                            cache.get_or_compile(&g.source, &g.name, opts).map(Some)
-                        }
-                        _ => Ok(None),
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().unwrap_or_else(|_| Err(CudaError::InvalidArgument("compile thread panicked".into()))))
-                .collect()
-        });
+        let compiled = compile_kernels(&codes, cache, &compile_options);
         let mut report = BuildReport { kernels: plan.kernels.len(), ..BuildReport::default() };
         let mut kernels = Vec::with_capacity(codes.len());
         for (k, ((code, module), config)) in codes.into_iter().zip(compiled).zip(configs).enumerate() {
