@@ -21,6 +21,10 @@ pub struct Options<'a> {
     pub no_nvrtc: bool,
     /// Compile into this kernel cache directory instead of a new empty one (kept afterwards).
     pub cache_dir: Option<&'a Path>,
+    /// NVRTC threads (default: `braze_cuda::compile_threads`, one per core).
+    pub threads: Option<usize>,
+    /// Write each generated kernel's CUDA C here as `<name>.cu`.
+    pub dump: Option<&'a Path>,
 }
 
 /// Stages shown but not part of a cold compile.
@@ -33,22 +37,22 @@ struct Stage {
     note: String,
 }
 
-/// What one measurement found, for the table and for tests.
-pub struct Report {
+/// What one measurement found.
+struct Report {
     stages: Vec<Stage>,
-    pub kernels: usize,
-    pub generated: usize,
-    pub distinct_sources: usize,
-    pub nvrtc_compiles: u64,
+    kernels: usize,
+    generated: usize,
+    distinct_units: usize,
+    nvrtc_compiles: Option<u64>,
 }
 
 impl Report {
     /// The cold compile's host time: every stage but the setup and the warm cache pass.
-    pub fn total(&self) -> Duration {
+    fn total(&self) -> Duration {
         self.stages.iter().filter(|s| !NOT_IN_TOTAL.contains(&s.name)).filter_map(|s| s.time).sum()
     }
 
-    pub fn print(&self) {
+    fn print(&self) {
         println!("{:<14} {:>10}  note", "stage", "ms");
         for stage in &self.stages {
             let ms = stage.time.map_or("-".to_string(), |t| format!("{:.1}", t.as_secs_f64() * 1e3));
@@ -59,6 +63,11 @@ impl Report {
             "total",
             self.total().as_secs_f64() * 1e3
         );
+        let compiles = self.nvrtc_compiles.map_or("-".to_string(), |n| n.to_string());
+        println!(
+            "counts: {} kernels, {} CUDA C, {} distinct units, {compiles} NVRTC compiles",
+            self.kernels, self.generated, self.distinct_units
+        );
     }
 }
 
@@ -68,7 +77,7 @@ pub fn run(options: &Options) -> Result<()> {
     Ok(())
 }
 
-pub fn measure(options: &Options) -> Result<Report> {
+fn measure(options: &Options) -> Result<Report> {
     let mut stages = Vec::new();
     let mut stage = |name, time, note: String| stages.push(Stage { name, time: Some(time), note });
 
@@ -110,21 +119,31 @@ pub fn measure(options: &Options) -> Result<Report> {
             _ => None,
         })
         .collect();
+    if let Some(dir) = options.dump {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        for g in &generated {
+            let path = dir.join(format!("{}.cu", g.name));
+            std::fs::write(&path, &g.source).with_context(|| format!("writing {}", path.display()))?;
+        }
+    }
     let distinct_sources = generated.iter().map(|g| g.source.as_str()).collect::<HashSet<_>>().len();
+    let distinct_units =
+        generated.iter().map(|g| braze_cuda::unit::unit_source(&g.name, &g.source)).collect::<HashSet<_>>().len();
     let source_bytes: usize = generated.iter().map(|g| g.source.len()).sum();
     stage(
         "codegen",
         started.elapsed(),
         format!(
-            "{} CUDA C kernels ({} distinct sources, {:.1} KiB), {} library calls",
+            "{} CUDA C kernels ({} distinct sources, {} distinct units, {:.1} KiB), {} library calls",
             generated.len(),
             distinct_sources,
+            distinct_units,
             source_bytes as f64 / 1024.0,
             codes.iter().filter(|c| matches!(c, KernelCode::CuBlasLt(_))).count()
         ),
     );
 
-    let mut nvrtc_compiles = 0;
+    let mut nvrtc_compiles = None;
     if options.no_nvrtc {
         stages.push(Stage { name: "nvrtc", time: None, note: "skipped (--no-nvrtc)".into() });
     } else {
@@ -135,18 +154,19 @@ pub fn measure(options: &Options) -> Result<Report> {
             Some(dir) => (dir.to_path_buf(), false),
             None => (fresh_dir()?, true),
         };
-        let result = nvrtc_stages(&codes, &dir, &target, &mut stages);
+        let threads = options.threads.unwrap_or_else(braze_cuda::compile_threads);
+        let result = nvrtc_stages(&codes, &dir, &target, threads, &mut stages);
         if fresh {
             let _ = std::fs::remove_dir_all(&dir);
         }
-        nvrtc_compiles = result?;
+        nvrtc_compiles = Some(result?);
     }
     stages.push(Stage {
         name: "module load",
         time: None,
         note: "needs a GPU (cuModuleLoadData per kernel): not measured".into(),
     });
-    Ok(Report { stages, kernels: plan.kernels.len(), generated: generated.len(), distinct_sources, nvrtc_compiles })
+    Ok(Report { stages, kernels: plan.kernels.len(), generated: generated.len(), distinct_units, nvrtc_compiles })
 }
 
 /// The NVRTC compiles into an empty cache at `dir`, then the same lookups from a new process's
@@ -155,6 +175,7 @@ fn nvrtc_stages(
     codes: &[KernelCode],
     dir: &Path,
     target: &braze_codegen::Target,
+    threads: usize,
     stages: &mut Vec<Stage>,
 ) -> Result<u64> {
     let options = CompileOptions { arch: target.arch(), ..CompileOptions::default() };
@@ -163,10 +184,11 @@ fn nvrtc_stages(
     for (name, what) in [("nvrtc", "cold"), ("cache (disk)", "warm")] {
         let cache = KernelCache::with_dir(dir).context("opening the kernel cache")?;
         let started = Instant::now();
-        for module in braze_cuda::compile_kernels(codes, &cache, &options) {
-            module?;
-        }
+        let modules = braze_cuda::compile_kernels_on(codes, &cache, &options, threads)?;
         let elapsed = started.elapsed();
+        if what == "cold" {
+            print_slowest(codes, &modules);
+        }
         let stats = cache.stats();
         if what == "cold" {
             cold = stats.compiles;
@@ -175,16 +197,38 @@ fn nvrtc_stages(
             name,
             time: Some(elapsed),
             note: format!(
-                "{what}: {} NVRTC compiles, {} disk hits, {} memory hits, for {}, {} threads available",
+                "{what}: {} NVRTC compiles, {} disk hits, {} memory hits, for {}, on {threads} thread(s) \
+                 ({cores} cores here)",
                 stats.compiles,
                 stats.disk_hits,
                 stats.memory_hits,
                 options.arch,
-                std::thread::available_parallelism().map_or(1, |n| n.get())
+                cores = std::thread::available_parallelism().map_or(1, |n| n.get())
             ),
         });
     }
     Ok(cold)
+}
+
+/// The units that took NVRTC longest (the last of them bounds a parallel compile from below),
+/// with the kernels sharing each, and the sum of all compile times (the work to spread).
+fn print_slowest(codes: &[KernelCode], modules: &[Option<std::sync::Arc<braze_cuda::CompiledModule>>]) {
+    let mut units: Vec<(f64, Vec<&str>)> = Vec::new();
+    let mut seen = std::collections::HashMap::new();
+    for (code, module) in codes.iter().zip(modules) {
+        let (KernelCode::Cuda(g), Some(module)) = (code, module) else { continue };
+        let at = *seen.entry(std::sync::Arc::as_ptr(module)).or_insert_with(|| {
+            units.push((module.compile_ms, Vec::new()));
+            units.len() - 1
+        });
+        units[at].1.push(&g.name);
+    }
+    units.sort_by(|a, b| b.0.total_cmp(&a.0));
+    let sum: f64 = units.iter().map(|u| u.0).sum();
+    println!("NVRTC: {} units, {sum:.0} ms of compile time in all; the slowest:", units.len());
+    for (ms, names) in units.iter().take(8) {
+        println!("  {ms:>8.0} ms  {} (x{})", names[0], names.len());
+    }
 }
 
 fn fresh_dir() -> Result<PathBuf> {

@@ -183,6 +183,12 @@ enum Command {
         /// Use (and keep) this kernel cache directory instead of a new empty one.
         #[arg(long)]
         cache_dir: Option<std::path::PathBuf>,
+        /// Write the CUDA C of every generated kernel into this directory.
+        #[arg(long)]
+        dump: Option<std::path::PathBuf>,
+        /// NVRTC threads (default: BRAZE_COMPILE_THREADS, else one per core).
+        #[arg(long)]
+        threads: Option<usize>,
     },
     /// One cold (or warm) compile of ln_relu_res in a fresh process, for `bench`: prints one
     /// JSON line. The kernel cache directory comes from BRAZE_CACHE_DIR.
@@ -320,12 +326,16 @@ fn main() -> ExitCode {
             };
             run_train(&options, device)
         }
-        Command::CompileTime { workload, small, no_nvrtc, cache_dir } => compile_time::run(&compile_time::Options {
-            workload: &workload,
-            small,
-            no_nvrtc,
-            cache_dir: cache_dir.as_deref(),
-        }),
+        Command::CompileTime { workload, small, no_nvrtc, cache_dir, dump, threads } => {
+            compile_time::run(&compile_time::Options {
+                workload: &workload,
+                small,
+                no_nvrtc,
+                cache_dir: cache_dir.as_deref(),
+                dump: dump.as_deref(),
+                threads,
+            })
+        }
         Command::BenchColdstart { rows, hidden, dtype } => bench::coldstart_child(rows, hidden, dtype),
     };
     // Writes the BRAZE_TRACE timeline, if one is being recorded, and prints its summary.

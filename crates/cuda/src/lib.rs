@@ -21,6 +21,7 @@ pub mod launch;
 pub mod nvrtc;
 pub mod pinned;
 pub mod spans;
+pub mod unit;
 
 pub use autotune::{AutotuneRecord, AutotuneStore};
 pub use blas::{BlasLt, MatmulDtype, MatmulSpec, MatrixRef};
@@ -28,7 +29,9 @@ pub use buffer::{bytes_of, values_from_bytes, DeviceBuffer, PodScalar};
 pub use cache::{CacheKey, CacheStats, KernelCache};
 pub use device::{cuda_available, device_count, driver_available, CudaDevice, EventTimer};
 pub use error::{CudaError, Result};
-pub use executor::{compile_kernels, BuildReport, ExecOptions, KernelTime, PlanExecutable};
+pub use executor::{
+    compile_kernels, compile_kernels_on, compile_threads, BuildReport, ExecOptions, KernelTime, PlanExecutable,
+};
 pub use graph::CapturedGraph;
 pub use kernel::{Kernel, LoadedModule};
 pub use launch::KernelArg;
