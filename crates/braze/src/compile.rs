@@ -76,6 +76,14 @@ pub struct Compiled<F> {
     graphs: Arc<GraphCache>,
 }
 
+/// A function traced into one graph, unrun ([`Compiled::trace_graph`]).
+#[derive(Clone, Debug)]
+pub struct TracedGraph {
+    pub graph: braze_ir::Graph,
+    /// `(graph output, graph input)`: outputs the caller writes back into captured inputs.
+    pub in_place: Vec<(usize, usize)>,
+}
+
 /// Counters of one compiled function.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CompileStats {
@@ -244,6 +252,29 @@ where
             Explanation::new(&self.name, self.mode, self.fullgraph, report, state.recompile_reasons.clone());
         explanation.host_syncs = usize::try_from(syncs).unwrap_or(usize::MAX);
         Ok(explanation)
+    }
+
+    /// Traces the function on `args` into one graph without compiling or running it, and
+    /// without touching the cache: the graph a first [`Compiled::call`] would compile, with the
+    /// `(output, input)` write-backs its plan may do in place
+    /// ([`braze_passes::FusionOptions::in_place`]). Any graph break is an error, as with
+    /// `fullgraph(true)`. For measuring and inspecting compiles of workloads too large to run on
+    /// the machine at hand (the CPU backend would execute the graph).
+    pub fn trace_graph(&self, args: &[Tensor]) -> Result<TracedGraph> {
+        self.check_arity(args)?;
+        let target = self.target(args)?;
+        match trace::trace_call(&self.f, args, self.trace_config(target, true, false))? {
+            TraceOutcome::Whole(WholeGraph { graph, bindings, writes, .. }) => {
+                let in_place = writes.in_place_requests(&bindings);
+                Ok(TracedGraph { graph, in_place })
+            }
+            // Unreachable in strict mode: the first break aborts the trace.
+            TraceOutcome::Split(split) => Err(Error::InvalidArgument {
+                op: format!("`{}`", self.name),
+                loc: None,
+                detail: format!("traced into {} graphs; trace_graph needs one", split.runs.len()),
+            }),
+        }
     }
 
     /// The kernels the function compiles to on `args`, as text to review: for each graph, its

@@ -75,7 +75,7 @@ pub use backend::{allow_tf32, set_allow_tf32};
 pub use braze_cuda::KernelTime;
 pub use braze_ir::{DType, Graph, HostData, HostTensor, Shape, SourceLoc};
 pub use breaks::{BreakKind, GraphBreak};
-pub use compile::{compile, CompileStats, Compiled};
+pub use compile::{compile, CompileStats, Compiled, TracedGraph};
 pub use cuda::{cuda_device, kernel_cache_stats};
 pub use custom_op::CustomOp;
 pub use device::Device;

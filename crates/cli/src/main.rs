@@ -3,6 +3,7 @@
 mod bench;
 mod busy;
 mod common;
+mod compile_time;
 mod demo;
 mod gpt2_check;
 mod timing;
@@ -173,6 +174,28 @@ enum Command {
         #[arg(long, value_parser = parse_device)]
         device: Option<Device>,
     },
+    /// Times every host stage of a workload's cold compile without running it and without a GPU:
+    /// trace, passes, fusion, memory plan, codegen of every kernel, NVRTC compiles of its sources
+    /// (for the assumed H200, into a new empty kernel cache), then the same lookups warm.
+    CompileTime {
+        /// gpt2_step, block_step, block_fwd (standard sizes), or any workload of `explain`.
+        workload: String,
+        /// The GPT-2 workloads at their small, CPU-sized configuration.
+        #[arg(long)]
+        small: bool,
+        /// Skip the NVRTC compiles.
+        #[arg(long)]
+        no_nvrtc: bool,
+        /// Use (and keep) this kernel cache directory instead of a new empty one.
+        #[arg(long)]
+        cache_dir: Option<std::path::PathBuf>,
+        /// Write the CUDA C of every generated kernel into this directory.
+        #[arg(long)]
+        dump: Option<std::path::PathBuf>,
+        /// NVRTC threads (default: BRAZE_COMPILE_THREADS, else one per core).
+        #[arg(long)]
+        threads: Option<usize>,
+    },
     /// One cold (or warm) compile of ln_relu_res in a fresh process, for `bench`: prints one
     /// JSON line. The kernel cache directory comes from BRAZE_CACHE_DIR.
     #[command(hide = true)]
@@ -309,6 +332,16 @@ fn main() -> ExitCode {
                 ..train::TrainOptions::default()
             };
             run_train(&options, device)
+        }
+        Command::CompileTime { workload, small, no_nvrtc, cache_dir, dump, threads } => {
+            compile_time::run(&compile_time::Options {
+                workload: &workload,
+                small,
+                no_nvrtc,
+                cache_dir: cache_dir.as_deref(),
+                dump: dump.as_deref(),
+                threads,
+            })
         }
         Command::BenchColdstart { rows, hidden, dtype } => bench::coldstart_child(rows, hidden, dtype),
     };

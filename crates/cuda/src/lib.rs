@@ -22,6 +22,7 @@ pub mod launch;
 pub mod nvrtc;
 pub mod pinned;
 pub mod spans;
+pub mod unit;
 
 pub use autotune::{AutotuneRecord, AutotuneStore};
 pub use blas::{BlasLt, MatmulDtype, MatmulSpec, MatrixRef};
@@ -30,7 +31,9 @@ pub use cache::{CacheKey, CacheStats, KernelCache};
 pub use checks::CHECK_SLOTS;
 pub use device::{cuda_available, device_count, driver_available, CudaDevice, EventTimer};
 pub use error::{CudaError, Result};
-pub use executor::{BuildReport, ExecOptions, KernelTime, PlanExecutable};
+pub use executor::{
+    compile_kernels, compile_kernels_on, compile_threads, BuildReport, ExecOptions, KernelTime, PlanExecutable,
+};
 pub use graph::CapturedGraph;
 pub use kernel::{Kernel, LoadedModule};
 pub use launch::KernelArg;

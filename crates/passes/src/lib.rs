@@ -31,7 +31,7 @@ pub use common_subexpressions::CommonSubexpressions;
 pub use dead_code::DeadCode;
 pub use decompose::Decompose;
 pub use error::{PassError, Result};
-pub use fusion::{compile_to_plan, fuse, FusionOptions};
+pub use fusion::{compile_to_plan, compile_to_plan_timed, fuse, FusionOptions, PlanTimes};
 pub use pass::{Pass, PassManager, PassSnapshot};
 pub use pipeline::optimize;
 pub use recompute::Recompute;

@@ -29,9 +29,9 @@ use crate::checks::CheckRing;
 use crate::device::CudaDevice;
 use crate::error::{CudaError, Result};
 use crate::graph::CapturedGraph;
-use crate::kernel::Kernel;
+use crate::kernel::{Kernel, LoadedModule};
 use crate::launch::KernelArg;
-use crate::nvrtc::{CompileOptions, KernelResources};
+use crate::nvrtc::{CompileOptions, CompiledModule, KernelResources};
 use crate::spans::{PendingSpan, SpanStream};
 
 mod tuning;
@@ -170,6 +170,128 @@ fn device_dtype(dtype: DType) -> Result<MatmulDtype> {
     }
 }
 
+/// Compiles the CUDA C of every kernel of `codes` through `cache`, in order: `None` for a
+/// library call or a kernel with nothing to launch. Kernels are compiled as their units
+/// ([`crate::unit`]): those that differ only in name and comments (one per layer of a model)
+/// share one compile and one module. The distinct units compile in parallel on
+/// [`compile_threads`] threads, the longest sources first so that no long compile starts last.
+/// The first error in kernel order is returned.
+pub fn compile_kernels(
+    codes: &[KernelCode],
+    cache: &KernelCache,
+    options: &CompileOptions,
+) -> Result<Vec<Option<Arc<CompiledModule>>>> {
+    compile_kernels_on(codes, cache, options, compile_threads())
+}
+
+/// Threads [`compile_kernels`] uses: `BRAZE_COMPILE_THREADS`, else one per available core.
+pub fn compile_threads() -> usize {
+    std::env::var("BRAZE_COMPILE_THREADS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// [`compile_kernels`] on at most `threads` threads.
+pub fn compile_kernels_on(
+    codes: &[KernelCode],
+    cache: &KernelCache,
+    options: &CompileOptions,
+    threads: usize,
+) -> Result<Vec<Option<Arc<CompiledModule>>>> {
+    // The unit of each kernel that launches anything, as an index into `units`.
+    let mut units: Vec<String> = Vec::new();
+    let mut index_of: HashMap<String, usize> = HashMap::new();
+    let unit_of: Vec<Option<usize>> = codes
+        .iter()
+        .map(|code| match code {
+            KernelCode::Cuda(g) if !g.launches.is_empty() => {
+                let unit = crate::unit::unit_source(&g.name, &g.source);
+                Some(*index_of.entry(unit).or_insert_with_key(|unit| {
+                    units.push(unit.clone());
+                    units.len() - 1
+                }))
+            }
+            _ => None,
+        })
+        .collect();
+    drop(index_of);
+    let mut order: Vec<usize> = (0..units.len()).collect();
+    order.sort_by_key(|&u| std::cmp::Reverse(units[u].len()));
+    let results: Vec<std::sync::OnceLock<Result<Arc<CompiledModule>>>> =
+        (0..units.len()).map(|_| std::sync::OnceLock::new()).collect();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let work = || loop {
+        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let Some(&u) = order.get(i) else { break };
+        let _ = results[u].set(cache.get_or_compile(&units[u], crate::unit::UNIT_NAME, options));
+    };
+    let workers = threads.clamp(1, units.len().max(1));
+    if workers == 1 {
+        work();
+    } else {
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..workers).map(|_| scope.spawn(work)).collect();
+            for handle in handles {
+                // A panicking worker leaves its unit without a result, reported below.
+                let _ = handle.join();
+            }
+        });
+    }
+    let mut results: Vec<Option<Result<Arc<CompiledModule>>>> = results.into_iter().map(|r| r.into_inner()).collect();
+    let mut modules = Vec::with_capacity(codes.len());
+    for (code, unit) in codes.iter().zip(unit_of) {
+        let (Some(u), KernelCode::Cuda(g)) = (unit, code) else {
+            modules.push(None);
+            continue;
+        };
+        match results[u].take() {
+            Some(Ok(module)) => {
+                results[u] = Some(Ok(module.clone()));
+                modules.push(Some(module));
+            }
+            // The unit was compiled as `UNIT_NAME`: name the first kernel that has it.
+            Some(Err(CudaError::Compile { log, source_code, .. })) => {
+                return Err(CudaError::Compile { name: g.name.clone(), log, source_code })
+            }
+            Some(Err(other)) => return Err(other),
+            None => {
+                return Err(CudaError::InvalidArgument(format!("compiling `{}`: the compile thread panicked", g.name)))
+            }
+        }
+    }
+    Ok(modules)
+}
+
+/// Loads each compiled module once and takes each of its functions once, so kernels that share
+/// a unit share one module and one function (and so one dynamic shared memory limit).
+#[derive(Default)]
+struct Loader {
+    modules: HashMap<*const CompiledModule, LoadedModule>,
+    functions: HashMap<(*const CompiledModule, String), Kernel>,
+}
+
+impl Loader {
+    fn function(&mut self, device: &Arc<CudaDevice>, module: &Arc<CompiledModule>, entry: &str) -> Result<Kernel> {
+        let key = Arc::as_ptr(module);
+        if let Some(kernel) = self.functions.get(&(key, entry.to_string())) {
+            return Ok(kernel.clone());
+        }
+        let loaded = match self.modules.get(&key) {
+            Some(loaded) => loaded.clone(),
+            None => {
+                let loaded = device.load_module(module)?;
+                self.modules.insert(key, loaded.clone());
+                loaded
+            }
+        };
+        let kernel = loaded.get_function(entry)?;
+        self.functions.insert((key, entry.to_string()), kernel.clone());
+        Ok(kernel)
+    }
+}
+
 impl PlanExecutable {
     /// Generates, compiles and loads every kernel of `plan` and allocates its arena, workspaces
     /// and tables. Configurations come from `options.configs`, else from what the autotuner
@@ -192,29 +314,11 @@ impl PlanExecutable {
         }
         let codes = braze_codegen::plan_sources(&plan, &configs, target)?;
         let compile_options = CompileOptions { arch: target.arch(), ..CompileOptions::default() };
-        // NVRTC compiles are independent: run them in parallel, one thread per kernel source.
-        let compiled: Vec<Result<Option<Arc<crate::nvrtc::CompiledModule>>>> = std::thread::scope(|scope| {
-            let handles: Vec<_> = codes
-                .iter()
-                .map(|code| {
-                    let opts = &compile_options;
-                    scope.spawn(move || match code {
-                        KernelCode::Cuda(g) if !g.launches.is_empty() => {
-                            cache.get_or_compile(&g.source, &g.name, opts).map(Some)
-                        }
-                        _ => Ok(None),
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().unwrap_or_else(|_| Err(CudaError::InvalidArgument("compile thread panicked".into()))))
-                .collect()
-        });
+        let compiled = compile_kernels(&codes, cache, &compile_options)?;
+        let mut loader = Loader::default();
         let mut report = BuildReport { kernels: plan.kernels.len(), ..BuildReport::default() };
         let mut kernels = Vec::with_capacity(codes.len());
         for (k, ((code, module), config)) in codes.into_iter().zip(compiled).zip(configs).enumerate() {
-            let module = module?;
             let ready = match (code, module) {
                 (KernelCode::CuBlasLt(m), _) => {
                     if m.m * m.n * m.batch.iter().product::<usize>() == 0 {
@@ -226,9 +330,10 @@ impl PlanExecutable {
                 }
                 (KernelCode::Cuda(_), None) => ReadyKernel::Empty,
                 (KernelCode::Cuda(code), Some(module)) => {
-                    report.resources.extend(module.resources.iter().cloned());
+                    report.resources.extend(crate::unit::resources_as(&code.name, &module.resources));
                     report.launches += code.launches.len();
-                    ReadyKernel::Cuda(Self::load_kernel(device, code, config, &module, plan.kernels[k].inputs.len())?)
+                    let slots = plan.kernels[k].inputs.len();
+                    ReadyKernel::Cuda(Self::load_kernel(device, &mut loader, code, config, &module, slots)?)
                 }
             };
             kernels.push(ready);
@@ -268,13 +373,17 @@ impl PlanExecutable {
 
     fn load_kernel(
         device: &Arc<CudaDevice>,
+        loader: &mut Loader,
         code: GeneratedKernel,
         config: KernelConfig,
-        module: &crate::nvrtc::CompiledModule,
+        module: &Arc<CompiledModule>,
         input_slots: usize,
     ) -> Result<CudaKernel> {
-        let loaded = device.load_module(module)?;
-        let functions = code.launches.iter().map(|l| loaded.get_function(&l.entry)).collect::<Result<Vec<_>>>()?;
+        let functions = code
+            .launches
+            .iter()
+            .map(|l| loader.function(device, module, &crate::unit::unit_entry(&code.name, &l.entry)))
+            .collect::<Result<Vec<_>>>()?;
         let scratch = code
             .scratch
             .iter()

@@ -4,7 +4,7 @@
 
 use braze_codegen::KernelCode;
 
-use super::{CudaKernel, PlanExecutable, ReadyKernel};
+use super::{CudaKernel, Loader, PlanExecutable, ReadyKernel};
 use crate::autotune::{AutotuneRecord, AutotuneStore};
 use crate::buffer::DeviceBuffer;
 use crate::cache::KernelCache;
@@ -43,9 +43,11 @@ impl PlanExecutable {
                         KernelCode::Cuda(g) => g,
                         KernelCode::CuBlasLt(_) => return Err(CudaError::InvalidArgument("not a CUDA kernel".into())),
                     };
-                    let module = cache.get_or_compile(&code.source, &code.name, &compile_options)?;
+                    let unit = crate::unit::unit_source(&code.name, &code.source);
+                    let module = cache.get_or_compile(&unit, crate::unit::UNIT_NAME, &compile_options)?;
                     let slots = self.plan.kernels[k].inputs.len();
-                    let candidate = Self::load_kernel(&self.device, code, *config, &module, slots)?;
+                    let mut loader = Loader::default();
+                    let candidate = Self::load_kernel(&self.device, &mut loader, code, *config, &module, slots)?;
                     let previous = std::mem::replace(&mut self.kernels[k], ReadyKernel::Cuda(candidate));
                     let timed = self.time_kernel(k, inputs, set_index);
                     let ReadyKernel::Cuda(candidate) = std::mem::replace(&mut self.kernels[k], previous) else {

@@ -95,8 +95,27 @@ pub fn fuse(graph: &Graph, options: &FusionOptions) -> Result<Plan> {
 
 /// [`crate::optimize`], then [`fuse`].
 pub fn compile_to_plan(graph: &Graph, options: &FusionOptions) -> Result<Plan> {
+    Ok(compile_to_plan_timed(graph, options)?.0)
+}
+
+/// How long each half of [`compile_to_plan`] took.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct PlanTimes {
+    /// [`crate::optimize`]: dead code, decomposition, simplification, common subexpressions,
+    /// recomputation.
+    pub optimize: std::time::Duration,
+    /// [`fuse`]: grouping into kernels and writing the plan.
+    pub fuse: std::time::Duration,
+}
+
+/// [`compile_to_plan`], also returning how long optimizing and fusing took.
+pub fn compile_to_plan_timed(graph: &Graph, options: &FusionOptions) -> Result<(Plan, PlanTimes)> {
+    let started = std::time::Instant::now();
     let (optimized, origins) = crate::pipeline::optimize_with_origins(graph)?;
-    fuse_with_origins(&optimized, options, &origins)
+    let optimize = started.elapsed();
+    let started = std::time::Instant::now();
+    let plan = fuse_with_origins(&optimized, options, &origins)?;
+    Ok((plan, PlanTimes { optimize, fuse: started.elapsed() }))
 }
 
 fn fuse_with_origins(graph: &Graph, options: &FusionOptions, origins: &Origins) -> Result<Plan> {

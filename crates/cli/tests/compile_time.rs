@@ -1,0 +1,42 @@
+//! `braze compile-time` traces a workload without running it and times every host stage of its
+//! cold compile, with no GPU.
+
+use std::process::{Command, Output};
+
+fn braze(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_braze")).args(args).output().expect("running braze")
+}
+
+fn stdout(out: &Output) -> String {
+    assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stage_ms(text: &str, stage: &str) -> Option<f64> {
+    text.lines().find(|l| l.starts_with(stage))?.split_whitespace().nth(stage.split_whitespace().count())?.parse().ok()
+}
+
+#[test]
+fn gpt2_step_small_reports_every_stage() {
+    let text = stdout(&braze(&["compile-time", "gpt2_step", "--small", "--no-nvrtc"]));
+    for stage in ["setup", "trace", "passes", "fusion", "memory plan", "codegen", "total"] {
+        assert!(stage_ms(&text, stage).is_some(), "no time for {stage}:\n{text}");
+    }
+    assert!(text.contains("nvrtc") && text.contains("skipped"), "{text}");
+    let counts = text.lines().find(|l| l.starts_with("counts: ")).unwrap_or_else(|| panic!("{text}"));
+    let kernels: usize = counts["counts: ".len()..].split_whitespace().next().unwrap().parse().unwrap();
+    assert!(kernels > 10, "{counts}");
+}
+
+#[test]
+fn nvrtc_compiles_each_distinct_unit_once_cold_and_none_warm() {
+    if std::env::var_os("BRAZE_REQUIRE_NVRTC").is_none() && !braze_cuda::nvrtc_available() {
+        return;
+    }
+    let text = stdout(&braze(&["compile-time", "ln_relu_res"]));
+    assert!(stage_ms(&text, "nvrtc").is_some(), "{text}");
+    let counts = text.lines().find(|l| l.starts_with("counts: ")).unwrap_or_else(|| panic!("{text}"));
+    assert!(counts.ends_with("1 kernels, 1 CUDA C, 1 distinct units, 1 NVRTC compiles"), "{counts}");
+    let warm = text.lines().find(|l| l.starts_with("cache (disk)")).unwrap();
+    assert!(warm.contains("warm: 0 NVRTC compiles, 1 disk hits"), "{warm}");
+}
