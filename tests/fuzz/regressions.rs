@@ -684,3 +684,26 @@ fn regression_abs_of_nan_compared_with_a_negative_constant_is_false() {
         check_fixed(&graph, Some(inputs.clone()));
     }
 }
+
+/// Fusion put the op computing a gather's indices (`max(i, 0)`, same shape) into the gather's
+/// pointwise kernel, which reads its indices from a buffer: lowering failed. (Model-graph seed
+/// 71234501963.)
+#[test]
+fn regression_gather_indices_computed_in_the_same_shape() {
+    let mut b = Builder::new();
+    let table = b.input(DType::BF16, [16]);
+    let other = b.input(DType::BF16, [5]);
+    let at = b.input(DType::I32, [5]);
+    let zero = b.constant(0.0, DType::I32);
+    let clamped = b.bin(BinaryOp::Max, at, zero);
+    let rows = b.op(Op::IndexSelect { axis: 0 }, &[table, clamped]);
+    let finite = b.un(UnaryOp::IsFinite, at);
+    let y = b.op(Op::Where, &[finite, other, rows]);
+    let graph = b.finish(vec![y]);
+    let inputs = vec![
+        HostTensor::from_f64(DType::BF16, [16], &(0..16).map(|i| i as f64 * 0.5 - 3.0).collect::<Vec<_>>()).unwrap(),
+        HostTensor::from_f64(DType::BF16, [5], &[-1.34375, 0.3515625, -0.1298828125, f64::INFINITY, 1.3203125]).unwrap(),
+        HostTensor::from_f64(DType::I32, [5], &[2.0, -1.0, -7.0, 1.0, 6.0]).unwrap(),
+    ];
+    check_fixed(&graph, Some(inputs));
+}

@@ -280,6 +280,16 @@ impl Fuser<'_> {
             if !same_pointwise {
                 return Err("a gather stays in a pointwise kernel of its own shape");
             }
+            // Its table and indices are read from buffers: what computes them stays outside.
+            let feeds_gather = |from: usize, into: usize| {
+                self.group(into).members.iter().any(|&m| {
+                    matches!(self.node(m).op, Op::IndexSelect { .. })
+                        && self.node(m).operands.iter().any(|&o| self.in_group(o, from))
+                })
+            };
+            if feeds_gather(src, home) || feeds_gather(home, src) {
+                return Err("a gather reads its table and indices from buffers outside its kernel");
+            }
         }
         let member_space = match (&self.group(src).kind, &self.group(home).kind) {
             (GroupKind::Pointwise { domain }, GroupKind::Pointwise { domain: home_domain }) => {
