@@ -702,7 +702,8 @@ fn regression_gather_indices_computed_in_the_same_shape() {
     let graph = b.finish(vec![y]);
     let inputs = vec![
         HostTensor::from_f64(DType::BF16, [16], &(0..16).map(|i| i as f64 * 0.5 - 3.0).collect::<Vec<_>>()).unwrap(),
-        HostTensor::from_f64(DType::BF16, [5], &[-1.34375, 0.3515625, -0.1298828125, f64::INFINITY, 1.3203125]).unwrap(),
+        HostTensor::from_f64(DType::BF16, [5], &[-1.34375, 0.3515625, -0.1298828125, f64::INFINITY, 1.3203125])
+            .unwrap(),
         HostTensor::from_f64(DType::I32, [5], &[2.0, -1.0, -7.0, 1.0, 6.0]).unwrap(),
     ];
     check_fixed(&graph, Some(inputs));
