@@ -175,7 +175,15 @@ pub fn candidate_configs(plan: &Plan, kernel: usize, target: &Target) -> Vec<Ker
             .collect(),
         KernelKind::Concat(_) => [256, 128, 512].into_iter().map(|block| KernelConfig::Concat { block }).collect(),
         KernelKind::MatMul(_) => vec![KernelConfig::Library],
-        KernelKind::IndexAdd(ia) => crate::index_add::candidates(ia),
+        KernelKind::IndexAdd(ia) => crate::index_add::candidates(ia)
+            .into_iter()
+            .map(|crate::index_add::Shape { warps, rows_per_warp, chunk, columns }| KernelConfig::IndexAdd {
+                warps,
+                rows_per_warp,
+                chunk,
+                columns,
+            })
+            .collect(),
         KernelKind::Column(col) => column_candidates(&unit, col),
         KernelKind::MultiPointwise(multi) => multi_pointwise_candidates(&unit, multi),
         KernelKind::Attention(att) => attention_forward_candidates(&unit, att),

@@ -20,7 +20,6 @@
 //! the same way. An index outside `0..size`, negative ones included, adds nothing: the
 //! forward's gather reports it.
 
-use crate::config::KernelConfig;
 use crate::cuda::{load_vec_name, narrow, storage_type, store_vec_name, value_type, widen, Helper};
 use crate::error::{invalid_config, malformed, Result};
 use crate::index::IndexWidth;
@@ -30,7 +29,7 @@ use crate::{Emitted, Launch, Unit};
 use braze_ir::DType;
 use braze_plan::IndexAdd;
 
-/// The knobs of [`KernelConfig::IndexAdd`].
+/// The knobs of `KernelConfig::IndexAdd`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Shape {
     pub(crate) warps: u32,
@@ -50,7 +49,7 @@ const MAX_ROWS: u32 = 255;
 /// narrower slices. Shapes whose accumulators would not fit in registers are left out. The
 /// default follows the cost model above and ptxas's register counts; it has not been timed
 /// against the others on a GPU yet.
-pub(crate) fn candidates(ia: &IndexAdd) -> Vec<KernelConfig> {
+pub(crate) fn candidates(ia: &IndexAdd) -> Vec<Shape> {
     let shapes = [
         (16, 2, 4096, 1024),
         (8, 2, 2048, 1024),
@@ -61,20 +60,14 @@ pub(crate) fn candidates(ia: &IndexAdd) -> Vec<KernelConfig> {
         (32, 1, 4096, 256),
         (8, 2, 1024, 256),
     ];
-    let mut fitting: Vec<KernelConfig> = shapes
+    let mut fitting: Vec<Shape> = shapes
         .into_iter()
         .map(|(warps, rows_per_warp, chunk, columns)| Shape { warps, rows_per_warp, chunk, columns })
         .filter(|&shape| check(ia, shape).is_ok())
-        .map(|Shape { warps, rows_per_warp, chunk, columns }| KernelConfig::IndexAdd {
-            warps,
-            rows_per_warp,
-            chunk,
-            columns,
-        })
         .collect();
     if fitting.is_empty() {
         // At most 8 accumulators a lane: fits whatever the dtype.
-        fitting.push(KernelConfig::IndexAdd { warps: 8, rows_per_warp: 1, chunk: 2048, columns: 256 });
+        fitting.push(Shape { warps: 8, rows_per_warp: 1, chunk: 2048, columns: 256 });
     }
     fitting
 }
