@@ -34,6 +34,20 @@ fn attention(dtype: DType, shape: [usize; 4], causal: bool, backward: bool) -> G
     b.finish(grads.into_iter().map(|g| g.expect("every input gets a gradient")).collect())
 }
 
+/// How many of `configs` run attention on tensor cores.
+fn tensor_core_count(configs: &[KernelConfig]) -> usize {
+    configs
+        .iter()
+        .filter(|c| {
+            matches!(
+                c,
+                KernelConfig::Attention { tensor_cores: true, .. }
+                    | KernelConfig::AttentionBackward { tensor_cores: true, .. }
+            )
+        })
+        .count()
+}
+
 /// Compiles `graph` with each kernel's default config for the H200 (the tensor-core attention
 /// kernels with `(warps, stages)` where given), checks that `tensor_core_kernels` kernels run
 /// on tensor cores, runs every kernel in the emulator and compares with the reference.
@@ -51,16 +65,7 @@ fn check(what: &str, graph: &Graph, tensor_core_kernels: usize, shape: Option<(u
             (config, _) => config,
         })
         .collect();
-    let on_tensor_cores = configs
-        .iter()
-        .filter(|c| {
-            matches!(
-                c,
-                KernelConfig::Attention { tensor_cores: true, .. }
-                    | KernelConfig::AttentionBackward { tensor_cores: true, .. }
-            )
-        })
-        .count();
+    let on_tensor_cores = tensor_core_count(&configs);
     assert_eq!(on_tensor_cores, tensor_core_kernels, "{what}: {configs:?}");
     let inputs = random_inputs(graph, seed, |_| false);
     let expected = eval_graph(graph, &inputs).unwrap();
@@ -194,16 +199,7 @@ fn check_training_step(what: &str, workload: &braze_workloads::Workload, dtype: 
     let plan = compile_to_plan(&graph, &FusionOptions::default()).unwrap();
     let target = Target::h200();
     let configs: Vec<KernelConfig> = (0..plan.kernels.len()).map(|k| default_config(&plan, k, &target)).collect();
-    let on_tensor_cores = configs
-        .iter()
-        .filter(|c| {
-            matches!(
-                c,
-                KernelConfig::Attention { tensor_cores: true, .. }
-                    | KernelConfig::AttentionBackward { tensor_cores: true, .. }
-            )
-        })
-        .count();
+    let on_tensor_cores = tensor_core_count(&configs);
     assert_eq!(on_tensor_cores, tensor_cores, "{what}: {configs:?}");
     let modelled = braze_cpu::eval_plan(&plan, &inputs).unwrap();
     let actual = emulator::run_plan(&plan, &configs, &target, &inputs).unwrap_or_else(|e| panic!("{what}: {e}"));

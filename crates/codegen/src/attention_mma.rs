@@ -36,16 +36,7 @@ pub(crate) fn supports(unit: &Unit<'_>, s: &AttentionShape) -> bool {
 pub(crate) fn generate(unit: &mut Unit<'_>, att: &Attention, warps: u32, stages: u32) -> Result<Emitted> {
     let name = unit.name().to_string();
     let s = att.shape;
-    if !supports(unit, &s) {
-        return Err(invalid_config(
-            &name,
-            format!("tensor cores need sm_80+, bf16 or f16 and a head dim that is a multiple of 16 up to 128 (got {} on {})", s.dtype, unit.target.arch()),
-        ));
-    }
-    if !(1..=8).contains(&warps) {
-        return Err(invalid_config(&name, format!("warps {warps} must be in 1..=8")));
-    }
-    check_stages(&name, stages)?;
+    check_config(unit, &s, warps, stages)?;
     let rows = 16 * warps as usize;
     let stride = s.head_dim + 8;
     let shared_bytes = (rows + 2 * KEY_TILE * stages as usize) * stride * 2;
@@ -283,8 +274,18 @@ pub(crate) fn stage_rows(w: &mut CodeWriter, dst: &str, src: &str, first: &str, 
     w.line("asm volatile(\"cp.async.commit_group;\" ::);");
 }
 
-/// Refuses a tile pipeline depth the kernels do not have.
-pub(crate) fn check_stages(name: &str, stages: u32) -> Result<()> {
+/// Refuses a config the tensor-core kernels cannot run on `unit`'s target for shape `s`.
+pub(crate) fn check_config(unit: &Unit<'_>, s: &AttentionShape, warps: u32, stages: u32) -> Result<()> {
+    let name = unit.name();
+    if !supports(unit, s) {
+        return Err(invalid_config(
+            name,
+            format!("tensor cores need sm_80+, bf16 or f16 and a head dim that is a multiple of 16 up to 128 (got {} on {})", s.dtype, unit.target.arch()),
+        ));
+    }
+    if !(1..=8).contains(&warps) {
+        return Err(invalid_config(name, format!("warps {warps} must be in 1..=8")));
+    }
     if !(1..=2).contains(&stages) {
         return Err(invalid_config(name, format!("stages {stages} must be 1 or 2")));
     }

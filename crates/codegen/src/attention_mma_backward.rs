@@ -18,7 +18,7 @@
 //! the reference.
 
 use crate::attention::check_dtypes;
-use crate::attention_mma::{check_stages, device_helpers, stage_rows, supports, walk_tiles};
+use crate::attention_mma::{check_config, device_helpers, stage_rows, walk_tiles};
 use crate::cuda::f32_literal;
 use crate::error::{invalid_config, Result};
 use crate::index::IndexWidth;
@@ -40,16 +40,7 @@ fn walk_tile(head_dim: usize) -> usize {
 pub(crate) fn generate(unit: &mut Unit<'_>, back: &AttentionBackward, warps: u32, stages: u32) -> Result<Emitted> {
     let name = unit.name().to_string();
     let s = back.shape;
-    if !supports(unit, &s) {
-        return Err(invalid_config(
-            &name,
-            format!("tensor cores need sm_80+, bf16 or f16 and a head dim that is a multiple of 16 up to 128 (got {} on {})", s.dtype, unit.target.arch()),
-        ));
-    }
-    if !(1..=8).contains(&warps) {
-        return Err(invalid_config(&name, format!("warps {warps} must be in 1..=8")));
-    }
-    check_stages(&name, stages)?;
+    check_config(unit, &s, warps, stages)?;
     let d = s.dtype;
     check_dtypes(unit, &s, &[d, d, d, DType::F32, DType::F32, d], &vec![d; back.grads.len()])?;
     let queries = back.grads == [AttentionInput::Query];
