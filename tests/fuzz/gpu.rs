@@ -7,7 +7,7 @@ use crate::common::{check_module, random_inputs};
 use crate::judge::{close, exact_values, judge, References, Verdict};
 use crate::run::{run_on_cpu, stage, CpuRun, Failure, Stage};
 use braze_codegen::{default_config, plan_sources, KernelCode, KernelConfig, Target};
-use braze_cuda::{CompileOptions, CudaDevice, DeviceBuffer, ExecOptions, KernelCache, PlanExecutable};
+use braze_cuda::{compile_kernels_on, CompileOptions, CudaDevice, DeviceBuffer, ExecOptions, KernelCache, PlanExecutable};
 use braze_ir::{Graph, HostTensor};
 use braze_plan::Plan;
 use std::collections::HashMap;
@@ -57,16 +57,13 @@ pub fn compile_plan(plan: &Plan, target: &Target) -> Result<Compiled, Failure> {
     stage(Stage::Compile, || {
         let cache = KernelCache::in_memory();
         let options = CompileOptions { arch: target.arch(), ..CompileOptions::default() };
+        // The executor's own compile path (units keyed as it keys them), one thread: the fuzz
+        // already prepares graphs on every core.
+        let modules = compile_kernels_on(&code, &cache, &options, 1).map_err(|e| e.to_string())?;
         let mut kernels = 0;
-        for c in &code {
-            if let KernelCode::Cuda(kernel) = c {
-                if kernel.launches.is_empty() {
-                    continue;
-                }
-                let module = cache
-                    .get_or_compile(&kernel.source, &kernel.name, &options)
-                    .map_err(|e| format!("{}: {e}", kernel.name))?;
-                check_module(kernel, &module)?;
+        for (c, module) in code.iter().zip(&modules) {
+            if let (KernelCode::Cuda(kernel), Some(module)) = (c, module) {
+                check_module(kernel, module)?;
                 kernels += 1;
             }
         }

@@ -16,6 +16,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::sync_channel;
 use std::time::{Duration, Instant};
 
+/// Graphs between progress lines (a run stopped by its time limit still shows how far it got).
+const PROGRESS_EVERY: usize = 1000;
 /// Failures shrunk and printed per stage (the rest are counted).
 const SHRUNK_PER_STAGE: usize = 2;
 /// Time all shrinking may take (each step compiles its kernels again); past it, a failure is
@@ -103,7 +105,15 @@ pub fn gpu_fuzz(first: u64, graphs: u64) {
             });
         }
         drop(sender);
-        for prepared in receiver {
+        for (done, prepared) in receiver.into_iter().enumerate() {
+            if done > 0 && done % PROGRESS_EVERY == 0 {
+                println!(
+                    "{done} graphs in {:.1} s (device thread busy {:.1} s, {} failed)",
+                    started.elapsed().as_secs_f64(),
+                    totals.device_busy.as_secs_f64(),
+                    failures.values().map(Vec::len).sum::<usize>()
+                );
+            }
             let Prepared { seed, graph, inputs, counts, ready } = prepared;
             totals.counts.merge(counts);
             let result = ready.and_then(|(cpu, compiled)| {
@@ -184,4 +194,7 @@ pub fn gpu_fuzz(first: u64, graphs: u64) {
     }
     let failed: usize = failures.values().map(Vec::len).sum();
     assert_eq!(failed, 0, "{failed} of {graphs} graphs failed: {failures:?}");
+    // The compiles belong on the worker threads; any on the device thread means the fuzz and
+    // the executor key kernels differently and the device thread compiles serially.
+    assert_eq!(totals.compiled_on_device_thread, 0, "PlanExecutable::new compiled kernels the worker threads had compiled");
 }
