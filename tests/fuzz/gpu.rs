@@ -7,7 +7,9 @@ use crate::common::{check_module, random_inputs};
 use crate::judge::{close, exact_values, judge, References, Verdict};
 use crate::run::{run_on_cpu, stage, CpuRun, Failure, Stage};
 use braze_codegen::{default_config, plan_sources, KernelCode, KernelConfig, Target};
-use braze_cuda::{compile_kernels_on, CompileOptions, CudaDevice, DeviceBuffer, ExecOptions, KernelCache, PlanExecutable};
+use braze_cuda::{
+    compile_kernels_on, CompileOptions, CudaDevice, DeviceBuffer, ExecOptions, KernelCache, PlanExecutable,
+};
 use braze_ir::{Graph, HostTensor};
 use braze_plan::Plan;
 use std::collections::HashMap;

@@ -196,5 +196,8 @@ pub fn gpu_fuzz(first: u64, graphs: u64) {
     assert_eq!(failed, 0, "{failed} of {graphs} graphs failed: {failures:?}");
     // The compiles belong on the worker threads; any on the device thread means the fuzz and
     // the executor key kernels differently and the device thread compiles serially.
-    assert_eq!(totals.compiled_on_device_thread, 0, "PlanExecutable::new compiled kernels the worker threads had compiled");
+    assert_eq!(
+        totals.compiled_on_device_thread, 0,
+        "PlanExecutable::new compiled kernels the worker threads had compiled"
+    );
 }
