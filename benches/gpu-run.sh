@@ -56,7 +56,9 @@ if [ "$what" = all ] || [ "$what" = tests ]; then
   for t in .stage/bin/gpu_* .stage/bin/conformance; do
     [ -x "$t" ] || continue
     echo "== $t" | tee -a "$out/tests.log"
-    timeout 150 "$t" >> "$out/tests.log" 2>&1 || status=1
+    # gpu_attention compiles and times every candidate at GPT-2's shape: it needs longer.
+    limit=150; [ "$(basename "$t")" = gpu_attention ] && limit=300
+    timeout "$limit" "$t" >> "$out/tests.log" 2>&1 || status=1
     grep -E "^test result|FAILED|panicked" "$out/tests.log" | tail -n 5
   done
   if command -v compute-sanitizer >/dev/null && [ -x .stage/bin/conformance ]; then
@@ -88,9 +90,8 @@ if [ "$what" = training ]; then
   # The training workloads beside PyTorch, each step alone on the GPU: GPT-2 (nanoGPT's weights
   # written by PyTorch, the logits and 50-step loss curves compared in f32 and under bf16
   # autocast; block_fwd, block_step, gpt2_step and attention timed beside torch.compile and
-  # SDPA, with each kernel's time in one step), mlp_step from PyTorch's weights, the GPU tests
-  # of the model ops, attention, busy loops and smoke suite, the busy loops, braze train.
-  # Logged to $OUT/gpt2.log, train.log, tests.log; braze's rows in $OUT/braze.json.
+  # SDPA, with each kernel's time in one step), mlp_step from PyTorch's weights, the busy loops,
+  # braze train. Logged to $OUT/gpt2.log, train.log, tests.log; braze's rows in $OUT/braze.json.
   w=$(mktemp -d)
   { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv; date -u
     echo "== torch_gpt2.py --write (f32 check files) and timing"
@@ -111,11 +112,8 @@ if [ "$what" = training ]; then
     timeout 80 .stage/bin/braze bench --only mlp_step --torch-weights "$w/mlp" --rep-ms 100 2>&1 | grep -vE "^#   +[0-9]" | tail -n 20
   } > "$out/train.log" 2>&1 || status=1
   tail -n 20 "$out/train.log"
-  { for t in gpu_attention gpu_model_ops gpu_busy gpu_smoke gpu_threads; do
-      [ -x ".stage/bin/$t" ] || continue
-      echo "== $t"; timeout 150 ".stage/bin/$t" 2>&1 | grep -E "^test |test result|panicked|FAILED|output [0-9]" | tail -n 40
-    done
-    echo "== braze bench --only busy"; timeout 60 .stage/bin/braze bench --only busy 2>&1 | grep -vE "^#" | tail -n 12
+  # The GPU test suites run in `tests` (with them here the call overran its 600 s).
+  { echo "== braze bench --only busy"; timeout 60 .stage/bin/braze bench --only busy 2>&1 | grep -vE "^#" | tail -n 12
     echo "== torch_busy.py"; timeout 60 python3 .stage/torch_busy.py 2>&1 | grep '^{' | tail -n 3
     echo "== braze train --autocast bf16"
     timeout 60 .stage/bin/braze train --device cuda --autocast bf16 --n-layer 4 --n-head 4 --n-embd 256 \
