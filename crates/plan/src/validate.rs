@@ -124,48 +124,79 @@ impl Plan {
         let mut taken = vec![false; self.inputs.len()];
         for (id, buffer) in self.buffers.iter().enumerate() {
             let BufferRole::InPlace(n) = buffer.role else { continue };
-            let at = format!("b{id}");
-            let Some(&input) = self.inputs.get(n) else {
-                return Err(invalid(Rule::InPlace, at, format!("in place of input #{n}, which does not exist")));
-            };
-            let source = self.buffer(input);
-            if source.dtype != buffer.dtype || source.numel != buffer.numel {
-                return Err(invalid(
-                    Rule::InPlace,
-                    at,
-                    format!(
-                        "{} x{} in place of input #{n}, a {} x{}",
-                        buffer.dtype, buffer.numel, source.dtype, source.numel
-                    ),
-                ));
-            }
+            self.validate_in_place_buffer(id)?;
             if std::mem::replace(&mut taken[n], true) {
-                return Err(invalid(Rule::InPlace, at, format!("a second buffer in place of input #{n}")));
-            }
-            if self.outputs.iter().any(|o| o.buffer == input) {
-                return Err(invalid(Rule::InPlace, at, format!("input #{n} is also a plan output")));
-            }
-            let Some(w) = self.kernels.iter().position(|k| k.outputs.contains(&BufferId(id))) else { continue };
-            let writer = &self.kernels[w];
-            let output_slot = writer.outputs.iter().position(|&b| b == BufferId(id)).unwrap_or(0);
-            for (slot, _) in writer.inputs.iter().enumerate().filter(|(_, &b)| b == input) {
-                if !writer.reads_only_stored_element(slot, output_slot) {
-                    return Err(invalid(
-                        Rule::InPlace,
-                        format!("kernel {w} ({})", writer.name),
-                        format!("writes {at} in place of input #{n} and reads that input at other elements"),
-                    ));
-                }
-            }
-            if let Some((k, later)) =
-                self.kernels.iter().enumerate().skip(w + 1).find(|(_, k)| k.inputs.contains(&input))
-            {
                 return Err(invalid(
                     Rule::InPlace,
-                    format!("kernel {k} ({})", later.name),
-                    format!("reads input #{n} after kernel {w} overwrote it with {at}"),
+                    format!("b{id}"),
+                    format!("a second buffer in place of input #{n}"),
                 ));
             }
+        }
+        Ok(())
+    }
+
+    /// [`Rule::InPlace`] for buffer `b` alone, in a plan that was valid before `b` was placed (or
+    /// before a last kernel copying into `b` was added): what fusion asks of each write-back
+    /// without checking the whole plan again.
+    pub fn validate_in_place_of(&self, b: BufferId) -> Result<()> {
+        if self.kernels.iter().any(|k| k.inputs.iter().chain(&k.outputs).any(|id| id.0 >= self.buffers.len())) {
+            return Err(invalid(Rule::BufferIds, "plan", "a kernel names a buffer that does not exist"));
+        }
+        let Some(buffer) = self.buffers.get(b.0) else {
+            return Err(invalid(Rule::BufferIds, "plan", format!("{b} does not exist")));
+        };
+        let BufferRole::InPlace(n) = buffer.role else {
+            return Err(invalid(Rule::InPlace, format!("{b}"), "is not placed in an input's memory"));
+        };
+        self.validate_in_place_buffer(b.0)?;
+        if self.buffers.iter().enumerate().any(|(id, other)| id != b.0 && other.role == BufferRole::InPlace(n)) {
+            return Err(invalid(Rule::InPlace, format!("{b}"), format!("a second buffer in place of input #{n}")));
+        }
+        Ok(())
+    }
+
+    /// [`Rule::InPlace`] for buffer `id`, an `InPlace` one, except that no other buffer takes the
+    /// same input.
+    fn validate_in_place_buffer(&self, id: usize) -> Result<()> {
+        let buffer = &self.buffers[id];
+        let BufferRole::InPlace(n) = buffer.role else { return Ok(()) };
+        let at = format!("b{id}");
+        let Some(&input) = self.inputs.get(n) else {
+            return Err(invalid(Rule::InPlace, at, format!("in place of input #{n}, which does not exist")));
+        };
+        let source = self.buffer(input);
+        if source.dtype != buffer.dtype || source.numel != buffer.numel {
+            return Err(invalid(
+                Rule::InPlace,
+                at,
+                format!(
+                    "{} x{} in place of input #{n}, a {} x{}",
+                    buffer.dtype, buffer.numel, source.dtype, source.numel
+                ),
+            ));
+        }
+        if self.outputs.iter().any(|o| o.buffer == input) {
+            return Err(invalid(Rule::InPlace, at, format!("input #{n} is also a plan output")));
+        }
+        let Some(w) = self.kernels.iter().position(|k| k.outputs.contains(&BufferId(id))) else { return Ok(()) };
+        let writer = &self.kernels[w];
+        let output_slot = writer.outputs.iter().position(|&b| b == BufferId(id)).unwrap_or(0);
+        for (slot, _) in writer.inputs.iter().enumerate().filter(|(_, &b)| b == input) {
+            if !writer.reads_only_stored_element(slot, output_slot) {
+                return Err(invalid(
+                    Rule::InPlace,
+                    format!("kernel {w} ({})", writer.name),
+                    format!("writes {at} in place of input #{n} and reads that input at other elements"),
+                ));
+            }
+        }
+        if let Some((k, later)) = self.kernels.iter().enumerate().skip(w + 1).find(|(_, k)| k.inputs.contains(&input)) {
+            return Err(invalid(
+                Rule::InPlace,
+                format!("kernel {k} ({})", later.name),
+                format!("reads input #{n} after kernel {w} overwrote it with {at}"),
+            ));
         }
         Ok(())
     }

@@ -2,7 +2,6 @@
 
 use super::Fuser;
 use braze_ir::NodeId;
-use std::collections::HashSet;
 
 /// One side of a merge: whole groups plus nodes not placed yet.
 pub(super) struct Side<'s> {
@@ -62,22 +61,27 @@ impl Fuser<'_> {
     /// since the kernel runs after all it reads and before all that read any of its values (a
     /// path from a member that reads `from` to another member that `to` reads is a cycle too).
     fn path_via_outside(&self, from: &Side, to: &Side, last: usize) -> bool {
-        let mut seen: HashSet<NodeId> = HashSet::new();
-        let mut groups_seen: HashSet<usize> = HashSet::new();
+        // Marks by topological position (at most `last`) and by group id: dense, since this
+        // search runs for every merge and visits hundreds of nodes each time.
+        let mut seen = vec![false; last + 1];
+        let mut groups_seen = vec![false; self.groups.len()];
         let mut stack: Vec<NodeId> = Vec::new();
         let mut reach = |x: NodeId, stack: &mut Vec<NodeId>| {
             if self.side_contains(from, x) || self.side_contains(to, x) {
                 return;
             }
-            let kernel = match self.group_of.get(&x) {
-                Some(&gid) if groups_seen.insert(gid) => self.group(gid).members.clone(),
-                Some(_) => return,
-                None => vec![x],
-            };
-            for m in kernel {
-                if self.pos(m) <= last && seen.insert(m) {
+            let mut visit = |m: NodeId| {
+                let p = self.pos(m);
+                if p <= last && !std::mem::replace(&mut seen[p], true) {
                     stack.push(m);
                 }
+            };
+            match self.group_of.get(&x) {
+                Some(&gid) if !std::mem::replace(&mut groups_seen[gid], true) => {
+                    self.group(gid).members.iter().for_each(|&m| visit(m))
+                }
+                Some(_) => {}
+                None => visit(x),
             }
         };
         for m in self.side_members(from) {

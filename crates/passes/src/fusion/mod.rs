@@ -46,6 +46,7 @@ mod multi_pointwise;
 mod multi_reduce;
 mod multi_reduce_lower;
 mod narrow_stores;
+mod node_map;
 mod row;
 mod views;
 
@@ -56,6 +57,7 @@ use braze_ir::{Graph, Node, NodeId, Op, Shape};
 use braze_plan::Plan;
 use matmul_epilogue::MatMulGroup;
 use multi_reduce::MultiReduceGroup;
+use node_map::NodeMap;
 use row::RowGeometry;
 use std::collections::{HashMap, HashSet};
 
@@ -193,14 +195,14 @@ struct Fuser<'a> {
     options: &'a FusionOptions,
     origins: &'a Origins,
     order: Vec<NodeId>,
-    pos: HashMap<NodeId, usize>,
-    users: HashMap<NodeId, Vec<NodeId>>,
+    pos: NodeMap<usize>,
+    users: NodeMap<Vec<NodeId>>,
     /// The folded access of every view node, over its own shape.
     view_access: HashMap<NodeId, Access>,
     /// View and constant nodes that get a buffer of their own (a copy kernel writes them).
     materialized: HashSet<NodeId>,
     groups: Vec<Option<Group>>,
-    group_of: HashMap<NodeId, usize>,
+    group_of: NodeMap<usize>,
     /// Elementwise nodes that only column reductions read (see `column.rs`).
     column_prologue: HashSet<NodeId>,
 }
@@ -216,8 +218,12 @@ fn lowering_error(g: &Graph, id: NodeId, detail: impl Into<String>) -> PassError
 impl<'a> Fuser<'a> {
     fn new(g: &'a Graph, options: &'a FusionOptions, origins: &'a Origins) -> Fuser<'a> {
         let order = g.topo_order();
-        let pos = order.iter().enumerate().map(|(i, &n)| (n, i)).collect();
-        let users = order.iter().map(|&n| (n, g.users(n))).collect();
+        let bound = order.iter().map(|n| n.index() + 1).max().unwrap_or(0);
+        let (mut pos, mut users) = (NodeMap::with_bound(bound), NodeMap::with_bound(bound));
+        for (i, &n) in order.iter().enumerate() {
+            pos.insert(n, i);
+            users.insert(n, g.users(n));
+        }
         Fuser {
             g,
             options,
@@ -228,7 +234,7 @@ impl<'a> Fuser<'a> {
             view_access: HashMap::new(),
             materialized: HashSet::new(),
             groups: Vec::new(),
-            group_of: HashMap::new(),
+            group_of: NodeMap::with_bound(bound),
             column_prologue: HashSet::new(),
         }
     }
