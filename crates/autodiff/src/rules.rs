@@ -96,9 +96,15 @@ pub(crate) fn operand_grads(e: &mut Emit<'_>, id: NodeId, grad: NodeId) -> Resul
             let (a, b) = (node.operands[0], node.operands[1]);
             let bt = e.transpose_last(b)?;
             let ga = e.op(Op::MatMul, &[grad, bt])?;
-            let at = e.transpose_last(a)?;
-            let gb = e.op(Op::MatMul, &[at, grad])?;
-            vec![(a, e.sum_to(ga, &shapes[0])?), (b, e.sum_to(gb, &shapes[1])?)]
+            let gb = match shared_matrix_grad(e, a, grad, &shapes[0], &shapes[1])? {
+                Some(gb) => gb,
+                None => {
+                    let at = e.transpose_last(a)?;
+                    let gb = e.op(Op::MatMul, &[at, grad])?;
+                    e.sum_to(gb, &shapes[1])?
+                }
+            };
+            vec![(a, e.sum_to(ga, &shapes[0])?), (b, gb)]
         }
         Op::LayerNorm { eps } => in_f32(e, &node.operands, grad, |e, x, g| layer_norm_grads(e, x, g, *eps))?,
         Op::RmsNorm { eps } => in_f32(e, &node.operands, grad, |e, x, g| rms_norm_grads(e, x, g, *eps))?,
@@ -382,4 +388,30 @@ fn attention_grads(
             Ok((operands[wrt.operand()], g))
         })
         .collect()
+}
+
+/// The gradient of a matrix `b` that every batch of `a` multiplies (a linear layer's weight, `b`
+/// without batch dims or with all of them 1): one matmul contracting over the batch and the rows
+/// at once, `reshape(a, [-1, k])^T reshape(grad, [-1, n])`, rather than one product per batch
+/// summed afterwards (which writes every batch's `[k, n]` product to memory only to add them up).
+/// `None` where `b` has a batch dim of its own or `a` has none.
+fn shared_matrix_grad(
+    e: &mut Emit<'_>,
+    a: NodeId,
+    grad: NodeId,
+    a_shape: &Shape,
+    b_shape: &Shape,
+) -> Result<Option<NodeId>> {
+    let (a_dims, b_dims) = (a_shape.dims(), b_shape.dims());
+    if a_dims.len() < 3 || b_dims.len() < 2 || b_dims[..b_dims.len() - 2].iter().any(|&d| d != 1) {
+        return Ok(None);
+    }
+    let k = a_dims[a_dims.len() - 1];
+    let n = b_dims[b_dims.len() - 1];
+    let rows = a_dims[..a_dims.len() - 1].iter().product::<usize>();
+    let a_flat = e.reshape(a, &Shape::new(vec![rows, k]))?;
+    let grad_flat = e.reshape(grad, &Shape::new(vec![rows, n]))?;
+    let a_t = e.transpose_last(a_flat)?;
+    let gb = e.op(Op::MatMul, &[a_t, grad_flat])?;
+    Ok(Some(e.reshape(gb, b_shape)?))
 }

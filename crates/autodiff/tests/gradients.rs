@@ -195,6 +195,30 @@ fn matmul_with_broadcast_batch_dims() {
     check(&case("matmul", &[(&[3, 4], A), (&[4, 5], A)], op(Op::MatMul)));
     check(&case("batched matmul", &[(&[2, 3, 4], A), (&[4, 2], A)], op(Op::MatMul)));
     check(&case("broadcast batches", &[(&[1, 3, 4], A), (&[2, 4, 5], A)], op(Op::MatMul)));
+    check(&case("shared matrix with unit batch dims", &[(&[2, 2, 3, 4], A), (&[1, 4, 2], A)], op(Op::MatMul)));
+}
+
+/// The gradient of a matrix that every batch multiplies (a linear layer's weight) is one matmul
+/// contracting over batches and rows at once, not a product per batch summed afterwards.
+#[test]
+fn shared_matrix_gradient_is_one_matmul_over_all_rows() {
+    let mut g = Graph::new();
+    let x = g.input(DType::F32, [4, 6, 3]);
+    let w = g.input(DType::F32, [3, 5]);
+    let y = g.add(Op::MatMul, &[x, w], None).unwrap();
+    let loss = g.add(Op::Reduce { op: ReduceOp::Sum, axes: vec![0, 1, 2], keepdim: false }, &[y], None).unwrap();
+    let seed = g.constant(1.0, DType::F32);
+    let grads = backward(&mut g, &[(loss, seed)], &[w]).unwrap();
+    let gw = grads[0].unwrap();
+    assert_eq!(g.node(gw).shape.dims(), &[3, 5]);
+    // Behind views: the matmul of x^T [3, 24] and the output gradient [24, 5].
+    let mut product = gw;
+    while matches!(g.node(product).op, Op::Reshape | Op::Permute { .. }) {
+        product = g.node(product).operands[0];
+    }
+    assert_eq!(g.node(product).op, Op::MatMul, "{}", g.to_text());
+    let a = g.node(product).operands[0];
+    assert_eq!(g.node(a).shape.dims(), &[3, 24], "{}", g.to_text());
 }
 
 #[test]

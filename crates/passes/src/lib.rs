@@ -3,7 +3,9 @@
 //! In the order things run: [`optimize`] removes dead code, decomposes composites
 //! ([`Decompose`]) and then simplifies ([`Simplify`]), merges common subexpressions
 //! ([`CommonSubexpressions`]) and removes dead code ([`DeadCode`]) until nothing changes, then
-//! gives the backward of a joint graph its own copies of cheap activations ([`Recompute`]); [`fuse`]
+//! gives the backward of a joint graph its own copies of cheap activations ([`Recompute`]) and full
+//! reductions their own copies of elementwise values other kernels read too
+//! ([`ReductionPrologues`]); [`fuse`]
 //! groups the ops into kernels of a few families (pointwise, row reduction with prologue and
 //! epilogue, multi-tensor reduction, matmul with epilogue, concat), then groups mutually
 //! independent pointwise kernels into multi-pointwise kernels (one launch each), and writes the
@@ -25,6 +27,7 @@ mod fusion;
 mod pass;
 mod pipeline;
 mod recompute;
+mod reduction_prologues;
 mod simplify;
 
 pub use common_subexpressions::CommonSubexpressions;
@@ -35,4 +38,5 @@ pub use fusion::{compile_to_plan, compile_to_plan_timed, fuse, FusionOptions, Pl
 pub use pass::{Pass, PassManager, PassSnapshot};
 pub use pipeline::optimize;
 pub use recompute::Recompute;
+pub use reduction_prologues::ReductionPrologues;
 pub use simplify::Simplify;

@@ -1,10 +1,11 @@
 //! The standard optimization pipeline: dead code and decomposition once, then simplification,
 //! common subexpressions and dead code until nothing changes, then recomputation of cheap
-//! forward activations in the backward of a joint graph.
+//! forward activations in the backward of a joint graph and of the elementwise prologues of full
+//! reductions that other kernels read too.
 
 use crate::decompose::{self, Origins};
 use crate::pass::{check, Pass, PassManager};
-use crate::{CommonSubexpressions, DeadCode, Decompose, Recompute, Result, Simplify};
+use crate::{CommonSubexpressions, DeadCode, Decompose, Recompute, ReductionPrologues, Result, Simplify};
 use braze_ir::Graph;
 
 impl PassManager {
@@ -37,9 +38,11 @@ pub(crate) fn optimize_with_origins(graph: &Graph) -> Result<(Graph, Origins)> {
     check(Decompose.name(), &g)?;
     PassManager::new().until_fixed_point(cleanup()).run(&mut g)?;
     // After common subexpressions, which would merge a recomputed copy back into its original.
-    if Recompute.run(&mut g)? {
-        check(Recompute.name(), &g)?;
-        DeadCode.run(&mut g)?;
+    for pass in [&Recompute as &dyn Pass, &ReductionPrologues] {
+        if pass.run(&mut g)? {
+            check(pass.name(), &g)?;
+            DeadCode.run(&mut g)?;
+        }
     }
     tracing::debug!(target: "braze::graph", "optimized graph:\n{}", g.to_text());
     Ok((g, origins))

@@ -7,6 +7,9 @@
 //! more elementwise pass in the backward, which fusion joins to the backward's other elementwise
 //! work on `h` where it can.
 //!
+//! A value the backward reads only as a matmul operand is held, not recomputed: the copy would be
+//! a kernel of its own.
+//!
 //! Integer and bool elementwise values (index arithmetic, random bits, masks) are recomputed the
 //! same way, with the whole chain of such values behind them, where that chain starts from graph
 //! inputs and constants only: a dropout's mask is drawn again from its counter in the backward
@@ -58,7 +61,11 @@ impl Pass for Recompute {
             let operand_held = source != operand
                 || matches!(g.node(operand).op, Op::Input { .. })
                 || g.users(operand).iter().any(|&u| u != id && is_backward(g, u));
-            if backward.is_empty() || forward.is_empty() || !operand_held {
+            if backward.is_empty()
+                || forward.is_empty()
+                || !operand_held
+                || backward.iter().all(|&u| feeds_matmuls(g, u))
+            {
                 continue;
             }
             let (op, dtype, shape) = (node.op.clone(), node.dtype, node.shape.clone());
@@ -70,6 +77,18 @@ impl Pass for Recompute {
             copies.insert(id, copy);
         }
         Ok(!copies.is_empty())
+    }
+}
+
+/// Whether `id` is a matmul, or a view that only matmuls read: a recomputed copy read only there
+/// would be a kernel of its own (a matmul fuses no elementwise prologue), one more launch and pass
+/// over its operand, so the forward's value is held instead (an autocast region's bf16 copy of a
+/// weight, which the backward reads transposed).
+fn feeds_matmuls(g: &Graph, id: NodeId) -> bool {
+    match g.node(id).op {
+        Op::MatMul => true,
+        Op::Permute { .. } | Op::Reshape => !g.is_output(id) && g.users(id).into_iter().all(|u| feeds_matmuls(g, u)),
+        _ => false,
     }
 }
 

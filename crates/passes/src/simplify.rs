@@ -30,6 +30,8 @@ const RULES: &[(&str, Rule)] = &[
     ("broadcast_broadcast", broadcast_broadcast), // broadcast_to(broadcast_to(x, s), t) == broadcast_to(x, t)
     ("permute_identity", permute_identity),       // permute(x, [0, 1, ..]) == x
     ("permute_permute", permute_permute),         // permute(permute(x, p), q) == permute(x, [p[q[i]] for i])
+    ("transpose_matmul", transpose_matmul),       // transpose(matmul(a, b)) == matmul(transpose(b), transpose(a)), its only reader
+    ("cast_transpose", cast_transpose),           // cast(transpose(x)) == transpose(cast(x)), read only by matmuls
     ("slice_full", slice_full),                   // slice(x, axis, 0:n:1) == x where n is the axis' size
     ("reduce_no_axes", reduce_no_axes),           // reduce(x, axes=[]) == x (float sum, mean: x + 0.0; int sum: cast(x, i64))
 ];
@@ -248,6 +250,83 @@ fn permute_permute(g: &mut Graph, id: NodeId) -> Result<Option<NodeId>> {
     }
     let loc = outer.loc.clone();
     Ok(Some(g.add(Op::Permute { perm: composed }, &[x], loc)?))
+}
+
+/// Whether `perm` swaps the last two axes and keeps the others.
+fn swaps_last_two(perm: &[usize]) -> bool {
+    let n = perm.len();
+    n >= 2 && perm[n - 2] == n - 1 && perm[n - 1] == n - 2 && perm[..n - 2].iter().enumerate().all(|(i, &p)| i == p)
+}
+
+/// The transpose of a matmul read only through that transpose (and a cast, which the transpose
+/// passes through unchanged): the product of the transposed operands in the other order writes
+/// its result in the layout its reader wants, so readers load it contiguously (the weight
+/// gradient `dy^T x` of a linear layer, whose readers were reading `x^T dy` across its rows), and
+/// the operands' transposes are layouts of the matmul, not copies. Every element is the same dot
+/// product as before.
+fn transpose_matmul(g: &mut Graph, id: NodeId) -> Result<Option<NodeId>> {
+    let node = g.node(id);
+    let Op::Permute { perm } = &node.op else { return Ok(None) };
+    if !swaps_last_two(perm) {
+        return Ok(None);
+    }
+    let only_read_by =
+        |g: &Graph, x: NodeId, user: NodeId| g.use_count(x) == 1 && !g.is_output(x) && g.users(x) == [user];
+    let mut m = node.operands[0];
+    let cast = (g.node(m).op == Op::Cast && only_read_by(g, m, id)).then(|| (m, g.node(m).dtype));
+    if let Some((c, _)) = cast {
+        m = g.node(c).operands[0];
+    }
+    let reader = cast.map_or(id, |(c, _)| c);
+    let product = g.node(m);
+    if product.op != Op::MatMul || !only_read_by(g, m, reader) {
+        return Ok(None);
+    }
+    let (a, b) = (product.operands[0], product.operands[1]);
+    let (a_rank, b_rank) = (g.node(a).shape.rank(), g.node(b).shape.rank());
+    if a_rank < 2 || b_rank < 2 {
+        return Ok(None);
+    }
+    let (loc, product_loc) = (node.loc.clone(), product.loc.clone());
+    let swap = |rank: usize| -> Vec<usize> {
+        let mut perm: Vec<usize> = (0..rank).collect();
+        perm.swap(rank - 2, rank - 1);
+        perm
+    };
+    let b_t = g.add(Op::Permute { perm: swap(b_rank) }, &[b], loc.clone())?;
+    let a_t = g.add(Op::Permute { perm: swap(a_rank) }, &[a], loc.clone())?;
+    let transposed = g.add(Op::MatMul, &[b_t, a_t], product_loc)?;
+    let Some((c, dtype)) = cast else { return Ok(Some(transposed)) };
+    let cast_loc = g.node(c).loc.clone();
+    let widened = g.cast(transposed, dtype)?;
+    g.set_loc(widened, cast_loc);
+    Ok(Some(widened))
+}
+
+/// A cast of a transposed matrix that only matmuls read (directly or transposed back): cast in
+/// the matrix's own layout, so the
+/// cast reads and writes contiguously (an autocast region casting a linear layer's `[out, in]`
+/// weight, which its matmul reads transposed), and the transpose stays a layout of the matmuls.
+fn cast_transpose(g: &mut Graph, id: NodeId) -> Result<Option<NodeId>> {
+    let node = g.node(id);
+    if node.op != Op::Cast || g.is_output(id) {
+        return Ok(None);
+    }
+    let view = node.operands[0];
+    let Op::Permute { perm } = &g.node(view).op else { return Ok(None) };
+    let is_matmul = |u: NodeId| g.node(u).op == Op::MatMul;
+    // A backward's transpose of the cast, read by matmuls too, folds into the other layout.
+    let only_matmuls = g.users(id).iter().all(|&u| {
+        is_matmul(u)
+            || matches!(&g.node(u).op, Op::Permute { perm } if swaps_last_two(perm) && g.users(u).into_iter().all(is_matmul))
+    });
+    if !swaps_last_two(perm) || !only_matmuls {
+        return Ok(None);
+    }
+    let (perm, x, dtype, loc) = (perm.clone(), g.node(view).operands[0], node.dtype, node.loc.clone());
+    let cast = g.cast(x, dtype)?;
+    g.set_loc(cast, loc.clone());
+    Ok(Some(g.add(Op::Permute { perm }, &[cast], loc)?))
 }
 
 fn slice_full(g: &mut Graph, id: NodeId) -> Result<Option<NodeId>> {

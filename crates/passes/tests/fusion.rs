@@ -748,3 +748,32 @@ fn attention_gradients_fuse_into_a_dq_and_a_dk_dv_kernel() {
     // The forward with its lse, delta's row reduction, dq, and dk with dv.
     check("attention_backward", g, FusionOptions::default(), 4);
 }
+
+/// A value only read after the backward began (an optimizer's decayed weight `w * s`) does not
+/// join the forward's kernel casting the same weight: it would be stored there and held until
+/// the update. It joins the update instead, and the weight's cast stays a kernel of its own.
+#[test]
+fn a_late_value_joins_its_reader_not_an_early_sibling() {
+    use braze_ir::SourceLoc;
+    let at = |line: u32, backward: bool| Some(SourceLoc { file: "step.rs".into(), line, col: 1, backward });
+    let mut g = Graph::new();
+    let x = g.input(DType::BF16, [16, 64]);
+    let w = g.input(DType::F32, [64, 256]);
+    let s = g.input(DType::F32, []);
+    let dy = g.input(DType::F32, [64, 256]);
+    let w16 = g.cast(w, DType::BF16).unwrap();
+    g.set_loc(w16, at(1, false));
+    let y = g.add(Op::MatMul, &[x, w16], at(2, false)).unwrap();
+    let two = g.constant(2.0, DType::F32);
+    let grad = g.add(Op::Binary { op: BinaryOp::Mul }, &[dy, two], at(3, true)).unwrap();
+    let s_wide = g.broadcast_to(s, [64, 256]).unwrap();
+    let decayed = g.add(Op::Binary { op: BinaryOp::Mul }, &[w, s_wide], at(4, false)).unwrap();
+    let update = g.add(Op::Binary { op: BinaryOp::Sub }, &[decayed, grad], at(5, false)).unwrap();
+    g.set_outputs(vec![y, update]);
+    let plan = compile_to_plan(&g, &defaults()).unwrap();
+    let lines = |k: &braze_plan::Kernel| -> Vec<u32> {
+        k.sources.iter().filter_map(|s| s.loc.as_ref().map(|l| l.line)).collect()
+    };
+    let home = plan.kernels.iter().find(|k| lines(k).contains(&4)).expect("a kernel computes the decayed weight");
+    assert!(lines(home).contains(&5) && !lines(home).contains(&1), "{plan}");
+}

@@ -551,3 +551,96 @@ graph(%0: f32[4,3,5]) {
 }",
     );
 }
+
+/// `c = g * scale` read by a later elementwise use and by a large full reduction (an optimizer's
+/// clipped gradient, read by its update and by the non-finite check): the reduction gets its own
+/// copy of the chain, reading `g` and the scalar; the copy is left out for bf16 chains (a kernel
+/// keeps their values in f32 until it stores them) and for small reductions (a row kernel fuses
+/// their producers).
+#[test]
+fn large_reductions_get_their_own_copy_of_a_shared_prologue() {
+    let build = |dtype: DType, rows: usize| {
+        let mut g = Graph::new();
+        let grad = g.input(dtype, [rows, 256]);
+        let scale = g.input(dtype, []);
+        let wide = g.broadcast_to(scale, [rows, 256]).unwrap();
+        let clipped = mul(&mut g, grad, wide);
+        let three = g.constant(3.0, dtype);
+        let update = mul(&mut g, clipped, three);
+        let squares = mul(&mut g, clipped, clipped);
+        let norm = sum(&mut g, squares, &[0, 1], false);
+        g.set_outputs(vec![update, norm]);
+        g
+    };
+    let muls =
+        |g: &Graph| g.node_ids().into_iter().filter(|&id| g.node(id).op == Op::Binary { op: BinaryOp::Mul }).count();
+    let copied = optimize(&build(DType::F32, 512)).unwrap();
+    assert_eq!(muls(&copied), 4, "{}", copied.to_text());
+    let reduce = copied.node_ids().into_iter().find(|&id| matches!(copied.node(id).op, Op::Reduce { .. })).unwrap();
+    let reduced = copied.node(reduce).operands[0];
+    let copy_of_clipped = copied.node(reduced).operands[0];
+    assert!(copied.users(copy_of_clipped).iter().all(|&u| u == reduced), "{}", copied.to_text());
+    assert_eq!(muls(&optimize(&build(DType::BF16, 512)).unwrap()), 3, "bf16 values are not copied");
+    assert_eq!(muls(&optimize(&build(DType::F32, 4)).unwrap()), 3, "small reductions are not copied");
+}
+
+/// A linear layer's weight gradient and its autocast weight copy, laid out for their readers:
+/// `transpose(cast(matmul(a, b)))` becomes `cast(matmul(transpose(b), transpose(a)))` (so the
+/// optimizer reads the gradient contiguously) and `cast(transpose(w))` read by matmuls becomes
+/// `transpose(cast(w))` (so the cast reads and writes contiguously and the transpose is the
+/// matmul's layout). A product read another way too keeps its layout.
+#[test]
+fn simplify_lays_out_matmul_results_and_weight_casts_for_their_readers() {
+    let mut g = Graph::new();
+    let x = g.input(DType::BF16, [64, 32]);
+    let dy = g.input(DType::BF16, [64, 16]);
+    let w = g.input(DType::F32, [16, 32]);
+    let w_t = op(&mut g, Op::Permute { perm: vec![1, 0] }, &[w]);
+    let w_bf16 = g.cast(w_t, DType::BF16).unwrap();
+    let y = op(&mut g, Op::MatMul, &[x, w_bf16]);
+    let x_t = op(&mut g, Op::Permute { perm: vec![1, 0] }, &[x]);
+    let grad_t = op(&mut g, Op::MatMul, &[x_t, dy]);
+    let grad_t32 = g.cast(grad_t, DType::F32).unwrap();
+    let grad = op(&mut g, Op::Permute { perm: vec![1, 0] }, &[grad_t32]);
+    let dz = g.input(DType::BF16, [64, 16]);
+    let shared = op(&mut g, Op::MatMul, &[x_t, dz]);
+    let shared_t = op(&mut g, Op::Permute { perm: vec![1, 0] }, &[shared]);
+    let twice = op(&mut g, Op::Unary { op: UnaryOp::Neg }, &[shared]);
+    g.set_outputs(vec![y, grad, shared_t, twice]);
+    let opt = optimize(&g).unwrap();
+    let text = opt.to_text();
+    let out = |i: usize| opt.outputs()[i];
+    // The gradient: a cast of a [16, 32] product of dy^T and x.
+    let grad = opt.node(out(1));
+    assert_eq!(grad.op, Op::Cast, "{text}");
+    let product = opt.node(grad.operands[0]);
+    assert_eq!((product.op.clone(), product.shape.dims()), (Op::MatMul, &[16, 32][..]), "{text}");
+    // The weight copy: cast in w's layout, transposed as the matmul's operand.
+    let operand = opt.node(opt.node(out(0)).operands[1]);
+    assert_eq!(operand.op, Op::Permute { perm: vec![1, 0] }, "{text}");
+    assert_eq!(opt.node(operand.operands[0]).op, Op::Cast, "{text}");
+    assert_eq!(opt.node(operand.operands[0]).operands[0], w, "{text}");
+    // Read transposed and negated: still one [32, 16] product.
+    assert_eq!(opt.node(out(2)).op, Op::Permute { perm: vec![1, 0] }, "{text}");
+}
+
+/// An autocast copy of a weight that the backward reads only as a matmul operand is held from
+/// the forward, not cast again: the copy would be a kernel of its own.
+#[test]
+fn recompute_holds_a_cast_only_matmuls_read_in_the_backward() {
+    let fwd = SourceLoc { file: "model.rs".into(), line: 3, col: 9, backward: false };
+    let bwd = fwd.backward_of();
+    let mut g = Graph::new();
+    let x = g.input(DType::BF16, [8, 4]);
+    let dy = g.input(DType::BF16, [8, 6]);
+    let w = g.input(DType::F32, [4, 6]);
+    let w16 = g.cast(w, DType::BF16).unwrap();
+    g.set_loc(w16, Some(fwd.clone()));
+    let y = g.add(Op::MatMul, &[x, w16], Some(fwd.clone())).unwrap();
+    let w16_t = g.add(Op::Permute { perm: vec![1, 0] }, &[w16], Some(bwd.clone())).unwrap();
+    let dx = g.add(Op::MatMul, &[dy, w16_t], Some(bwd)).unwrap();
+    g.set_outputs(vec![y, dx]);
+    let opt = optimize(&g).unwrap();
+    let casts = opt.node_ids().into_iter().filter(|&id| opt.node(id).op == Op::Cast).count();
+    assert_eq!(casts, 1, "{}", opt.to_text());
+}

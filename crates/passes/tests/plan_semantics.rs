@@ -491,3 +491,32 @@ fn widened_intermediates_stored_narrow() {
         &[ints(1), ints(2)],
     );
 }
+
+/// A large full reduction with its own copy of a prologue that an update reads too (see the
+/// `reduction_prologues` pass): the plan still computes what the graph computes, NaN and infinity
+/// included.
+#[test]
+fn reductions_with_a_copied_prologue() {
+    let g = graph(|g| {
+        let grad = g.input(DType::F32, [300, 256]);
+        let scale = g.input(DType::F32, []);
+        let wide = g.broadcast_to(scale, [300, 256]).unwrap();
+        let clipped = mul(g, grad, wide);
+        let finite = un(g, UnaryOp::IsFinite, clipped);
+        let bad = un(g, UnaryOp::Not, finite);
+        let any_bad = op(g, Op::Reduce { op: ReduceOp::Max, axes: vec![0, 1], keepdim: false }, &[bad]);
+        let squares = mul(g, clipped, clipped);
+        let norm = sum(g, squares, &[0, 1], false);
+        let three = g.constant(3.0, DType::F32);
+        let update = mul(g, clipped, three);
+        vec![update, norm, any_bad]
+    });
+    let grad = random_tensor(DType::F32, vec![300, 256], 11);
+    let scale = random_tensor(DType::F32, vec![], 12);
+    check_on("copied prologue", g.clone(), &[grad.clone(), scale.clone()]);
+    let mut values = grad.to_f64_vec();
+    values[1234] = f64::INFINITY;
+    values[77] = f64::NAN;
+    let non_finite = HostTensor::from_f64(DType::F32, vec![300, 256], &values).unwrap();
+    check_on("copied prologue, non-finite", g, &[non_finite, scale]);
+}

@@ -197,9 +197,14 @@ impl Fuser<'_> {
     /// Only kernels of the same side of a joint graph: a backward value computed in a forward
     /// kernel would be held until the backward (a gradient formula's f32 terms, twice the bytes
     /// of their bf16 operand).
+    /// Nor a value only read after the backward began (an optimizer's decayed weight) in a kernel
+    /// before it (the forward's cast of that weight): it would be stored and held until then
+    /// instead of joining the update that reads it.
     fn sibling_groups(&self, n: NodeId) -> Vec<usize> {
         let shape = self.shape(n).clone();
         let backward = |id: NodeId| self.node(id).loc.as_ref().is_some_and(|loc| loc.backward);
+        let late = |id: NodeId| self.after_backward.get(&id) == Some(&true);
+        let read_late = !self.users(n).is_empty() && self.users(n).iter().all(|&u| late(u));
         let mut found = Vec::new();
         for &o in &self.node(n).operands {
             let operand = self.node(o);
@@ -210,6 +215,7 @@ impl Fuser<'_> {
                 let Some(&gid) = self.group_of.get(&u) else { continue };
                 if u == n
                     || backward(u) != backward(n)
+                    || (read_late && !late(u))
                     || found.contains(&gid)
                     || self.groups[gid].is_none()
                     || self.is_column_prologue_group(gid)

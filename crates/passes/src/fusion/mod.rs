@@ -205,6 +205,9 @@ struct Fuser<'a> {
     group_of: NodeMap<usize>,
     /// Elementwise nodes that only column reductions read (see `column.rs`).
     column_prologue: HashSet<NodeId>,
+    /// Nodes that autodiff appended (marked backward) or that read one, directly or through
+    /// others: what runs after the backward began (the backward and an optimizer update).
+    after_backward: NodeMap<bool>,
 }
 
 fn is_view(op: &Op) -> bool {
@@ -220,9 +223,14 @@ impl<'a> Fuser<'a> {
         let order = g.topo_order();
         let bound = order.iter().map(|n| n.index() + 1).max().unwrap_or(0);
         let (mut pos, mut users) = (NodeMap::with_bound(bound), NodeMap::with_bound(bound));
+        let mut after_backward = NodeMap::with_bound(bound);
         for (i, &n) in order.iter().enumerate() {
             pos.insert(n, i);
             users.insert(n, g.users(n));
+            let node = g.node(n);
+            let late = node.loc.as_ref().is_some_and(|loc| loc.backward)
+                || node.operands.iter().any(|o| after_backward.get(o) == Some(&true));
+            after_backward.insert(n, late);
         }
         Fuser {
             g,
@@ -236,6 +244,7 @@ impl<'a> Fuser<'a> {
             groups: Vec::new(),
             group_of: NodeMap::with_bound(bound),
             column_prologue: HashSet::new(),
+            after_backward,
         }
     }
 
