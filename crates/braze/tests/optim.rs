@@ -2,7 +2,7 @@
 //! training step; a learning-rate schedule that never retraces; non-finite gradients skipping
 //! the update on the device; global gradient-norm clipping.
 
-use braze::optim::{clip_grad_norm, AdamW, Optimizer, Sgd};
+use braze::optim::{clip_grad_norm, clip_grad_norm_checked, AdamW, Optimizer, Sgd};
 use braze::{compile, DType, Result, Tensor};
 
 fn values(t: &Tensor) -> Vec<f64> {
@@ -162,6 +162,51 @@ fn clipping_scales_every_gradient_by_the_global_norm() -> Result<()> {
     let scale = 1.0 / (150f64.sqrt() + 1e-6);
     assert_close(&values(&a.grad().unwrap()), &[3.0 * scale; 6], "a");
     assert_close(&values(&b.grad().unwrap()), &[4.0 * scale; 6], "b");
+    Ok(())
+}
+
+/// The checked clip flags a NaN or an infinity in any gradient before clipping, and an optimizer
+/// stepping on that flag skips exactly when its own check of the clipped gradients would: for
+/// finite gradients (also ones whose norm overflows), one infinity, and one NaN, compiled, the
+/// parameters after a clipped step on the flag equal those after a clipped plain step.
+#[test]
+fn a_checked_clip_flags_what_the_optimizer_would_skip() -> Result<()> {
+    let run = |x: &[f32], checked: bool| -> Result<(Vec<f64>, f64, bool)> {
+        let w = weight(13);
+        let opt = std::sync::Arc::new(AdamW::new(std::slice::from_ref(&w), 1e-2)?);
+        let (wc, inner) = (w.clone(), opt.clone());
+        let step = compile(move |a: &[Tensor]| {
+            inner.zero_grad();
+            wc.mul(&a[0])?.sum_all()?.backward()?;
+            if checked {
+                let (norm, non_finite) = clip_grad_norm_checked(std::slice::from_ref(&wc), 1.0)?.unwrap();
+                inner.step_skipping(&non_finite)?;
+                Ok(vec![norm, non_finite])
+            } else {
+                let norm = clip_grad_norm(std::slice::from_ref(&wc), 1.0)?.unwrap();
+                inner.step()?;
+                Ok(vec![norm])
+            }
+        })
+        .fullgraph(true);
+        let out = step.call(&[Tensor::from_vec(x.to_vec(), [6])?])?;
+        let flag = if checked { out[1].to_bool()? } else { false };
+        Ok((values(&w), opt.skipped_steps().item::<f64>()?, flag))
+    };
+    let cases: [(&str, [f32; 6], bool); 4] = [
+        ("finite", [1.0, -2.0, 0.5, 3.0, 0.0, 1.5], false),
+        ("overflowing norm", [3e38, -3e38, 1.0, 2.0, 3.0, 4.0], false),
+        ("an infinity", [1.0, f32::INFINITY, 0.5, 3.0, 0.0, 1.5], true),
+        ("a NaN", [1.0, 2.0, f32::NAN, 3.0, 0.0, 1.5], true),
+    ];
+    for (what, x, bad) in cases {
+        let (plain, plain_skipped, _) = run(&x, false)?;
+        let (checked, checked_skipped, flag) = run(&x, true)?;
+        assert_eq!(flag, bad, "{what}: the flag");
+        assert_eq!(checked_skipped, plain_skipped, "{what}: skipped steps");
+        assert_eq!(checked_skipped, if bad { 1.0 } else { 0.0 }, "{what}: skipped steps");
+        assert_close(&checked, &plain, what);
+    }
     Ok(())
 }
 

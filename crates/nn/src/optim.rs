@@ -4,7 +4,7 @@
 //! step holds the clip and both updates in its one graph.
 
 use crate::{Error, Module, Result};
-use braze::optim::{clip_grad_norm, AdamW, Optimizer};
+use braze::optim::{clip_grad_norm_checked, AdamW, Optimizer};
 use braze::Tensor;
 
 /// nanoGPT's optimizer settings (its `train.py` defaults for GPT-2).
@@ -51,13 +51,19 @@ impl Gpt2Optimizer {
 
     /// Clips the gradients (when `grad_clip > 0`) and updates every parameter. Returns the
     /// gradients' joint norm before clipping (an f32 device scalar), when any has a gradient.
+    ///
+    /// With clipping, the step is skipped as a whole (both groups) when any gradient holds a NaN
+    /// or an infinity, checked in the clip's launch ([`clip_grad_norm_checked`]); without it, each
+    /// group checks its own gradients.
     pub fn step(&self) -> Result<Option<Tensor>> {
-        let norm = if self.grad_clip > 0.0 { clip_grad_norm(&self.params, self.grad_clip)? } else { None };
-        self.decay.step()?;
-        if let Some(no_decay) = &self.no_decay {
-            no_decay.step()?;
+        let checked = if self.grad_clip > 0.0 { clip_grad_norm_checked(&self.params, self.grad_clip)? } else { None };
+        for group in std::iter::once(&self.decay).chain(&self.no_decay) {
+            match &checked {
+                Some((_, non_finite)) => group.step_skipping(non_finite)?,
+                None => group.step()?,
+            }
         }
-        Ok(norm)
+        Ok(checked.map(|(norm, _)| norm))
     }
 
     pub fn zero_grad(&self) {

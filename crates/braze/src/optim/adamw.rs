@@ -60,7 +60,29 @@ impl AdamW {
 
 impl Optimizer for AdamW {
     fn step(&self) -> Result<()> {
-        let skip = any_non_finite(&self.group.params)?;
+        self.update_all(any_non_finite(&self.group.params)?)
+    }
+
+    fn step_skipping(&self, non_finite: &Tensor) -> Result<()> {
+        self.update_all(Some(non_finite.clone()))
+    }
+
+    fn zero_grad(&self) {
+        self.group.zero_grad();
+    }
+
+    fn set_lr(&self, lr: f64) -> Result<()> {
+        self.group.set_lr(lr)
+    }
+
+    fn skipped_steps(&self) -> &Tensor {
+        &self.group.skipped
+    }
+}
+
+impl AdamW {
+    /// Every parameter's update, kept as it was where `skip` is set.
+    fn update_all(&self, skip: Option<Tensor>) -> Result<()> {
         let (b1, b2) = self.betas;
         let step = self.step.add_scalar(1.0)?;
         // 1 - beta^step on the device: the step count never reaches the host.
@@ -85,17 +107,5 @@ impl Optimizer for AdamW {
         }
         update(&self.step, &step, skip.as_ref())?;
         count_skip(&self.group.skipped, skip.as_ref())
-    }
-
-    fn zero_grad(&self) {
-        self.group.zero_grad();
-    }
-
-    fn set_lr(&self, lr: f64) -> Result<()> {
-        self.group.set_lr(lr)
-    }
-
-    fn skipped_steps(&self) -> &Tensor {
-        &self.group.skipped
     }
 }

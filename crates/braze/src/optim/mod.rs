@@ -12,15 +12,22 @@ mod clip;
 mod sgd;
 
 pub use adamw::AdamW;
-pub use clip::clip_grad_norm;
+pub use clip::{clip_grad_norm, clip_grad_norm_checked};
 pub use sgd::Sgd;
 
 use crate::{DType, Result, Tensor};
 
 /// What every optimizer here offers.
 pub trait Optimizer {
-    /// One update of every parameter that has a gradient.
+    /// One update of every parameter that has a gradient; skipped (on the device) when any of
+    /// those gradients holds a NaN or an infinity.
     fn step(&self) -> Result<()>;
+
+    /// [`Optimizer::step`], skipped when `non_finite` (a bool device scalar) is set instead of
+    /// checking the gradients itself: for a caller that already knows, as
+    /// [`clip_grad_norm_checked`] does, so that the check costs no pass of its own over every
+    /// gradient and the update need not wait for one.
+    fn step_skipping(&self, non_finite: &Tensor) -> Result<()>;
 
     /// Drops every parameter's gradient.
     fn zero_grad(&self);

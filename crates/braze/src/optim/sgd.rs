@@ -42,7 +42,29 @@ impl Sgd {
 
 impl Optimizer for Sgd {
     fn step(&self) -> Result<()> {
-        let skip = any_non_finite(&self.group.params)?;
+        self.update_all(any_non_finite(&self.group.params)?)
+    }
+
+    fn step_skipping(&self, non_finite: &Tensor) -> Result<()> {
+        self.update_all(Some(non_finite.clone()))
+    }
+
+    fn zero_grad(&self) {
+        self.group.zero_grad();
+    }
+
+    fn set_lr(&self, lr: f64) -> Result<()> {
+        self.group.set_lr(lr)
+    }
+
+    fn skipped_steps(&self) -> &Tensor {
+        &self.group.skipped
+    }
+}
+
+impl Sgd {
+    /// Every parameter's update, kept as it was where `skip` is set.
+    fn update_all(&self, skip: Option<Tensor>) -> Result<()> {
         for (i, p) in self.group.params.iter().enumerate() {
             let Some(grad) = p.grad() else { continue };
             let p32 = p.cast(DType::F32)?;
@@ -59,17 +81,5 @@ impl Optimizer for Sgd {
             update(p, &next, skip.as_ref())?;
         }
         count_skip(&self.group.skipped, skip.as_ref())
-    }
-
-    fn zero_grad(&self) {
-        self.group.zero_grad();
-    }
-
-    fn set_lr(&self, lr: f64) -> Result<()> {
-        self.group.set_lr(lr)
-    }
-
-    fn skipped_steps(&self) -> &Tensor {
-        &self.group.skipped
     }
 }
