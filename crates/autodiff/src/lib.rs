@@ -10,6 +10,7 @@
 //! the dtype and shape of its value, and reduces a broadcast operand's gradient back to the
 //! operand's shape.
 
+mod accumulate;
 mod builder;
 mod error;
 mod rules;
@@ -55,36 +56,31 @@ pub fn backward_stopping(
     let order = g.topo_order();
     let mut relevant = relevant_nodes(g, &order, seeds, wrt);
     relevant.retain(|id| !stopped.contains(id) || wrt.contains(id));
-    let mut grads: HashMap<NodeId, NodeId> = HashMap::new();
+    // Every node's gradient contributions, summed when the node's turn comes (all its users
+    // come before it in reverse order).
+    let mut contributions: HashMap<NodeId, Vec<NodeId>> = HashMap::new();
     for &(value, grad) in seeds {
         let shape = g.node(value).shape.clone();
         let mut emit = Emit::new(g, value);
         let grad = emit.broadcast(grad, &shape)?;
-        accumulate(&mut grads, &mut emit, value, grad)?;
+        contributions.entry(value).or_default().push(grad);
     }
+    let mut grads: HashMap<NodeId, NodeId> = HashMap::new();
     for &id in order.iter().rev() {
         if !relevant.contains(&id) {
             continue;
         }
-        let Some(&grad) = grads.get(&id) else { continue };
+        let Some(parts) = contributions.remove(&id) else { continue };
         let mut emit = Emit::new(g, id);
+        let grad = accumulate::sum(&mut emit, &parts)?;
+        grads.insert(id, grad);
         for (operand, operand_grad) in rules::operand_grads(&mut emit, id, grad)? {
             if relevant.contains(&operand) && emit.graph().node(operand).dtype.is_float() {
-                accumulate(&mut grads, &mut emit, operand, operand_grad)?;
+                contributions.entry(operand).or_default().push(operand_grad);
             }
         }
     }
     Ok(wrt.iter().map(|w| grads.get(w).copied()).collect())
-}
-
-/// Adds `grad` to the gradient of `node` collected so far.
-fn accumulate(grads: &mut HashMap<NodeId, NodeId>, emit: &mut Emit<'_>, node: NodeId, grad: NodeId) -> Result<()> {
-    let total = match grads.get(&node) {
-        Some(&sum) => emit.add(sum, grad)?,
-        None => grad,
-    };
-    grads.insert(node, total);
-    Ok(())
 }
 
 /// Nodes on a path from a `wrt` node to a seed: the only ones whose gradients are needed.

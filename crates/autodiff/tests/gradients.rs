@@ -418,3 +418,43 @@ fn index_add_gradient_is_an_index_select() {
         op(Op::IndexAdd { axis: 0, size: 5 })(g, &[x[0], at])
     }));
 }
+
+/// `x` split along its last axis into `pieces` (start, end) and combined as `a * b + c + ...`.
+fn split_and_combine(pieces: &'static [(usize, usize)]) -> impl Fn(&mut Graph, &[NodeId]) -> NodeId {
+    move |g: &mut Graph, x: &[NodeId]| {
+        let parts: Vec<NodeId> = pieces
+            .iter()
+            .map(|&(start, end)| g.add(Op::Slice { axis: 1, start, end, step: 1 }, &[x[0]], None).unwrap())
+            .collect();
+        let mut total = g.add(Op::Binary { op: BinaryOp::Mul }, &[parts[0], parts[1]], None).unwrap();
+        for &p in &parts[2..] {
+            total = g.add(Op::Binary { op: BinaryOp::Add }, &[total, p], None).unwrap();
+        }
+        total
+    }
+}
+
+/// Slices of one tensor (a fused qkv projection split three ways): disjoint ones covering it,
+/// disjoint ones with gaps, and overlapping ones; the gradient of disjoint slices is one concat
+/// of theirs (zeros in the gaps), not a sum of zero-padded copies.
+#[test]
+fn gradients_of_slices_of_one_tensor() {
+    check(&case("three disjoint slices", &[(&[2, 9], A)], split_and_combine(&[(0, 3), (3, 6), (6, 9)])));
+    check(&case("slices with gaps", &[(&[2, 11], A)], split_and_combine(&[(1, 3), (5, 7), (9, 11)])));
+    check(&case("overlapping slices", &[(&[2, 9], A)], split_and_combine(&[(0, 4), (3, 7), (5, 9)])));
+
+    let mut g = Graph::new();
+    let x = g.input(DType::F32, [2, 9]);
+    let y = split_and_combine(&[(0, 3), (3, 6), (6, 9)])(&mut g, &[x]);
+    let loss = g.add(Op::Reduce { op: ReduceOp::Sum, axes: vec![0, 1], keepdim: false }, &[y], None).unwrap();
+    let seed = g.constant(1.0, DType::F32);
+    let gx = backward(&mut g, &[(loss, seed)], &[x]).unwrap()[0].unwrap();
+    assert_eq!(g.node(gx).op, Op::Concat { axis: 1 }, "{}", g.to_text());
+    assert_eq!(g.node(gx).operands.len(), 3, "{}", g.to_text());
+    let adds_of_full_width = g
+        .node_ids()
+        .into_iter()
+        .filter(|&id| g.node(id).op == Op::Binary { op: BinaryOp::Add } && g.node(id).shape.dims() == [2, 9])
+        .count();
+    assert_eq!(adds_of_full_width, 0, "{}", g.to_text());
+}
