@@ -91,7 +91,8 @@ if [ "$what" = training ]; then
   # written by PyTorch, the logits and 50-step loss curves compared in f32 and under bf16
   # autocast; block_fwd, block_step, gpt2_step and attention timed beside torch.compile and
   # SDPA, with each kernel's time in one step), mlp_step from PyTorch's weights, the busy loops,
-  # the cold compile of gpt2_step, braze train. Logged to $OUT/gpt2.log, train.log, tests.log; braze's rows in $OUT/braze.json.
+  # the cold compile of gpt2_step, braze train. Logged to $OUT/gpt2.log, train.log, tests.log
+  # (the bench's every-kernel profile in kernels.log); braze's rows in $OUT/braze.json.
   w=$(mktemp -d)
   { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv; date -u
     echo "== torch_gpt2.py --write (f32 check files) and timing"
@@ -102,7 +103,7 @@ if [ "$what" = training ]; then
     echo "== braze gpt2-check (bf16 autocast)"; timeout 120 .stage/bin/braze gpt2-check --torch-weights "$w/gpt2-bf16" 2>&1 | tail -n 25
     echo "== braze bench --only block_fwd,block_step,gpt2_step,attention"
     timeout 200 .stage/bin/braze bench --only block_fwd,block_step,gpt2_step,attention --json "$out/braze.json" 2>&1 |
-      grep -vE "^#   +[0-9]" | tail -n 60
+      tee "$out/kernels.log" | grep -vE "^#   +[0-9]" | tail -n 60
     echo "== torch_baseline.py --only attention"; timeout 60 python3 .stage/torch_baseline.py --only attention 2>&1 | tail -n 3
   } > "$out/gpt2.log" 2>&1 || status=1
   tail -n 50 "$out/gpt2.log"
