@@ -30,7 +30,8 @@ enum Command {
     /// Trace a workload and report its graphs, graph breaks (with file:line:col), host syncs,
     /// recompiles, kernels and launches per call.
     Explain {
-        /// One of: ln_relu_res, ew_chain, multisum, tiny_block, mlp_block, sync_demo, mlp_step.
+        /// One of: ln_relu_res, ew_chain, multisum, tiny_block, mlp_block, sync_demo, mlp_step,
+        /// block_fwd, block_step, gpt2_step.
         workload: String,
         /// Compile with fullgraph(true): any graph break is an error (non-zero exit).
         #[arg(long)]
@@ -41,7 +42,8 @@ enum Command {
     /// Print the fused plan of a workload and the CUDA C of each generated kernel (on a machine
     /// without a GPU, the kernels codegen would compile with its default configurations).
     Kernels {
-        /// One of: ln_relu_res, ew_chain, multisum, tiny_block, mlp_block, sync_demo, mlp_step.
+        /// One of: ln_relu_res, ew_chain, multisum, tiny_block, mlp_block, sync_demo, mlp_step,
+        /// block_fwd, block_step, gpt2_step.
         workload: String,
         #[command(flatten)]
         common: CommonArgs,
