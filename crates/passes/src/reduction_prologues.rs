@@ -2,11 +2,11 @@
 //! read those values too: a multi-reduce item then computes its prologue from the values' own
 //! operands, and needs no kernel to have stored them first.
 //!
-//! What this buys: an optimizer's check for non-finite gradients (`max(!isfinite(g * scale))`
-//! over every clipped gradient) no longer waits for the update kernel that computes `g * scale`,
-//! so the update's `where(skip, state, new)` joins that kernel instead of making another pass over
-//! every parameter and its state; a gradient norm's `sum(cast(g) * cast(g))` reads the bf16
-//! gradient instead of a stored f32 copy. A copy is made only when it reads no more bytes than
+//! What this buys: a gradient norm's `sum(cast(g) * cast(g))` reads the bf16 gradient instead of
+//! an f32 copy another kernel stored for it; an optimizer's check of clipped gradients,
+//! `max(!isfinite(g * scale))`, reads a one-byte flag per element instead of the stored f32
+//! `g * scale` (its scalar `scale` cannot be a multi-reduce leaf, so the copy's elementwise part
+//! joins the update kernel). A copy is made only when it reads no more bytes than
 //! the value it replaces (the reduction reads `g` and a scalar instead of `g * scale`) and the
 //! chain is short, so the reduction never does more memory traffic than before. Runs once, after
 //! common subexpressions (which would merge the copies back).

@@ -24,8 +24,9 @@ pub fn clip_grad_norm_checked(params: &[Tensor], max_norm: f64) -> Result<Option
 
 fn clip(params: &[Tensor], max_norm: f64, check: bool) -> Result<Option<(Tensor, Option<Tensor>)>> {
     let grads: Vec<(Tensor, Tensor)> = params.iter().filter_map(|p| p.grad().map(|g| (p.clone(), g))).collect();
+    // Checked before clipping replaces the gradients; it reduces in the norm's launch.
+    let non_finite = if check { super::any_non_finite(params)? } else { None };
     let mut total: Option<Tensor> = None;
-    let mut non_finite: Option<Tensor> = None;
     for (_, g) in &grads {
         let g32 = g.cast(DType::F32)?;
         let squares = g32.mul(&g32)?.sum_all()?;
@@ -33,13 +34,6 @@ fn clip(params: &[Tensor], max_norm: f64, check: bool) -> Result<Option<(Tensor,
             Some(t) => t.add(&squares)?,
             None => squares,
         });
-        if check {
-            let bad = g.isfinite()?.logical_not()?.max_all()?;
-            non_finite = Some(match non_finite {
-                Some(f) => f.logical_or(&bad)?,
-                None => bad,
-            });
-        }
     }
     let Some(total) = total else { return Ok(None) };
     let norm = total.sqrt()?;
