@@ -49,17 +49,17 @@ fn tensor_core_count(configs: &[KernelConfig]) -> usize {
 }
 
 /// Compiles `graph` with each kernel's default config for the H200 (the tensor-core attention
-/// kernels with `(warps, stages)` where given), checks that `tensor_core_kernels` kernels run
+/// kernels with `(warps, rows_per_warp, stages)` where given), checks that `tensor_core_kernels` kernels run
 /// on tensor cores, runs every kernel in the emulator and compares with the reference.
-fn check(what: &str, graph: &Graph, tensor_core_kernels: usize, shape: Option<(u32, u32)>, seed: u64) {
+fn check(what: &str, graph: &Graph, tensor_core_kernels: usize, shape: Option<(u32, u32, u32)>, seed: u64) {
     let plan = compile_to_plan(graph, &FusionOptions::default()).unwrap_or_else(|e| panic!("{what}: {e}"));
     let target = Target::h200();
     let configs: Vec<KernelConfig> = (0..plan.kernels.len())
         .map(|k| match (default_config(&plan, k, &target), shape) {
-            (KernelConfig::AttentionBackward { rows_per_warp, tensor_cores: true, .. }, Some((warps, stages))) => {
+            (KernelConfig::AttentionBackward { tensor_cores: true, .. }, Some((warps, rows_per_warp, stages))) => {
                 KernelConfig::AttentionBackward { warps, rows_per_warp, tensor_cores: true, stages }
             }
-            (KernelConfig::Attention { rows_per_warp, tensor_cores: true, .. }, Some((warps, stages))) => {
+            (KernelConfig::Attention { tensor_cores: true, .. }, Some((warps, rows_per_warp, stages))) => {
                 KernelConfig::Attention { warps, rows_per_warp, tensor_cores: true, stages }
             }
             (config, _) => config,
@@ -85,17 +85,20 @@ fn tensor_core_attention_forward_in_the_emulator() {
     for (dtype, shape, causal, config) in [
         (DType::BF16, [1, 2, 100, 64], true, None),
         (DType::F16, [2, 1, 17, 128], false, None),
-        (DType::BF16, [1, 1, 200, 64], true, Some((4, 2))),
-        (DType::F16, [1, 2, 70, 128], false, Some((8, 2))),
+        (DType::BF16, [1, 1, 200, 64], true, Some((4, 16, 2))),
+        (DType::F16, [1, 2, 70, 128], false, Some((8, 16, 2))),
+        (DType::BF16, [1, 1, 300, 64], true, Some((4, 32, 1))),
+        (DType::F16, [1, 1, 150, 64], false, Some((2, 32, 2))),
     ] {
-        let what = format!("attention {dtype} {shape:?} causal={causal} (warps, stages) {config:?}");
+        let what = format!("attention {dtype} {shape:?} causal={causal} (warps, rows_per_warp, stages) {config:?}");
         check(&what, &attention(dtype, shape, causal, false), 1, config, 11);
     }
 }
 
 /// The backward on tensor cores: dq and dk/dv beside the forward and the delta row kernel, at
 /// sequences of one, of a partial tile and of several tiles, with and without the mask, blocks
-/// of 2 and 8 warps (rows a block below and above the walked tile), one tile in shared memory
+/// of 2 and 8 warps (rows a block below and above the walked tile), one and two row blocks a
+/// warp, one tile in shared memory
 /// at a time or two (the next one's copies in flight).
 #[test]
 fn tensor_core_attention_backward_in_the_emulator() {
@@ -108,13 +111,16 @@ fn tensor_core_attention_backward_in_the_emulator() {
         (DType::F16, [1, 1, 70, 128], true, None),
         (DType::BF16, [1, 2, 1, 128], true, None),
         (DType::F16, [1, 1, 100, 64], false, None),
-        (DType::BF16, [1, 1, 200, 64], true, Some((8, 1))),
-        (DType::F16, [1, 1, 90, 128], true, Some((2, 1))),
-        (DType::BF16, [1, 2, 200, 64], true, Some((4, 2))),
-        (DType::F16, [1, 1, 130, 128], false, Some((2, 2))),
-        (DType::BF16, [2, 1, 17, 64], true, Some((4, 2))),
+        (DType::BF16, [1, 1, 200, 64], true, Some((8, 16, 1))),
+        (DType::F16, [1, 1, 90, 128], true, Some((2, 16, 1))),
+        (DType::BF16, [1, 2, 200, 64], true, Some((4, 16, 2))),
+        (DType::F16, [1, 1, 130, 128], false, Some((2, 16, 2))),
+        (DType::BF16, [2, 1, 17, 64], true, Some((4, 16, 2))),
+        (DType::BF16, [1, 1, 300, 64], true, Some((4, 32, 1))),
+        (DType::F16, [1, 1, 150, 64], false, Some((2, 32, 2))),
     ] {
-        let what = format!("attention backward {dtype} {shape:?} causal={causal} (warps, stages) {warps:?}");
+        let what =
+            format!("attention backward {dtype} {shape:?} causal={causal} (warps, rows_per_warp, stages) {warps:?}");
         check(&what, &attention(dtype, shape, causal, true), 3, warps, 23);
     }
 }

@@ -3,13 +3,16 @@
 //! staged into shared memory by `cp.async` (16-byte copies, zero-filled past the sequence) and
 //! read into fragments by `ldmatrix` (`.trans` for V, whose fragments run down its columns).
 //!
-//! A warp owns 16 query rows and a block `warps * 16`; key tiles are 64 keys. Per tile each warp
-//! computes its `16 x 64` scores as 8 accumulator tiles (`Q` fragments loaded once, `K`
-//! fragments per tile), masks and scales them in the base-2 domain, folds them into the running
-//! max and sum of its two rows per thread (quad shuffles), rounds the probabilities to the
-//! operand dtype as the A fragments of `P V` (the accumulator layout of two score tiles is the
-//! A layout of one 16 x 16 block), and accumulates `P V` into `head_dim / 8` tiles. Shared rows
-//! are padded by 8 elements (16 bytes) so `ldmatrix`'s eight row addresses hit distinct banks.
+//! A warp owns one or two blocks of 16 query rows (`rows_per_warp` 16 or 32) and a block
+//! `warps` of them; key tiles are 64 keys. Per tile each warp computes its `16 x 64` scores per
+//! row block as 8 accumulator tiles (`Q` fragments loaded once, each `K` and `V` fragment read
+//! from shared memory once for both row blocks: two blocks halve the shared-memory traffic per
+//! mma), masks them only on tiles that cross the diagonal or the sequence's end, folds them into
+//! the running max and sum of its two rows per thread (quad shuffles; the scale joins the
+//! exponent as one fma), rounds the probabilities to the operand dtype as the A fragments of
+//! `P V` (the accumulator layout of two score tiles is the A layout of one 16 x 16 block), and
+//! accumulates `P V` into `head_dim / 8` tiles. Shared rows are padded by 8 elements (16
+//! bytes) so `ldmatrix`'s eight row addresses hit distinct banks.
 
 use crate::cuda::f32_literal;
 use crate::error::{invalid_config, Result};
@@ -33,11 +36,17 @@ pub(crate) fn supports(unit: &Unit<'_>, s: &AttentionShape) -> bool {
         && d <= 128
 }
 
-pub(crate) fn generate(unit: &mut Unit<'_>, att: &Attention, warps: u32, stages: u32) -> Result<Emitted> {
+pub(crate) fn generate(
+    unit: &mut Unit<'_>,
+    att: &Attention,
+    warps: u32,
+    rows_per_warp: u32,
+    stages: u32,
+) -> Result<Emitted> {
     let name = unit.name().to_string();
     let s = att.shape;
-    check_config(unit, &s, warps, stages)?;
-    let rows = 16 * warps as usize;
+    check_config(unit, &s, warps, rows_per_warp, stages)?;
+    let rows = (rows_per_warp * warps) as usize;
     let stride = s.head_dim + 8;
     let shared_bytes = (rows + 2 * KEY_TILE * stages as usize) * stride * 2;
     if shared_bytes > unit.target.shared_memory_per_block_optin as usize {
@@ -48,27 +57,38 @@ pub(crate) fn generate(unit: &mut Unit<'_>, att: &Attention, warps: u32, stages:
     let width = IndexWidth::for_largest(unit.largest_buffer());
     let (declared, params) = unit.buffer_params();
     let tiles = s.seq.div_ceil(rows);
+    // With a positive scale the running max is kept on the raw scores and the scale joins the
+    // exponent's subtraction (one fma a score); otherwise scores are scaled first.
+    let raw_max = s.scale > 0.0;
 
     let mut w = CodeWriter::new();
     device_helpers(&mut w, s.dtype);
     w.line(format!("extern \"C\" __global__ void __launch_bounds__({}) {name}({})", warps * 32, declared.join(", ")));
     w.open("");
     w.line(format!(
-        "constexpr int SEQ = {}, DIM = {}, ROWS = {rows}, KT = {KEY_TILE}, STRIDE = {stride};",
-        s.seq, s.head_dim
+        "constexpr int SEQ = {}, DIM = {}, ROWS = {rows}, KT = {KEY_TILE}, STRIDE = {stride}, MT = {}, RW = 16 * MT;",
+        s.seq,
+        s.head_dim,
+        rows_per_warp / 16
     ));
     w.line("constexpr int KSTEPS = DIM / 16, DTILES = DIM / 8, CHUNKS = DIM / 8;");
-    w.line(format!("constexpr float SCALE_LOG2 = {};", f32_literal((s.scale * std::f64::consts::LOG2_E) as f32)));
+    let scale_log2 = f32_literal((s.scale * std::f64::consts::LOG2_E) as f32);
+    w.line(format!("constexpr float SCALE_LOG2 = {scale_log2};"));
+    w.line(format!(
+        "constexpr float RAW_SCALE = {};  // what turns a kept score into the base-2 exponent",
+        if raw_max { scale_log2.as_str() } else { "1.0f" }
+    ));
     w.line(format!("constexpr bool CAUSAL = {};", s.causal));
     w.line("const float NEG_INF = __int_as_float(0xff800000);");
     w.line("const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;");
     w.line("const int g = lane >> 2, t = lane & 3;  // the accumulator row (and row + 8) and column pair");
+    w.line("const int m = lane >> 3;  // the 8 x 8 matrix whose row address this lane gives ldmatrix");
     w.line(format!("const int tiles = {tiles};"));
     w.line(
         "const int tile = tiles - 1 - (int)(blockIdx.x % tiles);  // latest rows first: under a mask they do the most",
     );
     w.line("const idx_t bh = blockIdx.x / tiles;");
-    w.line("const int row0 = tile * ROWS;");
+    w.line("const int row0 = tile * ROWS, warp_row0 = row0 + warp * RW;");
     w.line("const idx_t base = bh * (idx_t)SEQ * DIM;");
     w.line("extern __shared__ uint4 smem_words[];");
     w.line("unsigned short* qs = reinterpret_cast<unsigned short*>(smem_words);  // ROWS x STRIDE");
@@ -78,18 +98,23 @@ pub(crate) fn generate(unit: &mut Unit<'_>, att: &Attention, warps: u32, stages:
     stage_rows(&mut w, "qs", "in0", "row0", "ROWS");
     w.line("asm volatile(\"cp.async.wait_group 0;\" ::);");
     w.line("__syncthreads();");
-    w.line("// The warp's Q fragments: 16 rows x DIM, one A fragment per 16 columns.");
-    w.line("unsigned qf[KSTEPS][4];");
+    w.line("// The warp's Q fragments: MT blocks of 16 rows x DIM, one A fragment per 16 columns.");
+    w.line("unsigned qf[MT][KSTEPS][4];");
     w.line("#pragma unroll");
-    w.open("for (int kk = 0; kk < KSTEPS; ++kk)");
-    w.line("const int m = lane >> 3;");
-    w.line("ldmatrix_x4(qf[kk], qs + (warp * 16 + (lane & 7) + (m & 1) * 8) * STRIDE + kk * 16 + (m >> 1) * 8);");
+    w.open("for (int mi = 0; mi < MT; ++mi)");
+    w.line("#pragma unroll");
+    w.line("for (int kk = 0; kk < KSTEPS; ++kk)");
+    w.line("    ldmatrix_x4(qf[mi][kk], qs + (warp * RW + mi * 16 + (lane & 7) + (m & 1) * 8) * STRIDE + kk * 16 + (m >> 1) * 8);");
     w.close();
-    w.line("float o[DTILES][4];");
+    w.line("float o[MT][DTILES][4];");
+    w.line("float row_max[MT][2], row_sum[MT][2];  // sums: this thread's columns only");
     w.line("#pragma unroll");
-    w.line("for (int j = 0; j < DTILES; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;");
-    w.line("float row_max[2] = {NEG_INF, NEG_INF}, row_sum[2] = {0.0f, 0.0f};  // sums: this thread's columns only");
-    w.line("const int qrow[2] = {row0 + warp * 16 + g, row0 + warp * 16 + g + 8};");
+    w.open("for (int mi = 0; mi < MT; ++mi)");
+    w.line("#pragma unroll");
+    w.line("for (int j = 0; j < DTILES; ++j) o[mi][j][0] = o[mi][j][1] = o[mi][j][2] = o[mi][j][3] = 0.0f;");
+    w.line("row_max[mi][0] = row_max[mi][1] = NEG_INF;");
+    w.line("row_sum[mi][0] = row_sum[mi][1] = 0.0f;");
+    w.close();
     w.line("const int key_end = CAUSAL ? min(SEQ, row0 + ROWS) : SEQ;");
     walk_tiles(
         &mut w,
@@ -102,92 +127,128 @@ pub(crate) fn generate(unit: &mut Unit<'_>, att: &Attention, warps: u32, stages:
         "2 * KT * STRIDE",
         &|_, _, _| {},
     );
-    w.line("float sc[KT / 8][4];");
+    w.line("if (CAUSAL && k0 > warp_row0 + RW - 1) continue;  // every key of the tile after the warp's rows");
+    w.line("float sc[MT][KT / 8][4];");
     w.line("#pragma unroll");
-    w.line("for (int j = 0; j < KT / 8; ++j) sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;");
+    w.line("for (int mi = 0; mi < MT; ++mi)");
+    w.line("    #pragma unroll");
+    w.line("    for (int j = 0; j < KT / 8; ++j) sc[mi][j][0] = sc[mi][j][1] = sc[mi][j][2] = sc[mi][j][3] = 0.0f;");
     w.line("#pragma unroll");
     w.open("for (int kk = 0; kk < KSTEPS; ++kk)");
     w.line("#pragma unroll");
     w.open("for (int np = 0; np < KT / 16; ++np)");
-    w.line("unsigned kf[4];  // B fragments of key tiles 2 np and 2 np + 1");
-    w.line("const int m = lane >> 3;");
+    w.line("unsigned kf[4];  // B fragments of key tiles 2 np and 2 np + 1, shared by the warp's row blocks");
     w.line("ldmatrix_x4(kf, ks + (np * 16 + (lane & 7) + (m >> 1) * 8) * STRIDE + kk * 16 + (m & 1) * 8);");
-    w.line("mma_16816(sc[2 * np], qf[kk], kf[0], kf[1]);");
-    w.line("mma_16816(sc[2 * np + 1], qf[kk], kf[2], kf[3]);");
+    w.line("#pragma unroll");
+    w.open("for (int mi = 0; mi < MT; ++mi)");
+    w.line("mma_16816(sc[mi][2 * np], qf[mi][kk], kf[0], kf[1]);");
+    w.line("mma_16816(sc[mi][2 * np + 1], qf[mi][kk], kf[2], kf[3]);");
     w.close();
     w.close();
-    w.line("float tile_max[2] = {NEG_INF, NEG_INF};");
+    w.close();
+    if !raw_max {
+        w.line("#pragma unroll");
+        w.line("for (int mi = 0; mi < MT; ++mi)");
+        w.line("    #pragma unroll");
+        w.line("    for (int j = 0; j < KT / 8; ++j)");
+        w.line("        #pragma unroll");
+        w.line("        for (int c = 0; c < 4; ++c) sc[mi][j][c] *= SCALE_LOG2;");
+    }
+    w.line("// Only tiles past the sequence or across the diagonal of the warp's rows mask scores.");
+    w.open("if (k0 + KT > SEQ || (CAUSAL && k0 + KT - 1 > warp_row0))");
+    w.line("#pragma unroll");
+    w.open("for (int mi = 0; mi < MT; ++mi)");
     w.line("#pragma unroll");
     w.open("for (int j = 0; j < KT / 8; ++j)");
     w.line("#pragma unroll");
     w.open("for (int c = 0; c < 4; ++c)");
-    w.line("const int key = k0 + j * 8 + 2 * t + (c & 1), h = c >> 1;");
-    w.line("const bool valid = key < SEQ && (!CAUSAL || key <= qrow[h]);");
-    w.line("sc[j][c] = valid ? sc[j][c] * SCALE_LOG2 : NEG_INF;");
-    w.line("tile_max[h] = fmaxf(tile_max[h], sc[j][c]);");
+    w.line("const int key = k0 + j * 8 + 2 * t + (c & 1), q = warp_row0 + mi * 16 + g + 8 * (c >> 1);");
+    w.line("if (key >= SEQ || (CAUSAL && key > q)) sc[mi][j][c] = NEG_INF;");
     w.close();
     w.close();
+    w.close();
+    w.close();
+    w.line("#pragma unroll");
+    w.open("for (int mi = 0; mi < MT; ++mi)");
+    w.line("float tile_max[2] = {NEG_INF, NEG_INF};");
+    w.line("#pragma unroll");
+    w.line("for (int j = 0; j < KT / 8; ++j)");
+    w.line("    #pragma unroll");
+    w.line("    for (int c = 0; c < 4; ++c) tile_max[c >> 1] = fmaxf(tile_max[c >> 1], sc[mi][j][c]);");
     w.line("float rescale[2], shift[2];");
     w.line("#pragma unroll");
     w.open("for (int h = 0; h < 2; ++h)");
     w.line("tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));");
     w.line("tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));");
-    w.line("const float new_max = fmaxf(row_max[h], tile_max[h]);");
-    w.line("shift[h] = new_max == NEG_INF ? 0.0f : new_max;  // no -inf - -inf");
-    w.line("rescale[h] = exp2f(row_max[h] - shift[h]);");
-    w.line("row_max[h] = new_max;");
-    w.line("row_sum[h] *= rescale[h];");
+    w.line("const float new_max = fmaxf(row_max[mi][h], tile_max[h]);");
+    w.line("shift[h] = new_max == NEG_INF ? 0.0f : new_max * RAW_SCALE;  // no -inf - -inf");
+    w.line("rescale[h] = exp2f(row_max[mi][h] * RAW_SCALE - shift[h]);");
+    w.line("row_max[mi][h] = new_max;");
+    w.line("row_sum[mi][h] *= rescale[h];");
     w.close();
     w.line("#pragma unroll");
     w.open("for (int j = 0; j < DTILES; ++j)");
-    w.line("o[j][0] *= rescale[0]; o[j][1] *= rescale[0]; o[j][2] *= rescale[1]; o[j][3] *= rescale[1];");
+    w.line(
+        "o[mi][j][0] *= rescale[0]; o[mi][j][1] *= rescale[0]; o[mi][j][2] *= rescale[1]; o[mi][j][3] *= rescale[1];",
+    );
     w.close();
     w.line("#pragma unroll");
     w.open("for (int j = 0; j < KT / 8; ++j)");
     w.line("#pragma unroll");
     w.open("for (int c = 0; c < 4; ++c)");
-    w.line("sc[j][c] = exp2f(sc[j][c] - shift[c >> 1]);");
-    w.line("row_sum[c >> 1] += sc[j][c];");
+    w.line("sc[mi][j][c] = exp2f(fmaf(sc[mi][j][c], RAW_SCALE, -shift[c >> 1]));");
+    w.line("row_sum[mi][c >> 1] += sc[mi][j][c];");
     w.close();
     w.close();
-    w.line("// P V: two score tiles are one A fragment of 16 keys.");
+    w.close();
+    w.line("// P V: two score tiles are one A fragment of 16 keys; V fragments shared by the row blocks.");
     w.line("#pragma unroll");
     w.open("for (int kk = 0; kk < KT / 16; ++kk)");
-    w.line(
-        "const unsigned pf[4] = {pack_half2(sc[2 * kk][0], sc[2 * kk][1]), pack_half2(sc[2 * kk][2], sc[2 * kk][3]),",
-    );
-    w.line("                        pack_half2(sc[2 * kk + 1][0], sc[2 * kk + 1][1]), pack_half2(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};");
+    w.line("unsigned pf[MT][4];");
+    w.line("#pragma unroll");
+    w.open("for (int mi = 0; mi < MT; ++mi)");
+    w.line("pf[mi][0] = pack_half2(sc[mi][2 * kk][0], sc[mi][2 * kk][1]);");
+    w.line("pf[mi][1] = pack_half2(sc[mi][2 * kk][2], sc[mi][2 * kk][3]);");
+    w.line("pf[mi][2] = pack_half2(sc[mi][2 * kk + 1][0], sc[mi][2 * kk + 1][1]);");
+    w.line("pf[mi][3] = pack_half2(sc[mi][2 * kk + 1][2], sc[mi][2 * kk + 1][3]);");
+    w.close();
     w.line("#pragma unroll");
     w.open("for (int dn = 0; dn < DTILES / 2; ++dn)");
     w.line("unsigned vf[4];  // B fragments of value columns 16 dn .. 16 dn + 15");
-    w.line("const int m = lane >> 3;");
     w.line("ldmatrix_x4_trans(vf, vs + (kk * 16 + (lane & 7) + (m & 1) * 8) * STRIDE + dn * 16 + (m >> 1) * 8);");
-    w.line("mma_16816(o[2 * dn], pf, vf[0], vf[1]);");
-    w.line("mma_16816(o[2 * dn + 1], pf, vf[2], vf[3]);");
+    w.line("#pragma unroll");
+    w.open("for (int mi = 0; mi < MT; ++mi)");
+    w.line("mma_16816(o[mi][2 * dn], pf[mi], vf[0], vf[1]);");
+    w.line("mma_16816(o[mi][2 * dn + 1], pf[mi], vf[2], vf[3]);");
+    w.close();
     w.close();
     w.close();
     w.close();
     w.line("#pragma unroll");
+    w.open("for (int mi = 0; mi < MT; ++mi)");
+    w.line("#pragma unroll");
     w.open("for (int h = 0; h < 2; ++h)");
-    w.line("row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 1);");
-    w.line("row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 2);");
-    w.line("const int i = qrow[h];");
+    w.line("float sum = row_sum[mi][h];");
+    w.line("sum += __shfl_xor_sync(0xffffffffu, sum, 1);");
+    w.line("sum += __shfl_xor_sync(0xffffffffu, sum, 2);");
+    w.line("const int i = warp_row0 + mi * 16 + g + 8 * h;");
     w.line("if (i >= SEQ) continue;");
     if let Some(slot) = out_slot {
-        w.line("const float inv = 1.0f / row_sum[h];");
+        w.line("const float inv = 1.0f / sum;");
         w.line("#pragma unroll");
         w.open("for (int j = 0; j < DTILES; ++j)");
         w.line(format!(
-            "*reinterpret_cast<unsigned*>(out{slot} + base + (idx_t)i * DIM + j * 8 + 2 * t) = pack_half2(o[j][2 * h] * inv, o[j][2 * h + 1] * inv);"
+            "*reinterpret_cast<unsigned*>(out{slot} + base + (idx_t)i * DIM + j * 8 + 2 * t) = pack_half2(o[mi][j][2 * h] * inv, o[mi][j][2 * h + 1] * inv);"
         ));
         w.close();
     }
     if let Some(slot) = lse_slot {
         w.line(format!(
-            "if (t == 0) out{slot}[bh * SEQ + i] = (row_max[h] + log2f(row_sum[h])) * {};",
+            "if (t == 0) out{slot}[bh * SEQ + i] = (row_max[mi][h] * RAW_SCALE + log2f(sum)) * {};",
             f32_literal(std::f32::consts::LN_2)
         ));
     }
+    w.close();
     w.close();
     w.close();
 
@@ -212,7 +273,7 @@ pub(crate) fn generate(unit: &mut Unit<'_>, att: &Attention, warps: u32, stages:
             if s.causal { ", causal" } else { "" }
         ),
         notes: vec![format!(
-            "{rows} query rows a block ({warps} warps x 16), key tiles of {KEY_TILE} ({stages} in shared memory at once), {shared_bytes} bytes of shared memory; mma.sync m16n8k16, ldmatrix, cp.async"
+            "{rows} query rows a block ({warps} warps x {rows_per_warp}), key tiles of {KEY_TILE} ({stages} in shared memory at once), {shared_bytes} bytes of shared memory; mma.sync m16n8k16, ldmatrix, cp.async"
         )],
         width: Some(width),
         code: w.finish(),
@@ -275,7 +336,13 @@ pub(crate) fn stage_rows(w: &mut CodeWriter, dst: &str, src: &str, first: &str, 
 }
 
 /// Refuses a config the tensor-core kernels cannot run on `unit`'s target for shape `s`.
-pub(crate) fn check_config(unit: &Unit<'_>, s: &AttentionShape, warps: u32, stages: u32) -> Result<()> {
+pub(crate) fn check_config(
+    unit: &Unit<'_>,
+    s: &AttentionShape,
+    warps: u32,
+    rows_per_warp: u32,
+    stages: u32,
+) -> Result<()> {
     let name = unit.name();
     if !supports(unit, s) {
         return Err(invalid_config(
@@ -285,6 +352,16 @@ pub(crate) fn check_config(unit: &Unit<'_>, s: &AttentionShape, warps: u32, stag
     }
     if !(1..=8).contains(&warps) {
         return Err(invalid_config(name, format!("warps {warps} must be in 1..=8")));
+    }
+    if !matches!(rows_per_warp, 16 | 32) {
+        return Err(invalid_config(
+            name,
+            format!("rows_per_warp {rows_per_warp} must be 16 or 32 (one or two mma row blocks)"),
+        ));
+    }
+    if rows_per_warp == 32 && s.head_dim > 64 {
+        // Two row blocks' accumulators of a wider head do not fit in a lane's registers.
+        return Err(invalid_config(name, format!("32 rows a warp need a head dim of at most 64, got {}", s.head_dim)));
     }
     if !(1..=2).contains(&stages) {
         return Err(invalid_config(name, format!("stages {stages} must be 1 or 2")));

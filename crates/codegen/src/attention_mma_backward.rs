@@ -2,11 +2,15 @@
 //! the plan's two `attention_backward` sides as two kernels, each of `mma.sync.m16n8k16` with
 //! f32 accumulators, operands staged by `cp.async` and read by `ldmatrix`.
 //!
-//! - dq: a warp owns 16 query rows (their `Q` and `dO` fragments held in registers); per key
+//! A warp owns one or two blocks of 16 rows of its side (`rows_per_warp` 16 or 32; two halve
+//! the shared-memory reads per mma, as in the forward), and only tiles that cross the diagonal
+//! or the sequence's end are masked.
+//!
+//! - dq: a warp owns its query rows (their `Q` and `dO` fragments held in registers); per key
 //!   tile it computes `S = Q K^T` and `dP = dO V^T`, then `P = exp2(S * scale log2(e) - lse
 //!   log2(e))` and `dS = P (dP - delta)` in the accumulators, and adds `dS K` (`K` read with
 //!   `ldmatrix.trans`) into `dq`.
-//! - dk/dv: a warp owns 16 key rows; per query tile it computes the transposed scores `S^T = K
+//! - dk/dv: a warp owns its key rows; per query tile it computes the transposed scores `S^T = K
 //!   Q^T` and `dP^T = V dO^T`, so that `P^T` and `dS^T` sit in the accumulator layout, which
 //!   is the A layout of `P^T dO` into `dv` and `dS^T Q` into `dk`.
 //!
@@ -27,25 +31,32 @@ use crate::{Emitted, Launch, Unit};
 use braze_ir::{AttentionInput, DType};
 use braze_plan::AttentionBackward;
 
-/// Rows of the walked side (keys for dq, queries for dk/dv) per step: 64, or 32 for head dims
-/// above 64, whose dk and dv accumulators take twice the registers.
-fn walk_tile(head_dim: usize) -> usize {
-    if head_dim > 64 {
+/// Rows of the walked side (keys for dq, queries for dk/dv) per step: 64 for one block of 16
+/// rows a warp at head dims up to 64; 32 for two blocks or wider heads, whose accumulators take
+/// twice the registers.
+fn walk_tile(head_dim: usize, rows_per_warp: u32) -> usize {
+    if head_dim > 64 || rows_per_warp > 16 {
         32
     } else {
         64
     }
 }
 
-pub(crate) fn generate(unit: &mut Unit<'_>, back: &AttentionBackward, warps: u32, stages: u32) -> Result<Emitted> {
+pub(crate) fn generate(
+    unit: &mut Unit<'_>,
+    back: &AttentionBackward,
+    warps: u32,
+    rows_per_warp: u32,
+    stages: u32,
+) -> Result<Emitted> {
     let name = unit.name().to_string();
     let s = back.shape;
-    check_config(unit, &s, warps, stages)?;
+    check_config(unit, &s, warps, rows_per_warp, stages)?;
     let d = s.dtype;
     check_dtypes(unit, &s, &[d, d, d, DType::F32, DType::F32, d], &vec![d; back.grads.len()])?;
     let queries = back.grads == [AttentionInput::Query];
-    let rows = 16 * warps as usize;
-    let walk = walk_tile(s.head_dim);
+    let rows = (rows_per_warp * warps) as usize;
+    let walk = walk_tile(s.head_dim, rows_per_warp);
     let stride = s.head_dim + 8;
     let per_stage = 2 * walk * stride * 2 + if queries { 0 } else { 2 * walk * 4 };
     let shared_bytes = 2 * rows * stride * 2 + stages as usize * per_stage;
@@ -61,8 +72,10 @@ pub(crate) fn generate(unit: &mut Unit<'_>, back: &AttentionBackward, warps: u32
     w.line(format!("extern \"C\" __global__ void __launch_bounds__({}) {name}({})", warps * 32, declared.join(", ")));
     w.open("");
     w.line(format!(
-        "constexpr int SEQ = {}, DIM = {}, ROWS = {rows}, WT = {walk}, STRIDE = {stride};",
-        s.seq, s.head_dim
+        "constexpr int SEQ = {}, DIM = {}, ROWS = {rows}, WT = {walk}, STRIDE = {stride}, MT = {}, RW = 16 * MT;",
+        s.seq,
+        s.head_dim,
+        rows_per_warp / 16
     ));
     w.line("constexpr int KSTEPS = DIM / 16, DTILES = DIM / 8, CHUNKS = DIM / 8;");
     w.line(format!("constexpr float SCALE_LOG2 = {};", f32_literal((s.scale * std::f64::consts::LOG2_E) as f32)));
@@ -77,7 +90,7 @@ pub(crate) fn generate(unit: &mut Unit<'_>, back: &AttentionBackward, warps: u32
         "const int tile = tiles - 1 - (int)(blockIdx.x % tiles);  // latest rows first: under a mask they do the most",
     );
     w.line("const idx_t bh = blockIdx.x / tiles;");
-    w.line("const int row0 = tile * ROWS, warp_row0 = row0 + warp * 16;");
+    w.line("const int row0 = tile * ROWS, warp_row0 = row0 + warp * RW;");
     w.line("const idx_t base = bh * (idx_t)SEQ * DIM;");
     w.line("extern __shared__ uint4 smem_words[];");
     if queries {
@@ -110,7 +123,7 @@ pub(crate) fn generate(unit: &mut Unit<'_>, back: &AttentionBackward, warps: u32
             if s.causal { ", causal" } else { "" }
         ),
         notes: vec![format!(
-            "{rows} rows a block ({warps} warps x 16), tiles of {walk} of the other side ({stages} in shared memory at once), {shared_bytes} bytes of shared memory; mma.sync m16n8k16, ldmatrix, cp.async"
+            "{rows} rows a block ({warps} warps x {rows_per_warp}), tiles of {walk} of the other side ({stages} in shared memory at once), {shared_bytes} bytes of shared memory; mma.sync m16n8k16, ldmatrix, cp.async"
         )],
         width: Some(width),
         code: w.finish(),
@@ -141,36 +154,53 @@ fn b_fragments_trans(w: &mut CodeWriter, into: &str, rows: &str, k: &str, n: &st
     ));
 }
 
-/// `float name[tiles][4] = 0`.
+/// `float name[MT][tiles][4] = 0`: a set of accumulator tiles per row block of the warp.
 fn zeroed(w: &mut CodeWriter, name: &str, tiles: &str) {
-    w.line(format!("float {name}[{tiles}][4];"));
+    w.line(format!("float {name}[MT][{tiles}][4];"));
     w.line("#pragma unroll");
+    w.line("for (int mi = 0; mi < MT; ++mi)");
+    w.line("    #pragma unroll");
     w.line(format!(
-        "for (int j = 0; j < {tiles}; ++j) {name}[j][0] = {name}[j][1] = {name}[j][2] = {name}[j][3] = 0.0f;"
+        "    for (int j = 0; j < {tiles}; ++j) {name}[mi][j][0] = {name}[mi][j][1] = {name}[mi][j][2] = {name}[mi][j][3] = 0.0f;"
     ));
 }
 
-/// The A fragment of 16 columns `2 kk` and `2 kk + 1` of an accumulator set, rounded.
+/// The A fragments (one per row block) of 16 columns `2 kk` and `2 kk + 1` of an accumulator
+/// set, rounded.
 fn packed(w: &mut CodeWriter, into: &str, acc: &str) {
-    w.line(format!(
-        "const unsigned {into}[4] = {{pack_half2({acc}[2 * kk][0], {acc}[2 * kk][1]), pack_half2({acc}[2 * kk][2], {acc}[2 * kk][3]),"
-    ));
-    w.line(format!(
-        "                        pack_half2({acc}[2 * kk + 1][0], {acc}[2 * kk + 1][1]), pack_half2({acc}[2 * kk + 1][2], {acc}[2 * kk + 1][3])}};"
-    ));
+    w.line(format!("unsigned {into}[MT][4];"));
+    w.line("#pragma unroll");
+    w.open("for (int mi = 0; mi < MT; ++mi)");
+    for (r, (j, c)) in [("2 * kk", 0), ("2 * kk", 2), ("2 * kk + 1", 0), ("2 * kk + 1", 2)].into_iter().enumerate() {
+        w.line(format!("{into}[mi][{r}] = pack_half2({acc}[mi][{j}][{c}], {acc}[mi][{j}][{}]);", c + 1));
+    }
+    w.close();
 }
 
-/// Stores a warp's 16 rows of `acc` (rows `first + g`, `first + g + 8`) times `factor` to `out`.
-fn store(w: &mut CodeWriter, out: &str, acc: &str, first: &str, factor: &str) {
+/// `acc[mi][2 dn] += a[mi] b[0..2]`, `acc[mi][2 dn + 1] += a[mi] b[2..4]` for each row block.
+fn mma_pair(w: &mut CodeWriter, acc: &str, tile: &str, a: &str, b: &str) {
+    w.line("#pragma unroll");
+    w.open("for (int mi = 0; mi < MT; ++mi)");
+    w.line(format!("mma_16816({acc}[mi][2 * {tile}], {a}, {b}[0], {b}[1]);"));
+    w.line(format!("mma_16816({acc}[mi][2 * {tile} + 1], {a}, {b}[2], {b}[3]);"));
+    w.close();
+}
+
+/// Stores a warp's rows of `acc` (block `mi`: rows `warp_row0 + 16 mi + g` and `+ 8`) times
+/// `factor` to `out`.
+fn store(w: &mut CodeWriter, out: &str, acc: &str, factor: &str) {
+    w.line("#pragma unroll");
+    w.open("for (int mi = 0; mi < MT; ++mi)");
     w.line("#pragma unroll");
     w.open("for (int h = 0; h < 2; ++h)");
-    w.line(format!("const int i = {first} + g + 8 * h;"));
+    w.line("const int i = warp_row0 + mi * 16 + g + 8 * h;");
     w.line("if (i >= SEQ) continue;");
     w.line("#pragma unroll");
     w.open("for (int j = 0; j < DTILES; ++j)");
     w.line(format!(
-        "*reinterpret_cast<unsigned*>({out} + base + (idx_t)i * DIM + j * 8 + 2 * t) = pack_half2({acc}[j][2 * h] * {factor}, {acc}[j][2 * h + 1] * {factor});"
+        "*reinterpret_cast<unsigned*>({out} + base + (idx_t)i * DIM + j * 8 + 2 * t) = pack_half2({acc}[mi][j][2 * h] * {factor}, {acc}[mi][j][2 * h + 1] * {factor});"
     ));
+    w.close();
     w.close();
     w.close();
 }
@@ -186,20 +216,22 @@ fn dq_body(w: &mut CodeWriter, stages: u32) {
     stage_rows(w, "dos", "in5", "row0", "ROWS");
     w.line("asm volatile(\"cp.async.wait_group 0;\" ::);");
     w.line("__syncthreads();");
-    w.line("// The warp's Q and dO fragments: 16 rows x DIM, one A fragment per 16 columns.");
-    w.line("unsigned qf[KSTEPS][4], df[KSTEPS][4];");
+    w.line("// The warp's Q and dO fragments: MT blocks of 16 rows x DIM, one A fragment per 16 columns.");
+    w.line("unsigned qf[MT][KSTEPS][4], df[MT][KSTEPS][4];");
+    w.line("float lse2[MT][2], delta[MT][2];");
+    w.line("#pragma unroll");
+    w.open("for (int mi = 0; mi < MT; ++mi)");
     w.line("#pragma unroll");
     w.open("for (int kk = 0; kk < KSTEPS; ++kk)");
-    a_fragment(w, "qf[kk]", "qs", "warp * 16", "kk * 16");
-    a_fragment(w, "df[kk]", "dos", "warp * 16", "kk * 16");
+    a_fragment(w, "qf[mi][kk]", "qs", "warp * RW + mi * 16", "kk * 16");
+    a_fragment(w, "df[mi][kk]", "dos", "warp * RW + mi * 16", "kk * 16");
     w.close();
-    w.line("const int qrow[2] = {warp_row0 + g, warp_row0 + g + 8};");
-    w.line("float lse2[2], delta[2];");
     w.line("#pragma unroll");
     w.open("for (int h = 0; h < 2; ++h)");
-    w.line("const int i = min(qrow[h], SEQ - 1);");
-    w.line("lse2[h] = in3[bh * SEQ + i] * LOG2E;");
-    w.line("delta[h] = in4[bh * SEQ + i];");
+    w.line("const int i = min(warp_row0 + mi * 16 + g + 8 * h, SEQ - 1);");
+    w.line("lse2[mi][h] = in3[bh * SEQ + i] * LOG2E;");
+    w.line("delta[mi][h] = in4[bh * SEQ + i];");
+    w.close();
     w.close();
     zeroed(w, "dq", "DTILES");
     w.line("const int key_end = CAUSAL ? min(SEQ, row0 + ROWS) : SEQ;");
@@ -214,31 +246,34 @@ fn dq_body(w: &mut CodeWriter, stages: u32) {
         "2 * WT * STRIDE",
         &|_, _, _| {},
     );
-    w.line("if (CAUSAL && k0 > warp_row0 + 15) continue;  // every key of the tile after the warp's rows");
+    w.line("if (CAUSAL && k0 > warp_row0 + RW - 1) continue;  // every key of the tile after the warp's rows");
     zeroed(w, "sc", "WT / 8");
     zeroed(w, "dp", "WT / 8");
     w.line("#pragma unroll");
     w.open("for (int kk = 0; kk < KSTEPS; ++kk)");
     w.line("#pragma unroll");
     w.open("for (int np = 0; np < WT / 16; ++np)");
-    w.line("unsigned kb[4], vb[4];");
+    w.line("unsigned kb[4], vb[4];  // shared by the warp's row blocks");
     b_fragments(w, "kb", "ks", "np * 16", "kk * 16");
     b_fragments(w, "vb", "vs", "np * 16", "kk * 16");
-    w.line("mma_16816(sc[2 * np], qf[kk], kb[0], kb[1]);");
-    w.line("mma_16816(sc[2 * np + 1], qf[kk], kb[2], kb[3]);");
-    w.line("mma_16816(dp[2 * np], df[kk], vb[0], vb[1]);");
-    w.line("mma_16816(dp[2 * np + 1], df[kk], vb[2], vb[3]);");
+    mma_pair(w, "sc", "np", "qf[mi][kk]", "kb");
+    mma_pair(w, "dp", "np", "df[mi][kk]", "vb");
     w.close();
     w.close();
-    w.line("// dS = P (dP - delta) in place of the scores.");
+    w.line("// dS = P (dP - delta) in place of the scores; only tiles past the sequence or across the");
+    w.line("// diagonal of the warp's rows mask.");
+    w.line("const bool edge = k0 + WT > SEQ || (CAUSAL && k0 + WT - 1 > warp_row0);");
+    w.line("#pragma unroll");
+    w.open("for (int mi = 0; mi < MT; ++mi)");
     w.line("#pragma unroll");
     w.open("for (int j = 0; j < WT / 8; ++j)");
     w.line("#pragma unroll");
     w.open("for (int c = 0; c < 4; ++c)");
-    w.line("const int key = k0 + j * 8 + 2 * t + (c & 1), h = c >> 1;");
-    w.line("const bool valid = key < SEQ && (!CAUSAL || key <= qrow[h]);");
-    w.line("const float p = valid ? exp2f(sc[j][c] * SCALE_LOG2 - lse2[h]) : 0.0f;");
-    w.line("sc[j][c] = p * (dp[j][c] - delta[h]);");
+    w.line("const int key = k0 + j * 8 + 2 * t + (c & 1), h = c >> 1, q = warp_row0 + mi * 16 + g + 8 * h;");
+    w.line("float p = exp2f(fmaf(sc[mi][j][c], SCALE_LOG2, -lse2[mi][h]));");
+    w.line("if (edge && (key >= SEQ || (CAUSAL && key > q))) p = 0.0f;");
+    w.line("sc[mi][j][c] = p * (dp[mi][j][c] - delta[mi][h]);");
+    w.close();
     w.close();
     w.close();
     w.line("// dq += dS K: two score tiles are one A fragment of 16 keys.");
@@ -249,12 +284,11 @@ fn dq_body(w: &mut CodeWriter, stages: u32) {
     w.open("for (int dn = 0; dn < DTILES / 2; ++dn)");
     w.line("unsigned kb[4];");
     b_fragments_trans(w, "kb", "ks", "kk * 16", "dn * 16");
-    w.line("mma_16816(dq[2 * dn], sf, kb[0], kb[1]);");
-    w.line("mma_16816(dq[2 * dn + 1], sf, kb[2], kb[3]);");
+    mma_pair(w, "dq", "dn", "sf[mi]", "kb");
     w.close();
     w.close();
     w.close();
-    store(w, "out0", "dq", "warp_row0", "SCALE");
+    store(w, "out0", "dq", "SCALE");
 }
 
 /// dk and/or dv: inputs q, k, v, lse, delta, dout; outputs at the given slots.
@@ -265,7 +299,6 @@ fn dkdv_body(w: &mut CodeWriter, stages: u32, dk: Option<usize>, dv: Option<usiz
     w.line(format!("float* stats = reinterpret_cast<float*>(qdo + {stages} * 2 * WT * STRIDE);  // {stages} x (lse * log2(e), rowsum(dout * out)): WT each"));
     stage_rows(w, "ks", "in1", "row0", "ROWS");
     stage_rows(w, "vs", "in2", "row0", "ROWS");
-    w.line("const int krow[2] = {warp_row0 + g, warp_row0 + g + 8};");
     if dk.is_some() {
         zeroed(w, "dk", "DTILES");
     }
@@ -300,42 +333,50 @@ fn dkdv_body(w: &mut CodeWriter, stages: u32, dk: Option<usize>, dv: Option<usiz
     }
     w.line("#pragma unroll");
     w.open("for (int kk = 0; kk < KSTEPS; ++kk)");
-    w.line("unsigned kf[4];  // the warp's 16 keys, dims 16 kk .. 16 kk + 15");
-    a_fragment(w, "kf", "ks", "warp * 16", "kk * 16");
+    w.line("unsigned kf[MT][4];  // the warp's keys, dims 16 kk .. 16 kk + 15");
     if dk.is_some() {
-        w.line("unsigned vf[4];");
-        a_fragment(w, "vf", "vs", "warp * 16", "kk * 16");
+        w.line("unsigned vf[MT][4];");
     }
     w.line("#pragma unroll");
+    w.open("for (int mi = 0; mi < MT; ++mi)");
+    a_fragment(w, "kf[mi]", "ks", "warp * RW + mi * 16", "kk * 16");
+    if dk.is_some() {
+        a_fragment(w, "vf[mi]", "vs", "warp * RW + mi * 16", "kk * 16");
+    }
+    w.close();
+    w.line("#pragma unroll");
     w.open("for (int np = 0; np < WT / 16; ++np)");
-    w.line("unsigned qb[4];");
+    w.line("unsigned qb[4];  // shared by the warp's row blocks");
     b_fragments(w, "qb", "qs", "np * 16", "kk * 16");
-    w.line("mma_16816(st[2 * np], kf, qb[0], qb[1]);");
-    w.line("mma_16816(st[2 * np + 1], kf, qb[2], qb[3]);");
+    mma_pair(w, "st", "np", "kf[mi]", "qb");
     if dk.is_some() {
         w.line("unsigned db[4];");
         b_fragments(w, "db", "dos", "np * 16", "kk * 16");
-        w.line("mma_16816(dpt[2 * np], vf, db[0], db[1]);");
-        w.line("mma_16816(dpt[2 * np + 1], vf, db[2], db[3]);");
+        mma_pair(w, "dpt", "np", "vf[mi]", "db");
     }
     w.close();
     w.close();
     w.line(if dk.is_some() {
-        "// P^T in place of the scores, dS^T = P^T (dP^T - delta) in place of dP^T."
+        "// P^T in place of the scores, dS^T = P^T (dP^T - delta) in place of dP^T; only tiles past"
     } else {
-        "// P^T in place of the scores."
+        "// P^T in place of the scores; only tiles past"
     });
+    w.line("// the sequence or across the diagonal of the warp's keys mask.");
+    w.line("const bool edge = q0 + WT > SEQ || (CAUSAL && q0 < warp_row0 + RW - 1);");
+    w.line("#pragma unroll");
+    w.open("for (int mi = 0; mi < MT; ++mi)");
     w.line("#pragma unroll");
     w.open("for (int j = 0; j < WT / 8; ++j)");
     w.line("#pragma unroll");
     w.open("for (int c = 0; c < 4; ++c)");
-    w.line("const int ql = j * 8 + 2 * t + (c & 1), q = q0 + ql, key = krow[c >> 1];");
-    w.line("const bool valid = q < SEQ && key < SEQ && (!CAUSAL || key <= q);");
-    w.line("const float p = valid ? exp2f(st[j][c] * SCALE_LOG2 - lse2s[ql]) : 0.0f;");
-    w.line("st[j][c] = p;");
+    w.line("const int ql = j * 8 + 2 * t + (c & 1), q = q0 + ql, key = warp_row0 + mi * 16 + g + 8 * (c >> 1);");
+    w.line("float p = exp2f(fmaf(st[mi][j][c], SCALE_LOG2, -lse2s[ql]));");
+    w.line("if (edge && (q >= SEQ || (CAUSAL && key > q))) p = 0.0f;");
+    w.line("st[mi][j][c] = p;");
     if dk.is_some() {
-        w.line("dpt[j][c] = p * (dpt[j][c] - deltas[ql]);");
+        w.line("dpt[mi][j][c] = p * (dpt[mi][j][c] - deltas[ql]);");
     }
+    w.close();
     w.close();
     w.close();
     w.line("// dv += P^T dO and dk += dS^T Q: two tiles are one A fragment of 16 queries.");
@@ -352,22 +393,20 @@ fn dkdv_body(w: &mut CodeWriter, stages: u32, dk: Option<usize>, dv: Option<usiz
     if dv.is_some() {
         w.line("unsigned db[4];");
         b_fragments_trans(w, "db", "dos", "kk * 16", "dn * 16");
-        w.line("mma_16816(dv[2 * dn], pf, db[0], db[1]);");
-        w.line("mma_16816(dv[2 * dn + 1], pf, db[2], db[3]);");
+        mma_pair(w, "dv", "dn", "pf[mi]", "db");
     }
     if dk.is_some() {
         w.line("unsigned qb[4];");
         b_fragments_trans(w, "qb", "qs", "kk * 16", "dn * 16");
-        w.line("mma_16816(dk[2 * dn], sf, qb[0], qb[1]);");
-        w.line("mma_16816(dk[2 * dn + 1], sf, qb[2], qb[3]);");
+        mma_pair(w, "dk", "dn", "sf[mi]", "qb");
     }
     w.close();
     w.close();
     w.close();
     if let Some(slot) = dk {
-        store(w, &format!("out{slot}"), "dk", "warp_row0", "SCALE");
+        store(w, &format!("out{slot}"), "dk", "SCALE");
     }
     if let Some(slot) = dv {
-        store(w, &format!("out{slot}"), "dv", "warp_row0", "1.0f");
+        store(w, &format!("out{slot}"), "dv", "1.0f");
     }
 }

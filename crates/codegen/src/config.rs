@@ -205,8 +205,9 @@ pub fn candidate_configs(plan: &Plan, kernel: usize, target: &Target) -> Vec<Ker
 fn attention_forward_candidates(unit: &Unit<'_>, att: &Attention) -> Vec<KernelConfig> {
     let mut candidates = Vec::new();
     if crate::attention_mma::supports(unit, &att.shape) {
-        for (warps, stages) in [(4, 1), (8, 1), (4, 2), (8, 2)] {
-            candidates.push(KernelConfig::Attention { warps, rows_per_warp: 16, tensor_cores: true, stages });
+        for (warps, rows_per_warp, stages) in tensor_core_shapes(att.shape.head_dim, &[(4, 1), (8, 1), (4, 2), (8, 2)])
+        {
+            candidates.push(KernelConfig::Attention { warps, rows_per_warp, tensor_cores: true, stages });
         }
     }
     for (warps, rows_per_warp) in attention_candidates(att.shape.head_dim, false) {
@@ -220,14 +221,29 @@ fn attention_forward_candidates(unit: &Unit<'_>, att: &Attention) -> Vec<KernelC
 fn attention_backward_candidates(unit: &Unit<'_>, back: &AttentionBackward) -> Vec<KernelConfig> {
     let mut candidates = Vec::new();
     if crate::attention_mma::supports(unit, &back.shape) {
-        for (warps, stages) in [(4, 1), (8, 1), (2, 1), (4, 2), (2, 2)] {
-            candidates.push(KernelConfig::AttentionBackward { warps, rows_per_warp: 16, tensor_cores: true, stages });
+        for (warps, rows_per_warp, stages) in
+            tensor_core_shapes(back.shape.head_dim, &[(4, 1), (8, 1), (2, 1), (4, 2), (2, 2)])
+        {
+            candidates.push(KernelConfig::AttentionBackward { warps, rows_per_warp, tensor_cores: true, stages });
         }
     }
     for (warps, rows_per_warp) in attention_candidates(back.shape.head_dim, true) {
         candidates.push(KernelConfig::AttentionBackward { warps, rows_per_warp, tensor_cores: false, stages: 1 });
     }
     candidates
+}
+
+/// `(warps, rows_per_warp, stages)` of the tensor-core attention kernels: at head dims up to 64
+/// two row blocks a warp first (each shared-memory fragment then feeds twice the mmas), with 4
+/// warps in one or two stages; then one row block a warp in each of `one_block`'s `(warps,
+/// stages)`.
+fn tensor_core_shapes(head_dim: usize, one_block: &[(u32, u32)]) -> Vec<(u32, u32, u32)> {
+    let mut shapes = Vec::new();
+    if head_dim <= 64 {
+        shapes.extend([(4, 32, 2), (4, 32, 1)]);
+    }
+    shapes.extend(one_block.iter().map(|&(warps, stages)| (warps, 16, stages)));
+    shapes
 }
 
 /// `(warps, rows_per_warp)` of attention blocks: more rows a block share each staged tile, fewer

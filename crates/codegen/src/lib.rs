@@ -178,15 +178,8 @@ pub fn generate(plan: &Plan, kernel: usize, config: &KernelConfig, target: &Targ
         (KernelKind::MultiPointwise(multi), KernelConfig::MultiPointwise { block, vec, steps }) => {
             multi_pointwise::generate(&mut unit, multi, block, vec, steps)?
         }
-        (
-            KernelKind::Attention(att),
-            KernelConfig::Attention { warps, rows_per_warp: 16, tensor_cores: true, stages },
-        ) => attention_mma::generate(&mut unit, att, warps, stages)?,
-        (KernelKind::Attention(_), KernelConfig::Attention { tensor_cores: true, rows_per_warp, .. }) => {
-            return Err(error::invalid_config(
-                &k.name,
-                format!("the tensor-core kernel gives each warp 16 rows, not {rows_per_warp}"),
-            ))
+        (KernelKind::Attention(att), KernelConfig::Attention { warps, rows_per_warp, tensor_cores: true, stages }) => {
+            attention_mma::generate(&mut unit, att, warps, rows_per_warp, stages)?
         }
         (
             KernelKind::Attention(att),
@@ -194,17 +187,8 @@ pub fn generate(plan: &Plan, kernel: usize, config: &KernelConfig, target: &Targ
         ) => attention::generate_forward(&mut unit, att, warps, rows_per_warp)?,
         (
             KernelKind::AttentionBackward(back),
-            KernelConfig::AttentionBackward { warps, rows_per_warp: 16, tensor_cores: true, stages },
-        ) => attention_mma_backward::generate(&mut unit, back, warps, stages)?,
-        (
-            KernelKind::AttentionBackward(_),
-            KernelConfig::AttentionBackward { tensor_cores: true, rows_per_warp, .. },
-        ) => {
-            return Err(error::invalid_config(
-                &k.name,
-                format!("the tensor-core kernels give each warp 16 rows, not {rows_per_warp}"),
-            ))
-        }
+            KernelConfig::AttentionBackward { warps, rows_per_warp, tensor_cores: true, stages },
+        ) => attention_mma_backward::generate(&mut unit, back, warps, rows_per_warp, stages)?,
         (
             KernelKind::AttentionBackward(back),
             KernelConfig::AttentionBackward { warps, rows_per_warp, tensor_cores: false, stages: 1 },

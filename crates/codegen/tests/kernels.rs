@@ -483,8 +483,11 @@ fn attention_launches_and_index_width() {
 fn snapshot_of_the_tensor_core_attention_forward() {
     let plan = plans::attention_forward(DType::BF16, [16, 12, 1024, 64], true);
     let config = KernelConfig::Attention { warps: 4, rows_per_warp: 16, tensor_cores: true, stages: 1 };
+    // Two row blocks a warp and two stages first at head dim 64; one row block a warp after.
+    let default = KernelConfig::Attention { warps: 4, rows_per_warp: 32, tensor_cores: true, stages: 2 };
     let candidates = candidate_configs(&plan, 0, &Target::h200());
-    assert_eq!(candidates[0], config, "{candidates:?}");
+    assert_eq!(candidates[0], default, "{candidates:?}");
+    assert!(candidates.contains(&config), "{candidates:?}");
     assert!(candidates.iter().any(|c| matches!(c, KernelConfig::Attention { tensor_cores: false, .. })));
     let kernel = snapshot_with("attention_causal_bf16_d64_tensor_cores", &plan, &config);
     for instruction in ["mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "ldmatrix", "cp.async.cg"] {
@@ -493,6 +496,16 @@ fn snapshot_of_the_tensor_core_attention_forward() {
     // 64 query rows, 64 keys and 64 values, rows of 64 + 8 bf16.
     assert_eq!(kernel.launches[0].shared_bytes, (64 + 128) * 72 * 2);
     assert_eq!(kernel.launches[0].grid, [16 * 12 * 16, 1, 1]);
+    // 128 query rows and two slots of 64 keys and 64 values.
+    let kernel = cuda(&plan, &default);
+    assert_eq!(kernel.launches[0].shared_bytes, (128 + 2 * 128) * 72 * 2);
+    assert_eq!(kernel.launches[0].grid, [16 * 12 * 8, 1, 1]);
+    // Two row blocks a warp do not fit a head dim of 128 in registers: refused, not a candidate.
+    let wide = plans::attention_forward(DType::BF16, [1, 1, 64, 128], false);
+    assert!(generate(&wide, 0, &default, &Target::h200()).is_err());
+    assert!(candidate_configs(&wide, 0, &Target::h200())
+        .iter()
+        .all(|c| !matches!(c, KernelConfig::Attention { rows_per_warp: 32, tensor_cores: true, .. })));
     // Not for f32, nor before sm_80, nor head dims that are no multiple of 16.
     let f32_plan = plans::attention_forward(DType::F32, [1, 1, 64, 64], true);
     let ampere_less = Target { compute_capability: (7, 5), ..Target::h200() };
@@ -511,8 +524,15 @@ fn the_tensor_core_attention_backward_is_the_default_where_it_applies() {
     use braze_ir::AttentionInput::{Key, Query, Value};
     let dq = plans::attention_backward(DType::BF16, [16, 12, 1024, 64], true, &[Query]);
     let config = KernelConfig::AttentionBackward { warps: 4, rows_per_warp: 16, tensor_cores: true, stages: 1 };
+    let default = KernelConfig::AttentionBackward { warps: 4, rows_per_warp: 32, tensor_cores: true, stages: 2 };
     let candidates = candidate_configs(&dq, 0, &Target::h200());
-    assert_eq!(candidates[0], config, "{candidates:?}");
+    assert_eq!(candidates[0], default, "{candidates:?}");
+    assert!(candidates.contains(&config), "{candidates:?}");
+    // Two row blocks a warp walk tiles of 32: 128 rows and their output gradients, two slots of
+    // a key and a value tile.
+    let kernel = cuda(&dq, &default);
+    assert_eq!(kernel.launches[0].shared_bytes, 2 * 128 * 72 * 2 + 2 * (2 * 32 * 72 * 2));
+    assert_eq!(kernel.launches[0].grid, [16 * 12 * 8, 1, 1]);
     assert!(candidates.iter().any(|c| matches!(c, KernelConfig::AttentionBackward { tensor_cores: false, .. })));
     let kernel = cuda(&dq, &config);
     for instruction in ["mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "ldmatrix_x4_trans(", "cp.async.cg"] {
