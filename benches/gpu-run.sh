@@ -15,7 +15,8 @@
 # compare.py; each program writes its JSON after every case, so one stopped by its time limit
 # still leaves the cases it measured to compare. Logged to $OUT/sweep.log, joined in
 # $OUT/compare-sweep.txt. `training` (not part of `all`: a device call of its own) runs the
-# training workloads beside PyTorch (see its comment below).
+# training workloads beside PyTorch (see its comment below); `attention` times and checks every
+# attention kernel candidate (see its comment).
 set -uo pipefail
 out=${OUT:-.stage/out}
 mkdir -p "$out"
@@ -85,6 +86,19 @@ if [ "$what" = sweep ]; then
     >> "$out/sweep.log" 2>&1 || status=1
   grep -E "FAIL|error|problem" "$out/sweep.log" | tail -n 20
   python3 .stage/compare.py "$out/braze-sweep.json" "$out/torch-sweep.json" | tee "$out/compare-sweep.txt"
+fi
+if [ "$what" = attention ]; then
+  # The attention kernels alone: every candidate's time at GPT-2's shape (the autotune log of the
+  # bench's max-autotune rows), block_step and gpt2_step at the defaults, SDPA beside them, then
+  # every candidate checked against the reference (gpu_attention). Logged to $OUT/attention.log.
+  { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv; date -u
+    echo "== BRAZE_LOG=autotune braze bench --only attention,block_step,gpt2_step"
+    BRAZE_LOG=autotune timeout 200 .stage/bin/braze bench --only attention,block_step,gpt2_step \
+      --json "$out/braze.json" 2>&1 | grep -vE "^#   +[0-9]"
+    echo "== torch_baseline.py --only attention"; timeout 60 python3 .stage/torch_baseline.py --only attention 2>&1 | tail -n 3
+    echo "== gpu_attention"; timeout 240 .stage/bin/gpu_attention 2>&1 | grep -E "^test |test result|panicked" | tail -n 8
+  } > "$out/attention.log" 2>&1 || status=1
+  grep -vE "autotune|^\s*$" "$out/attention.log" | tail -n 40
 fi
 if [ "$what" = training ]; then
   # The training workloads beside PyTorch, each step alone on the GPU: GPT-2 (nanoGPT's weights
