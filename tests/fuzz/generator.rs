@@ -140,7 +140,9 @@ impl Generator {
                 let index = self.rng.pick(&[DType::I32, DType::I64]);
                 let ignore_index = self.rng.pick(&[-100, 0, 3]);
                 let targets = Arg::Input(index, Shape(vec![shape.dims()[0]]));
-                let classes = Arg::Input(index, Shape(vec![shape.dims()[1]]));
+                // i32 classes beside i64 targets too (as the frontend passes them).
+                let class_dtype = if index == DType::I64 && self.rng.chance(0.5) { DType::I32 } else { index };
+                let classes = Arg::Input(class_dtype, Shape(vec![shape.dims()[1]]));
                 self.commit(Op::CrossEntropy { ignore_index }, &[Arg::Value(x), targets, classes], None)
             }
             _ => {

@@ -44,6 +44,15 @@ impl<'g> Emit<'g> {
         Ok(self.g.add(op, operands, self.loc.clone())?)
     }
 
+    /// Cross entropy's `[rows, cols]` match of targets and classes ([`braze_ir::class_onehot`]).
+    pub(crate) fn class_onehot(&mut self, targets: NodeId, classes: NodeId) -> Result<NodeId> {
+        let added = braze_ir::class_onehot(self.g, targets, classes, self.loc.clone())?;
+        for &id in &added {
+            self.g.set_loc(id, self.loc.clone());
+        }
+        Ok(*added.last().expect("the match is the last node"))
+    }
+
     pub(crate) fn constant(&mut self, value: f64) -> NodeId {
         let dtype = self.dtype;
         self.constant_of(value, dtype)

@@ -168,7 +168,7 @@ fn cross_entropy_grad(
     ignore_index: i64,
 ) -> Result<NodeId> {
     let shape = e.shape(x);
-    let (rows, cols) = (shape.dims()[0], shape.dims()[1]);
+    let rows = shape.dims()[0];
     let max = e.reduce(ReduceOp::Max, x, &[1], true)?;
     let shifted = e.sub(x, max)?;
     let exp = e.unary(UnaryOp::Exp, shifted)?;
@@ -176,8 +176,7 @@ fn cross_entropy_grad(
     let p = e.div(exp, sum)?;
     let target_dtype = e.graph().node(targets).dtype;
     let column_of = e.reshape(targets, &Shape(vec![rows, 1]))?;
-    let class_row = e.reshape(classes, &Shape(vec![1, cols]))?;
-    let onehot = e.binary(BinaryOp::Eq, column_of, class_row)?;
+    let onehot = e.class_onehot(targets, classes)?;
     let ignored = e.constant_of(ignore_index as f64, target_dtype);
     let valid = e.binary(BinaryOp::Ne, column_of, ignored)?;
     let counted = e.cast(valid, DType::F32)?;

@@ -284,7 +284,9 @@ impl Tensor {
         if !crate::trace::is_active() && dims.len() == 2 && targets.dtype().is_int() && !targets.is_traced() {
             check_targets(targets, classes, ignore_index, &loc)?;
         }
-        let index_dtype = if targets.dtype().is_int() { targets.dtype() } else { DType::I64 };
+        // i32 class ids whatever the targets' width (the IR narrows i64 targets once per row):
+        // the loss's row kernel reads one beside every logit.
+        let index_dtype = if classes <= i32::MAX as usize { DType::I32 } else { DType::I64 };
         let class_ids = Tensor::arange(classes, index_dtype, self.device())?;
         apply("cross_entropy", &[self, targets, &class_ids], loc, |b, x| {
             b.op(Op::CrossEntropy { ignore_index }, &[x[0], x[1], x[2]])

@@ -7,6 +7,7 @@
 //! [`Graph`]'s methods has been type-checked by [`infer::infer`], the single home of the typing
 //! rules.
 
+mod class_match;
 mod dtype;
 pub mod elementwise;
 mod error;
@@ -21,6 +22,7 @@ mod shape;
 mod text;
 mod verify;
 
+pub use class_match::class_onehot;
 pub use dtype::DType;
 pub use elementwise::{BinaryOp, UnaryOp};
 pub use error::{IrError, Result};

@@ -166,8 +166,9 @@ pub enum Op {
     },
     /// The mean over rows of `-log_softmax(logits[n])[target[n]]`, as PyTorch's `cross_entropy`;
     /// operands logits `[N, V]` (float), targets `[N]` (i32 or i64) and classes `[V]` of the
-    /// targets' dtype, the class of each column (the frontend passes `0..V`: the IR has no index
-    /// op; a row's loss sums `-log_softmax` over every column whose class is its target). Rows
+    /// targets' dtype or i32 beside i64 targets, the class of each column (the frontend passes
+    /// `0..V` in i32: the IR has no index op; a row's loss sums `-log_softmax` over every column
+    /// whose class is its target, compared as integers of any width). Rows
     /// whose target is `ignore_index` are left out of the sum and the count; a row whose target
     /// is no column's class has a NaN loss (so the mean is NaN), and a mean over no rows is NaN,
     /// as PyTorch's. The result is a scalar of the logits' dtype.

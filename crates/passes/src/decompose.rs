@@ -208,7 +208,7 @@ impl Builder<'_> {
     /// would (`max + log(sum) - x` loses the loss to rounding where logits are large).
     fn cross_entropy(&mut self, x: NodeId, targets: NodeId, classes: NodeId, ignore_index: i64) -> Result<NodeId> {
         let dims = self.shape(x).dims().to_vec();
-        let (rows, cols) = (dims[0], dims[1]);
+        let rows = dims[0];
         let compute = self.g.node(x).dtype;
         let max = self.reduce(ReduceOp::Max, x, vec![1], true)?;
         let shifted = self.binary(BinaryOp::Sub, x, max)?;
@@ -217,8 +217,8 @@ impl Builder<'_> {
         let log_sum = self.unary(UnaryOp::Log, sum)?;
         let target_dtype = self.g.node(targets).dtype;
         let column_of = self.reshape(targets, Shape(vec![rows, 1]))?;
-        let class_row = self.reshape(classes, Shape(vec![1, cols]))?;
-        let onehot = self.binary(BinaryOp::Eq, column_of, class_row)?;
+        let matched = braze_ir::class_onehot(self.g, targets, classes, self.loc.clone())?;
+        let onehot = matched.iter().map(|&id| self.tag(id)).last().expect("the match is the last node");
         let zero = self.constant(0.0, compute);
         let picked = self.where_(onehot, shifted, zero)?;
         let target_logit = self.reduce(ReduceOp::Sum, picked, vec![1], true)?;

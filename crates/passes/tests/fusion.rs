@@ -12,7 +12,7 @@ use braze_workloads::{graph, multisum_sizes};
 use std::collections::HashSet;
 use support::*;
 
-fn check(name: &str, graph: Graph, options: FusionOptions, kernels: usize) {
+fn check(name: &str, graph: Graph, options: FusionOptions, kernels: usize) -> Plan {
     let plan = compile_to_plan(&graph, &options).unwrap_or_else(|e| panic!("{name}: {e}"));
     plan.validate().unwrap_or_else(|e| panic!("{name}: {e}\n{plan}"));
     check_invariants(name, &graph, &plan);
@@ -21,6 +21,7 @@ fn check(name: &str, graph: Graph, options: FusionOptions, kernels: usize) {
     settings.set_prepend_module_to_snapshot(false);
     settings.bind(|| insta::assert_snapshot!(name, plan.to_string()));
     assert_eq!(plan.kernel_count(), kernels, "{name}: kernel count\n{plan}");
+    plan
 }
 
 fn check_invariants(name: &str, graph: &Graph, plan: &Plan) {
@@ -142,6 +143,29 @@ fn cross_entropy_is_a_row_kernel_and_a_mean_and_its_backward_one_pass() {
     let grads = braze_autodiff::backward(&mut g, &[(loss, one)], &[logits]).unwrap();
     g.set_outputs(vec![loss, grads[0].unwrap()]);
     check("cross_entropy_bf16_backward", g, defaults(), 3);
+}
+
+/// i32 classes beside i64 targets (what the frontend passes): the targets are narrowed once per
+/// row in a kernel over the targets, and the row kernels read 4-byte classes beside the logits.
+#[test]
+fn cross_entropy_with_i32_classes_narrows_the_targets_per_row() {
+    let mut g = Graph::new();
+    let logits = g.input(DType::BF16, [64, 50_304]);
+    let targets = g.input(DType::I64, [64]);
+    let classes = g.input(DType::I32, [50_304]);
+    let loss = op(&mut g, Op::CrossEntropy { ignore_index: -100 }, &[logits, targets, classes]);
+    let one = g.constant(1.0, DType::BF16);
+    let grads = braze_autodiff::backward(&mut g, &[(loss, one)], &[logits]).unwrap();
+    g.set_outputs(vec![loss, grads[0].unwrap()]);
+    let plan = check("cross_entropy_i32_classes_backward", g, defaults(), 4);
+    let wide_rows: Vec<_> = plan.kernels.iter().filter(|k| k.name.starts_with("row_")).collect();
+    assert!(!wide_rows.is_empty());
+    for kernel in wide_rows {
+        for &b in &kernel.inputs {
+            let buffer = plan.buffer(b);
+            assert!(buffer.dtype != DType::I64 || buffer.numel == 64, "{}: reads {buffer:?}", kernel.name);
+        }
+    }
 }
 
 #[test]
