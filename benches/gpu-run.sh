@@ -116,7 +116,7 @@ if [ "$what" = training ]; then
     timeout 120 python3 .stage/torch_gpt2.py --only gpt2_step --write "$w/gpt2-bf16" --autocast bf16 --no-time 2>&1 | tail -n 3
     echo "== braze gpt2-check (bf16 autocast)"; timeout 120 .stage/bin/braze gpt2-check --torch-weights "$w/gpt2-bf16" 2>&1 | tail -n 25
     echo "== braze bench --only block_fwd,block_step,gpt2_step,attention"
-    timeout 200 .stage/bin/braze bench --only block_fwd,block_step,gpt2_step,attention --json "$out/braze.json" 2>&1 |
+    timeout 300 .stage/bin/braze bench --only block_fwd,block_step,gpt2_step,attention --json "$out/braze.json" 2>&1 |
       tee "$out/kernels.log" | grep -vE "^#   +[0-9]" | tail -n 60
     echo "== torch_baseline.py --only attention"; timeout 60 python3 .stage/torch_baseline.py --only attention 2>&1 | tail -n 3
   } > "$out/gpt2.log" 2>&1 || status=1

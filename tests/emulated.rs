@@ -247,3 +247,33 @@ fn training_steps_in_the_emulator_match_the_plan_executor() {
     let sizes = Sizes { rows: 48, hidden: 64, dtype: DType::BF16, ..Sizes::default() };
     check_training_step("mlp_step bf16", &mlp_step(&sizes, Device::Cpu).unwrap(), DType::BF16, 0);
 }
+
+/// A bf16 value computed in a kernel and then compared (directly, and through a cast to f32)
+/// is compared rounded, as the reference holds it: `cos(x) == b`, `b` the bf16 rounding of the
+/// cosine, holds everywhere in the generated CUDA C too (gradient fuzz seed 5,101,752).
+#[test]
+fn generated_comparisons_observe_computed_bf16_values_rounded() {
+    use braze_ir::{BinaryOp, HostTensor, UnaryOp};
+    if !enabled() {
+        return;
+    }
+    let mut b = Builder::new();
+    let x = b.input(DType::BF16, [256]);
+    let y = b.input(DType::BF16, [256]);
+    let c = b.un(UnaryOp::Cos, x);
+    let direct = b.bin(BinaryOp::Eq, c, y);
+    let (c32, y32) = (b.cast(c, DType::F32), b.cast(y, DType::F32));
+    let widened = b.bin(BinaryOp::Eq, c32, y32);
+    let graph = b.finish(vec![direct, widened]);
+    let mut inputs = random_inputs(&graph, 5, |_| false);
+    let cosines: Vec<f64> = inputs[0].to_f64_vec().iter().map(|v| v.cos()).collect();
+    inputs[1] = HostTensor::from_f64(DType::BF16, [256], &cosines).unwrap();
+    let plan = compile_to_plan(&graph, &FusionOptions::default()).unwrap();
+    let target = Target::h200();
+    let configs: Vec<KernelConfig> = (0..plan.kernels.len()).map(|k| default_config(&plan, k, &target)).collect();
+    let actual = emulator::run_plan(&plan, &configs, &target, &inputs).unwrap();
+    for (j, out) in actual.iter().enumerate() {
+        let ties = out.to_f64_vec().iter().filter(|&&v| v == 1.0).count();
+        assert_eq!(ties, 256, "output {j}: every cosine ties with its rounding");
+    }
+}

@@ -90,3 +90,22 @@ fn random_gradients_match_the_reference() {
     // Broadcast operands' gradients are sums over leading axes: column kernels.
     assert!(graphs < 200 || kernels.get("column").is_some_and(|&n| n > 0), "no column kernels: {families:?}");
 }
+
+/// Seeds of fresh ranges that once failed, each with what fixed it.
+/// - 5,101,752: the grad of `max(cos(x), b)` in bf16, whose ties split it in halves: one kernel
+///   compared the f32 cosine kept in registers, another its stored bf16 rounding. Casts and
+///   comparisons now observe computed f16/bf16 values rounded.
+const REGRESSION_SEEDS: [u64; 1] = [5_101_752];
+
+#[test]
+fn gradient_fuzz_regression_seeds_pass() {
+    install_quiet_panic_hook();
+    let mut counts = Counts::default();
+    for seed in REGRESSION_SEEDS {
+        let joint =
+            gradient_graph(&random_graph(seed, &mut counts)).expect("the seed's graph has float inputs and outputs");
+        if let Err(failure) = run_graph(&joint, seed, seed % 3 != 0, false) {
+            panic!("seed {seed} fails at {}:\n{}", failure.stage, failure.message);
+        }
+    }
+}

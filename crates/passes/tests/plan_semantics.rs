@@ -520,3 +520,28 @@ fn reductions_with_a_copied_prologue() {
     let non_finite = HostTensor::from_f64(DType::F32, vec![300, 256], &values).unwrap();
     check_on("copied prologue, non-finite", g, &[non_finite, scale]);
 }
+
+/// A bf16 value computed in a kernel lives in registers as f32, but a comparison and a cast
+/// observe it rounded, as the reference holds it: `cos(x) == b`, with `b` the bf16 rounding of
+/// the cosine, holds everywhere, also read through casts to f32 (gradient fuzz seed 5,101,752:
+/// one kernel compared the f32 cosine, another its stored rounding).
+#[test]
+fn comparisons_and_casts_observe_computed_bf16_values_rounded() {
+    let x = random_tensor(DType::BF16, vec![64], 3);
+    let cosines: Vec<f64> = x.to_f64_vec().iter().map(|v| v.cos()).collect();
+    let b = HostTensor::from_f64(DType::BF16, [64], &cosines).unwrap();
+    let g = graph(|g| {
+        let x = g.input(DType::BF16, [64]);
+        let b = g.input(DType::BF16, [64]);
+        let c = g.add(Op::Unary { op: UnaryOp::Cos }, &[x], None).unwrap();
+        let direct = g.add(Op::Binary { op: BinaryOp::Eq }, &[c, b], None).unwrap();
+        let (c32, b32) = (g.cast(c, DType::F32).unwrap(), g.cast(b, DType::F32).unwrap());
+        let widened = g.add(Op::Binary { op: BinaryOp::Eq }, &[c32, b32], None).unwrap();
+        vec![direct, widened]
+    });
+    let inputs = [x, b];
+    for out in eval_graph(&g, &inputs).unwrap() {
+        assert!(out.to_f64_vec().iter().all(|&v| v == 1.0), "the reference sees every tie");
+    }
+    check_on("bf16 ties", g, &inputs);
+}

@@ -45,28 +45,41 @@ impl Bench {
     ) -> Result<()> {
         let shape = sizes.shape(name);
         let dtype = sizes.dtype.to_string();
-        let compiled = workload.compile().fullgraph(true).mode(Mode::Default).name(name);
         let inputs = &workload.inputs;
-        let start = std::time::Instant::now();
-        let explanation = compiled.explain(inputs)?;
-        self.timer.sync()?;
-        let first_call = start.elapsed();
-        for _ in 0..WARM_STEPS {
+        // Default first (with each kernel's time in one step), then max-autotune: what tuning
+        // every kernel's launch config on these shapes buys, and how long it takes.
+        let mut explanation = None;
+        for mode in [Mode::Default, Mode::MaxAutotune] {
+            let compiled = workload.compile().fullgraph(true).mode(mode).name(name);
+            let start = std::time::Instant::now();
+            let explained = compiled.explain(inputs)?;
             ran(compiled.call(inputs))?;
+            self.timer.sync()?;
+            let first_call = start.elapsed();
+            for _ in 1..WARM_STEPS {
+                ran(compiled.call(inputs))?;
+            }
+            let timing = self.bench(&mut || ran(compiled.call(inputs)), self.rep_ms)?;
+            let us = timing.median_us;
+            let mut row = json!({
+                "workload": name, "shape": shape, "dtype": dtype, "variant": super::mode_variant(mode),
+                "us": us, "gbps": null, "reps": timing.reps,
+                "tokens_per_s": tokens / (us * 1e-6), "tflops": flops / (us * 1e-6) / 1e12,
+                "params": params, "kernels": explained.kernels, "launches": explained.launches,
+                "host_syncs": explained.host_syncs, "graphs": explained.graphs.len(),
+                "first_call_s": first_call.as_secs_f64(),
+            });
+            if mode == Mode::MaxAutotune {
+                // The first call traced, compiled every candidate, timed them and ran the winners.
+                row["tuning_s"] = json!(first_call.as_secs_f64());
+            }
+            self.emit(row);
+            if mode == Mode::Default && name != "block_fwd" {
+                self.kernel_profile(name, &shape, &dtype, us, &mut || Ok(compiled.profile(inputs)?.1))?;
+            }
+            explanation.get_or_insert(explained);
         }
-        let timing = self.bench(&mut || ran(compiled.call(inputs)), self.rep_ms)?;
-        let us = timing.median_us;
-        self.emit(json!({
-            "workload": name, "shape": shape, "dtype": dtype, "variant": "braze compiled",
-            "us": us, "gbps": null, "reps": timing.reps,
-            "tokens_per_s": tokens / (us * 1e-6), "tflops": flops / (us * 1e-6) / 1e12,
-            "params": params, "kernels": explanation.kernels, "launches": explanation.launches,
-            "host_syncs": explanation.host_syncs, "graphs": explanation.graphs.len(),
-            "first_call_s": first_call.as_secs_f64(),
-        }));
-        if name != "block_fwd" {
-            self.kernel_profile(name, &shape, &dtype, us, &mut || Ok(compiled.profile(inputs)?.1))?;
-        }
+        let explanation = explanation.expect("the default mode ran");
         if explanation.host_syncs != 0 || explanation.graphs.len() != 1 {
             self.failures.push(format!(
                 "{name} {shape}: {} graph(s), {} host sync(s) per step; the step must be one graph with none",

@@ -48,7 +48,7 @@ pub(super) fn run_column(column: &ColumnKernel, inputs: &[&HostData], outputs: &
                     offset + dot(row_coord, &strides[..reduced_rank]) + dot(col_coord, &strides[reduced_rank..]),
                 ),
                 Expr::Reduce { .. } => values[i],
-                expr => compute(expr, value.dtype, |id| values[id.0]),
+                expr => compute(body, expr, value.dtype, |id| values[id.0]),
             };
         }
     };

@@ -15,7 +15,7 @@ use braze_ir::elementwise::{nan_max, nan_min, Elem};
 use braze_ir::rounding::i64_to_f32_round_to_odd;
 use braze_ir::{DType, HostData, HostTensor, Literal, ReduceOp};
 use braze_plan::{
-    BufferRole, Concat, Expr, Kernel, KernelKind, MatMul, MultiReduce, Plan, Pointwise, RowKernel, ValueId,
+    Body, BufferRole, Concat, Expr, Kernel, KernelKind, MatMul, MultiReduce, Plan, Pointwise, RowKernel, ValueId,
 };
 use half::{bf16, f16};
 use std::borrow::Cow;
@@ -236,6 +236,19 @@ fn cast(value: Val, dtype: DType) -> Val {
     }
 }
 
+/// An f16/bf16 value as it is observed outside its chain of narrow ops: by a cast to another
+/// dtype or by a discontinuous op (a comparison, a step): rounded to its dtype, as eager code
+/// holds it, where a fused kernel keeps the wider f32 result in registers. Else a kernel breaks
+/// ties the reference sees (`cos(x) == b` in bf16: gradient fuzz seed 5,101,752, where one
+/// kernel compared the f32 cosine and another its stored bf16 rounding).
+fn observed(value: Val, dtype: DType) -> Val {
+    match (value, dtype) {
+        (Val::Float(x), DType::BF16) => Val::Float(bf16::from_f32(x).to_f32()),
+        (Val::Float(x), DType::F16) => Val::Float(f16::from_f32(x).to_f32()),
+        _ => value,
+    }
+}
+
 /// Wraps an integer result to its dtype's width; other values are already in form.
 fn settle(value: Val, dtype: DType) -> Val {
     match (value, dtype) {
@@ -244,14 +257,26 @@ fn settle(value: Val, dtype: DType) -> Val {
     }
 }
 
-/// Constants, casts, unary, binary and where on already computed operands (`arg` looks them
-/// up); the value's dtype was checked against its operands before the kernel ran.
-fn compute(expr: &Expr, dtype: DType, arg: impl Fn(ValueId) -> Val) -> Val {
+/// Constants, casts, unary, binary and where on already computed operands of `body` (`arg`
+/// looks them up); the value's dtype was checked against its operands before the kernel ran.
+/// A cast, and a discontinuous op, reads its f16/bf16 operands rounded ([`observed`]).
+fn compute(body: &Body, expr: &Expr, dtype: DType, arg: impl Fn(ValueId) -> Val) -> Val {
+    let rounded = |x: ValueId, round: bool| {
+        let value = arg(x);
+        if round {
+            observed(value, body.values[x.0].dtype)
+        } else {
+            value
+        }
+    };
     let value = match expr {
         Expr::Const { value } => return cast_const(*value, dtype),
-        Expr::Cast { x } => return cast(arg(*x), dtype),
-        Expr::Unary { op, x } => op.eval_f32(arg(*x)),
-        Expr::Binary { op, a, b } => op.eval_f32(arg(*a), arg(*b)),
+        Expr::Cast { x } => return cast(rounded(*x, true), dtype),
+        Expr::Unary { op, x } => op.eval_f32(rounded(*x, !op.def().continuous)),
+        Expr::Binary { op, a, b } => {
+            let round = !op.def().continuous;
+            op.eval_f32(rounded(*a, round), rounded(*b, round))
+        }
         Expr::Where { cond, a, b } => match arg(*cond) {
             Val::Bool(true) => arg(*a),
             _ => arg(*b),
@@ -372,7 +397,7 @@ fn run_pointwise(pointwise: &Pointwise, inputs: &[&HostData], outputs: &mut [Hos
                         }
                     }
                 }
-                expr => compute(expr, value.dtype, |id| values[id.0]),
+                expr => compute(body, expr, value.dtype, |id| values[id.0]),
             };
             values.push(v);
         }
@@ -462,8 +487,10 @@ fn run_row(row_kernel: &RowKernel, inputs: &[&HostData], outputs: &mut [HostData
                     let operand = &lanes[x.0];
                     Lane::Row(reduce(*op, value.dtype, cols, (0..cols).map(|col| operand.at(col))))
                 }
-                expr if per_row[i] => Lane::Row(compute(expr, value.dtype, |id| lanes[id.0].at(0))),
-                expr => Lane::Cols((0..cols).map(|col| compute(expr, value.dtype, |id| lanes[id.0].at(col))).collect()),
+                expr if per_row[i] => Lane::Row(compute(body, expr, value.dtype, |id| lanes[id.0].at(0))),
+                expr => Lane::Cols(
+                    (0..cols).map(|col| compute(body, expr, value.dtype, |id| lanes[id.0].at(col))).collect(),
+                ),
             };
             lanes.push(lane);
         }
@@ -497,7 +524,7 @@ fn run_multi_reduce(multi: &MultiReduce, inputs: &[&HostData], outputs: &mut [Ho
             for value in &prologue.values {
                 let v = match &value.expr {
                     Expr::Load { input, offset, strides } => load(leaves[*input], offset + index * strides[0]),
-                    expr => compute(expr, value.dtype, |id| values[id.0]),
+                    expr => compute(prologue, expr, value.dtype, |id| values[id.0]),
                 };
                 values.push(v);
             }
@@ -510,7 +537,7 @@ fn run_multi_reduce(multi: &MultiReduce, inputs: &[&HostData], outputs: &mut [Ho
     for value in &multi.epilogue.values {
         let v = match &value.expr {
             Expr::Load { input, .. } => results[*input],
-            expr => compute(expr, value.dtype, |id| values[id.0]),
+            expr => compute(&multi.epilogue, expr, value.dtype, |id| values[id.0]),
         };
         values.push(v);
     }

@@ -17,6 +17,19 @@ impl PlanExecutable {
     /// compile or launch are skipped with a warning.
     pub fn autotune(&mut self, inputs: &[DeviceBuffer], cache: &KernelCache) -> Result<Vec<AutotuneRecord>> {
         self.prepare()?;
+        // The run below and the timed launches repeat kernels that write inputs in place (an
+        // optimizer's update): those inputs are saved first and restored after, so tuning
+        // leaves them as they were and the call that tunes updates them once.
+        let saved = self
+            .plan
+            .in_place_inputs()
+            .into_iter()
+            .map(|i| {
+                let copy = self.device.alloc(inputs[i].len_bytes())?;
+                self.device.copy(&inputs[i], 0, &copy, 0, inputs[i].len_bytes())?;
+                Ok((i, copy))
+            })
+            .collect::<Result<Vec<_>>>()?;
         // One full run so every buffer a kernel reads holds data of the right kind.
         let outputs = self.run(inputs)?;
         let set_index = self
@@ -84,6 +97,9 @@ impl PlanExecutable {
         // starts from zero words, as every run does.
         if let Some((words, _)) = &self.checks {
             self.device.memset_d8(words, 0)?;
+        }
+        for (i, copy) in &saved {
+            self.device.copy(copy, 0, &inputs[*i], 0, copy.len_bytes())?;
         }
         // Graphs captured before tuning launch the old kernels.
         for set in &mut self.output_sets {
