@@ -801,3 +801,28 @@ fn a_late_value_joins_its_reader_not_an_early_sibling() {
     let home = plan.kernels.iter().find(|k| lines(k).contains(&4)).expect("a kernel computes the decayed weight");
     assert!(lines(home).contains(&5) && !lines(home).contains(&1), "{plan}");
 }
+
+/// A matmul over k = 0 (a fill with zeros) keeps its bias add and activation out of its kernel:
+/// cuBLASLt has no call for an epilogue without a product (GPU fuzz seed 30,002,712).
+#[test]
+fn a_matmul_over_no_columns_runs_its_epilogue_apart() {
+    let mut g = Graph::new();
+    let a = g.input(DType::F32, [1, 1, 1, 0]);
+    let b = g.input(DType::F32, [0, 7]);
+    let bias = g.input(DType::F32, [7]);
+    let product = op(&mut g, Op::MatMul, &[a, b]);
+    let biased = op(&mut g, Op::Binary { op: BinaryOp::Add }, &[product, bias]);
+    let y = op(&mut g, Op::Unary { op: UnaryOp::Relu }, &[biased]);
+    g.set_outputs(vec![y]);
+    let plan = compile_to_plan(&g, &defaults()).unwrap();
+    let fused: Vec<_> = plan
+        .kernels
+        .iter()
+        .filter_map(|k| match &k.kind {
+            KernelKind::MatMul(mm) => Some((mm.bias, mm.activation)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(fused, [(false, None)], "{plan}");
+    assert_eq!(plan.kernel_count(), 2, "{plan}");
+}

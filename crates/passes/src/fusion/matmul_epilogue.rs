@@ -19,6 +19,12 @@ impl Fuser<'_> {
     /// Folds `n` into a matmul kernel as its bias add or activation, when it applies.
     pub(super) fn try_matmul_epilogue(&mut self, n: NodeId) -> bool {
         let node = self.node(n);
+        // A matmul over k = 0 is a fill with zeros, not a library call: what follows it runs in
+        // a kernel of its own (cuBLASLt has no call for an epilogue without a product).
+        let contracts = |mm: &MatMulGroup| {
+            let a = self.node(mm.node).operands[0];
+            self.shape(a).dims().last().is_some_and(|&k| k > 0)
+        };
         let sole = |o: NodeId| self.g.use_count(o) == 1 && !self.g.is_output(o);
         let matmul_result = |o: NodeId| match self.group_of.get(&o).map(|&gid| (gid, &self.group(gid).kind)) {
             Some((gid, GroupKind::MatMul(mm))) if mm.result == o => Some((gid, mm.clone())),
@@ -31,6 +37,7 @@ impl Fuser<'_> {
                     let bias = node.operands[1 - i];
                     if mm.bias.is_none()
                         && mm.activation.is_none()
+                        && contracts(&mm)
                         && sole(o)
                         && node.shape == *self.shape(o)
                         && self.is_bias_for(bias, *self.shape(o).dims().last().unwrap_or(&1))
@@ -48,7 +55,7 @@ impl Fuser<'_> {
             Op::Unary { op } if MatMul::EPILOGUE_ACTIVATIONS.contains(&op) => {
                 let o = node.operands[0];
                 let Some((gid, mm)) = matmul_result(o) else { return false };
-                if mm.activation.is_some() || !sole(o) {
+                if mm.activation.is_some() || !sole(o) || !contracts(&mm) {
                     return false;
                 }
                 self.add_member(gid, n, Space::Element);
