@@ -109,13 +109,12 @@ pub(crate) fn render_value(
 ) -> Result<String> {
     let value = &body.values[id];
     let operand_dtype = |v: &ValueId| body.values[v.0].dtype;
-    // An f16/bf16 value computed here lives in registers as f32; a cast to another dtype and a
-    // discontinuous op (a comparison, a step) observe it rounded to its dtype, as eager code
-    // holds it (and as the CPU plan executor rounds it): else one kernel breaks a tie on the f32
-    // value that another sees on its stored rounding.
-    let observed = |helpers: &mut Helpers, v: &ValueId, round: bool| -> String {
+    // A computed f16/bf16 value lives in registers as f32; the ops that observe it rounded
+    // (`Expr::observes_rounded_operands`) round it here. A load, and a cast into the narrow
+    // dtype (which rounds), hold exact values already.
+    let round = value.expr.observes_rounded_operands();
+    let operand = |helpers: &mut Helpers, v: &ValueId| -> String {
         let (dtype, name) = (operand_dtype(v), &names[v.0]);
-        // A load, and a cast into the narrow dtype (which rounds), hold exact values already.
         let exact = matches!(body.values[v.0].expr, Expr::Load { .. } | Expr::Gather { .. } | Expr::Cast { .. });
         match dtype {
             DType::BF16 | DType::F16 if round && !exact => cast(helpers, DType::F32, dtype, name),
@@ -125,11 +124,11 @@ pub(crate) fn render_value(
     match &value.expr {
         Expr::Const { value: c } => Ok(const_literal(*c, value.dtype)),
         Expr::Cast { x } => {
-            let x_name = observed(helpers, x, true);
+            let x_name = operand(helpers, x);
             Ok(cast(helpers, operand_dtype(x), value.dtype, &x_name))
         }
         Expr::Unary { op, x } => {
-            let x_name = observed(helpers, x, !op.def().continuous);
+            let x_name = operand(helpers, x);
             render_unary(kernel, helpers, *op, operand_dtype(x), &x_name)
         }
         Expr::Binary { op, a, b } => {
@@ -137,8 +136,7 @@ pub(crate) fn render_value(
             if da != db {
                 return Err(malformed(kernel, format!("v{id}: {} of {da} and {db}", op.name())));
             }
-            let round = !op.def().continuous;
-            let (a_name, b_name) = (observed(helpers, a, round), observed(helpers, b, round));
+            let (a_name, b_name) = (operand(helpers, a), operand(helpers, b));
             render_binary(kernel, helpers, *op, da, &a_name, &b_name)
         }
         Expr::Where { cond, a, b } => {

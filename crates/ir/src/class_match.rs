@@ -26,11 +26,9 @@ pub fn class_onehot(g: &mut Graph, targets: NodeId, classes: NodeId, loc: Option
     debug_assert_eq!((target_dtype, class_dtype), (DType::I64, DType::I32), "as infer allows");
     let low = note(g.constant(i32::MIN as f64, target_dtype));
     let high = note(g.constant(i32::MAX as f64, target_dtype));
-    let above = note(binary(g, BinaryOp::Ge, targets, low)?);
-    let below = note(binary(g, BinaryOp::Le, targets, high)?);
-    let in_range = note(binary(g, BinaryOp::And, above, below)?);
     let raised = note(binary(g, BinaryOp::Max, targets, low)?);
     let clamped = note(binary(g, BinaryOp::Min, raised, high)?);
+    let in_range = note(binary(g, BinaryOp::Eq, clamped, targets)?);
     let narrow = note(g.cast(clamped, class_dtype)?);
     let narrow_column = note(g.reshape(narrow, Shape(vec![rows, 1]))?);
     let in_range_column = note(g.reshape(in_range, Shape(vec![rows, 1]))?);

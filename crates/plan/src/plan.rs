@@ -230,6 +230,20 @@ impl Expr {
             Expr::Where { cond, a, b } => vec![*cond, *a, *b],
         }
     }
+
+    /// Whether this value reads its f16/bf16 operands rounded to their dtype, as eager code
+    /// holds them, rather than as the f32 a kernel keeps a computed narrow value in: a cast to
+    /// another dtype and a discontinuous op (a comparison, a step) do, so that every kernel
+    /// breaks a tie the same way (gradient fuzz seed 5,101,752: one kernel compared an f32
+    /// cosine, another its stored bf16 rounding). Codegen and the CPU plan executor both follow it.
+    pub fn observes_rounded_operands(&self) -> bool {
+        match self {
+            Expr::Cast { .. } => true,
+            Expr::Unary { op, .. } => !op.def().continuous,
+            Expr::Binary { op, .. } => !op.def().continuous,
+            _ => false,
+        }
+    }
 }
 
 /// Writes `value` to kernel output slot `output`, contiguously: element values of a pointwise

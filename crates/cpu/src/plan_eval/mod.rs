@@ -236,11 +236,8 @@ fn cast(value: Val, dtype: DType) -> Val {
     }
 }
 
-/// An f16/bf16 value as it is observed outside its chain of narrow ops: by a cast to another
-/// dtype or by a discontinuous op (a comparison, a step): rounded to its dtype, as eager code
-/// holds it, where a fused kernel keeps the wider f32 result in registers. Else a kernel breaks
-/// ties the reference sees (`cos(x) == b` in bf16: gradient fuzz seed 5,101,752, where one
-/// kernel compared the f32 cosine and another its stored bf16 rounding).
+/// An f16/bf16 value as an op that [`Expr::observes_rounded_operands`] reads it: rounded to its
+/// dtype.
 fn observed(value: Val, dtype: DType) -> Val {
     match (value, dtype) {
         (Val::Float(x), DType::BF16) => Val::Float(bf16::from_f32(x).to_f32()),
@@ -259,24 +256,15 @@ fn settle(value: Val, dtype: DType) -> Val {
 
 /// Constants, casts, unary, binary and where on already computed operands of `body` (`arg`
 /// looks them up); the value's dtype was checked against its operands before the kernel ran.
-/// A cast, and a discontinuous op, reads its f16/bf16 operands rounded ([`observed`]).
+/// Operands are read rounded where [`Expr::observes_rounded_operands`] says so.
 fn compute(body: &Body, expr: &Expr, dtype: DType, arg: impl Fn(ValueId) -> Val) -> Val {
-    let rounded = |x: ValueId, round: bool| {
-        let value = arg(x);
-        if round {
-            observed(value, body.values[x.0].dtype)
-        } else {
-            value
-        }
-    };
+    let round = expr.observes_rounded_operands();
+    let operand = |x: ValueId| if round { observed(arg(x), body.values[x.0].dtype) } else { arg(x) };
     let value = match expr {
         Expr::Const { value } => return cast_const(*value, dtype),
-        Expr::Cast { x } => return cast(rounded(*x, true), dtype),
-        Expr::Unary { op, x } => op.eval_f32(rounded(*x, !op.def().continuous)),
-        Expr::Binary { op, a, b } => {
-            let round = !op.def().continuous;
-            op.eval_f32(rounded(*a, round), rounded(*b, round))
-        }
+        Expr::Cast { x } => return cast(operand(*x), dtype),
+        Expr::Unary { op, x } => op.eval_f32(operand(*x)),
+        Expr::Binary { op, a, b } => op.eval_f32(operand(*a), operand(*b)),
         Expr::Where { cond, a, b } => match arg(*cond) {
             Val::Bool(true) => arg(*a),
             _ => arg(*b),
