@@ -76,7 +76,9 @@ fn check(what: &str, graph: &Graph, tensor_core_kernels: usize, shape: Option<(u
 }
 
 /// The forward on tensor cores (the kernel also checked on the H200), which shows the emulator
-/// right: tails of the query and key tiles, both 16-bit dtypes, both head dims.
+/// right: tails of the query and key tiles and sequences the tiles divide (copies without
+/// clamps), both 16-bit dtypes, head dims 64 and 128, and 48 (whose rows split unevenly over
+/// the block's copies).
 #[test]
 fn tensor_core_attention_forward_in_the_emulator() {
     if !enabled() {
@@ -89,6 +91,8 @@ fn tensor_core_attention_forward_in_the_emulator() {
         (DType::F16, [1, 2, 70, 128], false, Some((8, 16, 2))),
         (DType::BF16, [1, 1, 300, 64], true, Some((4, 32, 1))),
         (DType::F16, [1, 1, 150, 64], false, Some((2, 32, 2))),
+        (DType::BF16, [1, 1, 256, 64], true, None),
+        (DType::F16, [1, 1, 96, 48], false, Some((4, 16, 2))),
     ] {
         let what = format!("attention {dtype} {shape:?} causal={causal} (warps, rows_per_warp, stages) {config:?}");
         check(&what, &attention(dtype, shape, causal, false), 1, config, 11);
@@ -96,10 +100,10 @@ fn tensor_core_attention_forward_in_the_emulator() {
 }
 
 /// The backward on tensor cores: dq and dk/dv beside the forward and the delta row kernel, at
-/// sequences of one, of a partial tile and of several tiles, with and without the mask, blocks
-/// of 2 and 8 warps (rows a block below and above the walked tile), one and two row blocks a
-/// warp, one tile in shared memory
-/// at a time or two (the next one's copies in flight).
+/// sequences of one, of a partial tile, of several tiles and of whole tiles only, with and
+/// without the mask, blocks of 2 and 8 warps (rows a block below and above the walked tile),
+/// one and two row blocks a warp, one tile in shared memory at a time or two (the next one's
+/// copies in flight), head dims 64, 128 and 48 (rows split unevenly over the block's copies).
 #[test]
 fn tensor_core_attention_backward_in_the_emulator() {
     if !enabled() {
@@ -118,6 +122,8 @@ fn tensor_core_attention_backward_in_the_emulator() {
         (DType::BF16, [2, 1, 17, 64], true, Some((4, 16, 2))),
         (DType::BF16, [1, 1, 300, 64], true, Some((4, 32, 1))),
         (DType::F16, [1, 1, 150, 64], false, Some((2, 32, 2))),
+        (DType::BF16, [1, 1, 128, 64], true, None),
+        (DType::F16, [1, 1, 64, 48], true, Some((4, 16, 2))),
     ] {
         let what =
             format!("attention backward {dtype} {shape:?} causal={causal} (warps, rows_per_warp, stages) {warps:?}");

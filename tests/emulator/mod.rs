@@ -76,6 +76,7 @@ fn translate_asm(line: &str) -> Result<String, String> {
         "cvt.f32.f16" => call("emu_f16_to_f32", &[&ops[1]]),
         "cvt.f32.bf16" => call("emu_bf16_to_f32", &[&ops[1]]),
         "cvt.rn.bf16x2.f32" => call("emu_pack", &[&ops[1], &ops[2], "true"]),
+        "ex2.approx.ftz.f32" => call("emu_ex2_ftz", &[&ops[1]]),
         "cvt.rn.f16x2.f32" => call("emu_pack", &[&ops[1], &ops[2], "false"]),
         _ => return Err(format!("no emulation of the inline PTX `{}`", line.trim())),
     })

@@ -191,6 +191,11 @@ static inline unsigned short emu_f32_to_bf16(float x) {
   return (unsigned short)((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
 }
 static inline float emu_bf16_to_f32(unsigned short b) { return __uint_as_float((unsigned)b << 16); }
+// ex2.approx.ftz.f32: 2^x with results below the normal range flushed to zero.
+static inline float emu_ex2_ftz(float x) {
+  const float y = std::exp2(x);
+  return std::fpclassify(y) == FP_SUBNORMAL ? 0.0f : y;
+}
 static inline float emu_f16_to_f32(unsigned short h) {
   unsigned sign = (h >> 15) & 1u, exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu;
   float magnitude;

@@ -95,7 +95,8 @@ pub(crate) fn generate(
     w.line(format!(
         "unsigned short* kv = qs + ROWS * STRIDE;  // {stages} x (a key tile, its values): KT x STRIDE each"
     ));
-    stage_rows(&mut w, "qs", "in0", "row0", "ROWS");
+    let staging = Staging { threads: (warps * 32) as usize, chunks: s.head_dim / 8, seq: s.seq };
+    stage_rows(&mut w, staging, "qs", "in0", "row0", rows);
     w.line("asm volatile(\"cp.async.wait_group 0;\" ::);");
     w.line("__syncthreads();");
     w.line("// The warp's Q fragments: MT blocks of 16 rows x DIM, one A fragment per 16 columns.");
@@ -118,11 +119,12 @@ pub(crate) fn generate(
     w.line("const int key_end = CAUSAL ? min(SEQ, row0 + ROWS) : SEQ;");
     walk_tiles(
         &mut w,
+        staging,
         stages,
         "k0",
         "0",
         "key_end",
-        "KT",
+        KEY_TILE,
         &[("ks", "in1", "kv"), ("vs", "in2", "kv + KT * STRIDE")],
         "2 * KT * STRIDE",
         &|_, _, _| {},
@@ -170,19 +172,18 @@ pub(crate) fn generate(
     w.close();
     w.line("#pragma unroll");
     w.open("for (int mi = 0; mi < MT; ++mi)");
-    w.line("float tile_max[2] = {NEG_INF, NEG_INF};");
-    w.line("#pragma unroll");
-    w.line("for (int j = 0; j < KT / 8; ++j)");
-    w.line("    #pragma unroll");
-    w.line("    for (int c = 0; c < 4; ++c) tile_max[c >> 1] = fmaxf(tile_max[c >> 1], sc[mi][j][c]);");
+    w.line("// The tile's max and (below) sum of each of the thread's rows by halving trees: chains of");
+    w.line("// log2(KT / 4) dependent ops, not KT / 4.");
+    halving_tree(&mut w, "tile_max", "fmaxf");
     w.line("float rescale[2], shift[2];");
     w.line("#pragma unroll");
     w.open("for (int h = 0; h < 2; ++h)");
-    w.line("tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));");
-    w.line("tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));");
-    w.line("const float new_max = fmaxf(row_max[mi][h], tile_max[h]);");
+    w.line("float row_tile_max = tile_max[h][0];");
+    w.line("row_tile_max = fmaxf(row_tile_max, __shfl_xor_sync(0xffffffffu, row_tile_max, 1));");
+    w.line("row_tile_max = fmaxf(row_tile_max, __shfl_xor_sync(0xffffffffu, row_tile_max, 2));");
+    w.line("const float new_max = fmaxf(row_max[mi][h], row_tile_max);");
     w.line("shift[h] = new_max == NEG_INF ? 0.0f : new_max * RAW_SCALE;  // no -inf - -inf");
-    w.line("rescale[h] = exp2f(row_max[mi][h] * RAW_SCALE - shift[h]);");
+    w.line("rescale[h] = fast_exp2(row_max[mi][h] * RAW_SCALE - shift[h]);");
     w.line("row_max[mi][h] = new_max;");
     w.line("row_sum[mi][h] *= rescale[h];");
     w.close();
@@ -196,10 +197,12 @@ pub(crate) fn generate(
     w.open("for (int j = 0; j < KT / 8; ++j)");
     w.line("#pragma unroll");
     w.open("for (int c = 0; c < 4; ++c)");
-    w.line("sc[mi][j][c] = exp2f(fmaf(sc[mi][j][c], RAW_SCALE, -shift[c >> 1]));");
-    w.line("row_sum[mi][c >> 1] += sc[mi][j][c];");
+    w.line("sc[mi][j][c] = fast_exp2(fmaf(sc[mi][j][c], RAW_SCALE, -shift[c >> 1]));");
     w.close();
     w.close();
+    halving_tree(&mut w, "tile_sum", "add");
+    w.line("row_sum[mi][0] += tile_sum[0][0];");
+    w.line("row_sum[mi][1] += tile_sum[1][0];");
     w.close();
     w.line("// P V: two score tiles are one A fragment of 16 keys; V fragments shared by the row blocks.");
     w.line("#pragma unroll");
@@ -283,8 +286,28 @@ pub(crate) fn generate(
     })
 }
 
+/// Declares `name[2][KT / 8]` and folds row block `mi`'s scores into `name[h][0]` for each of
+/// the thread's two rows `h` by `op` (`fmaxf`, or `add`), pairwise.
+fn halving_tree(w: &mut CodeWriter, name: &str, op: &str) {
+    let combine = |a: &str, b: &str| if op == "add" { format!("{a} + {b}") } else { format!("{op}({a}, {b})") };
+    w.line(format!("float {name}[2][KT / 8];"));
+    w.line("#pragma unroll");
+    w.open("for (int j = 0; j < KT / 8; ++j)");
+    w.line(format!("{name}[0][j] = {};", combine("sc[mi][j][0]", "sc[mi][j][1]")));
+    w.line(format!("{name}[1][j] = {};", combine("sc[mi][j][2]", "sc[mi][j][3]")));
+    w.close();
+    w.line("#pragma unroll");
+    w.open("for (int span = KT / 16; span > 0; span >>= 1)");
+    w.line("#pragma unroll");
+    w.open("for (int j = 0; j < span; ++j)");
+    w.line(format!("{name}[0][j] = {};", combine(&format!("{name}[0][j]"), &format!("{name}[0][j + span]"))));
+    w.line(format!("{name}[1][j] = {};", combine(&format!("{name}[1][j]"), &format!("{name}[1][j + span]"))));
+    w.close();
+    w.close();
+}
+
 /// The device functions both directions use: `pack_half2`, `mma_16816` (of `dtype`),
-/// `ldmatrix_x4`, `ldmatrix_x4_trans` and `cp_async_16`.
+/// `ldmatrix_x4`, `ldmatrix_x4_trans`, `cp_async_16` and `fast_exp2`.
 pub(crate) fn device_helpers(w: &mut CodeWriter, dtype: DType) {
     let (ty, cvt) = match dtype {
         DType::BF16 => ("bf16", "cvt.rn.bf16x2.f32"),
@@ -315,6 +338,15 @@ pub(crate) fn device_helpers(w: &mut CodeWriter, dtype: DType) {
     w.line("asm volatile(\"ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\" : \"=r\"(r[0]), \"=r\"(r[1]), \"=r\"(r[2]), \"=r\"(r[3]) : \"r\"(a));");
     w.close();
     w.line("");
+    w.line("// 2^x as one multi-function unit instruction (`exp2f` adds a range check and two scalings");
+    w.line("// for results below 2^-126, which flush to zero here: weights that small vanish beside the");
+    w.line("// row's largest, which is 1).");
+    w.open("__device__ __forceinline__ float fast_exp2(float x)");
+    w.line("float y;");
+    w.line("asm(\"ex2.approx.ftz.f32 %0, %1;\" : \"=f\"(y) : \"f\"(x));");
+    w.line("return y;");
+    w.close();
+    w.line("");
     w.line("// 16 bytes from global to shared memory, zeros where `bytes` is 0 (rows past the sequence).");
     w.open("__device__ __forceinline__ void cp_async_16(void* dst, const void* src, unsigned bytes)");
     w.line("const unsigned d = (unsigned)__cvta_generic_to_shared(dst);");
@@ -323,14 +355,39 @@ pub(crate) fn device_helpers(w: &mut CodeWriter, dtype: DType) {
     w.line("");
 }
 
+/// What a block's copies of operand rows into shared memory are shaped by: its threads, the
+/// 16-byte chunks of a row (`head_dim / 8`) and the sequence's length.
+#[derive(Clone, Copy)]
+pub(crate) struct Staging {
+    pub threads: usize,
+    pub chunks: usize,
+    pub seq: usize,
+}
+
 /// Starts copying `count` rows from row `first` of `src` (an operand, `[SEQ, DIM]` at `base`)
-/// into `dst` (rows of `STRIDE`) as one `cp.async` group, zeros past the sequence.
-pub(crate) fn stage_rows(w: &mut CodeWriter, dst: &str, src: &str, first: &str, count: &str) {
-    w.open(format!("for (int e = threadIdx.x; e < {count} * CHUNKS; e += blockDim.x)"));
-    w.line(format!("const int r = e / CHUNKS, c = e - r * CHUNKS, row = {first} + r;"));
-    w.line(format!(
-        "cp_async_16({dst} + r * STRIDE + c * 8, {src} + base + (idx_t)min(row, SEQ - 1) * DIM + c * 8, row < SEQ ? 16u : 0u);"
-    ));
+/// into `dst` (rows of `STRIDE`) as one `cp.async` group. `first` is a multiple of `count`, so
+/// rows past the sequence (clamped, zero-filled) occur only where `count` does not divide it.
+/// Where the block's threads split the copies evenly, each thread copies one chunk column of
+/// every `threads / chunks`-th row: an unrolled loop whose addresses differ by constants, not a
+/// division per copy (the per-copy index math once cost a fifth of the forward's instructions).
+pub(crate) fn stage_rows(w: &mut CodeWriter, staging: Staging, dst: &str, src: &str, first: &str, count: usize) {
+    let total = count * staging.chunks;
+    let ragged = !staging.seq.is_multiple_of(count);
+    let (src_row, bytes) =
+        if ragged { ("(idx_t)min(row, SEQ - 1)", "row < SEQ ? 16u : 0u") } else { ("(idx_t)row", "16u") };
+    let copy = format!("cp_async_16({dst} + r * STRIDE + c * 8, {src} + base + {src_row} * DIM + c * 8, {bytes});");
+    if staging.threads.is_multiple_of(staging.chunks) && total.is_multiple_of(staging.threads) {
+        w.line("#pragma unroll");
+        w.open(format!("for (int p = 0; p < {}; ++p)", total / staging.threads));
+        w.line(format!(
+            "const int c = threadIdx.x % CHUNKS, r = threadIdx.x / CHUNKS + p * {}, row = {first} + r;",
+            staging.threads / staging.chunks
+        ));
+    } else {
+        w.open(format!("for (int e = threadIdx.x; e < {total}; e += blockDim.x)"));
+        w.line(format!("const int r = e / CHUNKS, c = e - r * CHUNKS, row = {first} + r;"));
+    }
+    w.line(copy);
     w.close();
     w.line("asm volatile(\"cp.async.commit_group;\" ::);");
 }
@@ -370,21 +427,22 @@ pub(crate) fn check_config(
 }
 
 /// Opens the loop over the walked side's tiles (`var` from `first` while below `end`, by
-/// `step`) and stages each tile: every `(name, src, base)` buffer gets `step` rows of `src` at
-/// `base` (plus the slot's offset, `slot_size` elements a slot), and `extra(w, slot, row)`
-/// stages what else a tile needs (`slot`: the expression of the tile's slot, `row`: of its
-/// first row). With one stage the block copies a tile and then computes on it; with two the
-/// next tile's copies are issued before the current one's math (into the other of two slots,
-/// `name` pointing at the current one), so they overlap it. The caller writes the loop body
-/// and closes the loop.
+/// `step` rows) and stages each tile: every `(name, src, base)` buffer gets `step` rows of
+/// `src` at `base` (plus the slot's offset, `slot_size` elements a slot), and `extra(w, slot,
+/// row)` stages what else a tile needs (`slot`: the expression of the tile's slot, `row`: of
+/// its first row). With one stage the block copies a tile and then computes on it; with two
+/// the next tile's copies are issued before the current one's math (into the other of two
+/// slots, `name` pointing at the current one), so they overlap it. The caller writes the loop
+/// body and closes the loop.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn walk_tiles(
     w: &mut CodeWriter,
+    staging: Staging,
     stages: u32,
     var: &str,
     first: &str,
     end: &str,
-    step: &str,
+    step: usize,
     buffers: &[(&str, &str, &str)],
     slot_size: &str,
     extra: &dyn Fn(&mut CodeWriter, &str, &str),
@@ -394,7 +452,7 @@ pub(crate) fn walk_tiles(
         w.line("__syncthreads();  // the previous tile is no longer read");
         for (name, src, base) in buffers {
             w.line(format!("unsigned short* {name} = {base};"));
-            stage_rows(w, name, src, var, step);
+            stage_rows(w, staging, name, src, var, step);
         }
         extra(w, "0", var);
         w.line("asm volatile(\"cp.async.wait_group 0;\" ::);");
@@ -405,7 +463,7 @@ pub(crate) fn walk_tiles(
     w.open("");
     for (name, src, base) in buffers {
         w.line(format!("unsigned short* {name} = {base};"));
-        stage_rows(w, name, src, first, step);
+        stage_rows(w, staging, name, src, first, step);
     }
     extra(w, "0", first);
     w.close();
@@ -416,7 +474,7 @@ pub(crate) fn walk_tiles(
     w.line(format!("const int next = {var} + {step};"));
     for (name, src, base) in buffers {
         w.line(format!("unsigned short* {name} = {base} + (slot ^ 1) * ({slot_size});"));
-        stage_rows(w, name, src, "next", step);
+        stage_rows(w, staging, name, src, "next", step);
     }
     extra(w, "(slot ^ 1)", "next");
     w.close();

@@ -22,7 +22,7 @@
 //! the reference.
 
 use crate::attention::check_dtypes;
-use crate::attention_mma::{check_config, device_helpers, stage_rows, walk_tiles};
+use crate::attention_mma::{check_config, device_helpers, stage_rows, walk_tiles, Staging};
 use crate::cuda::f32_literal;
 use crate::error::{invalid_config, Result};
 use crate::index::IndexWidth;
@@ -93,11 +93,17 @@ pub(crate) fn generate(
     w.line("const int row0 = tile * ROWS, warp_row0 = row0 + warp * RW;");
     w.line("const idx_t base = bh * (idx_t)SEQ * DIM;");
     w.line("extern __shared__ uint4 smem_words[];");
+    let tiling = Tiles {
+        stages,
+        staging: Staging { threads: (warps * 32) as usize, chunks: s.head_dim / 8, seq: s.seq },
+        rows,
+        walk,
+    };
     if queries {
-        dq_body(&mut w, stages);
+        dq_body(&mut w, tiling);
     } else {
         let slot = |g: AttentionInput| back.grads.iter().position(|&x| x == g);
-        dkdv_body(&mut w, stages, slot(AttentionInput::Key), slot(AttentionInput::Value));
+        dkdv_body(&mut w, tiling, slot(AttentionInput::Key), slot(AttentionInput::Value));
     }
     w.close();
 
@@ -131,6 +137,15 @@ pub(crate) fn generate(
         scratch: Vec::new(),
         tables: Vec::new(),
     })
+}
+
+/// A kernel's tiling: its stages, its copies, the rows a block owns and the walked tile.
+#[derive(Clone, Copy)]
+struct Tiles {
+    stages: u32,
+    staging: Staging,
+    rows: usize,
+    walk: usize,
 }
 
 /// `ldmatrix_x4` of the 16 x 16 A fragment at rows `row`, columns `col` of `rows`.
@@ -206,14 +221,15 @@ fn store(w: &mut CodeWriter, out: &str, acc: &str, factor: &str) {
 }
 
 /// dq: inputs q, k, v, lse, delta, dout; output 0.
-fn dq_body(w: &mut CodeWriter, stages: u32) {
+fn dq_body(w: &mut CodeWriter, tiles: Tiles) {
+    let stages = tiles.stages;
     w.line("unsigned short* qs = reinterpret_cast<unsigned short*>(smem_words);  // ROWS x STRIDE");
     w.line("unsigned short* dos = qs + ROWS * STRIDE;                            // ROWS x STRIDE");
     w.line(format!(
         "unsigned short* kv = dos + ROWS * STRIDE;  // {stages} x (a key tile, its values): WT x STRIDE each"
     ));
-    stage_rows(w, "qs", "in0", "row0", "ROWS");
-    stage_rows(w, "dos", "in5", "row0", "ROWS");
+    stage_rows(w, tiles.staging, "qs", "in0", "row0", tiles.rows);
+    stage_rows(w, tiles.staging, "dos", "in5", "row0", tiles.rows);
     w.line("asm volatile(\"cp.async.wait_group 0;\" ::);");
     w.line("__syncthreads();");
     w.line("// The warp's Q and dO fragments: MT blocks of 16 rows x DIM, one A fragment per 16 columns.");
@@ -237,11 +253,12 @@ fn dq_body(w: &mut CodeWriter, stages: u32) {
     w.line("const int key_end = CAUSAL ? min(SEQ, row0 + ROWS) : SEQ;");
     walk_tiles(
         w,
+        tiles.staging,
         stages,
         "k0",
         "0",
         "key_end",
-        "WT",
+        tiles.walk,
         &[("ks", "in1", "kv"), ("vs", "in2", "kv + WT * STRIDE")],
         "2 * WT * STRIDE",
         &|_, _, _| {},
@@ -270,7 +287,7 @@ fn dq_body(w: &mut CodeWriter, stages: u32) {
     w.line("#pragma unroll");
     w.open("for (int c = 0; c < 4; ++c)");
     w.line("const int key = k0 + j * 8 + 2 * t + (c & 1), h = c >> 1, q = warp_row0 + mi * 16 + g + 8 * h;");
-    w.line("float p = exp2f(fmaf(sc[mi][j][c], SCALE_LOG2, -lse2[mi][h]));");
+    w.line("float p = fast_exp2(fmaf(sc[mi][j][c], SCALE_LOG2, -lse2[mi][h]));");
     w.line("if (edge && (key >= SEQ || (CAUSAL && key > q))) p = 0.0f;");
     w.line("sc[mi][j][c] = p * (dp[mi][j][c] - delta[mi][h]);");
     w.close();
@@ -292,13 +309,14 @@ fn dq_body(w: &mut CodeWriter, stages: u32) {
 }
 
 /// dk and/or dv: inputs q, k, v, lse, delta, dout; outputs at the given slots.
-fn dkdv_body(w: &mut CodeWriter, stages: u32, dk: Option<usize>, dv: Option<usize>) {
+fn dkdv_body(w: &mut CodeWriter, tiles: Tiles, dk: Option<usize>, dv: Option<usize>) {
+    let stages = tiles.stages;
     w.line("unsigned short* ks = reinterpret_cast<unsigned short*>(smem_words);  // ROWS x STRIDE");
     w.line("unsigned short* vs = ks + ROWS * STRIDE;                             // ROWS x STRIDE");
     w.line(format!("unsigned short* qdo = vs + ROWS * STRIDE;  // {stages} x (a query tile, its output gradients): WT x STRIDE each"));
     w.line(format!("float* stats = reinterpret_cast<float*>(qdo + {stages} * 2 * WT * STRIDE);  // {stages} x (lse * log2(e), rowsum(dout * out)): WT each"));
-    stage_rows(w, "ks", "in1", "row0", "ROWS");
-    stage_rows(w, "vs", "in2", "row0", "ROWS");
+    stage_rows(w, tiles.staging, "ks", "in1", "row0", tiles.rows);
+    stage_rows(w, tiles.staging, "vs", "in2", "row0", tiles.rows);
     if dk.is_some() {
         zeroed(w, "dk", "DTILES");
     }
@@ -309,11 +327,12 @@ fn dkdv_body(w: &mut CodeWriter, stages: u32, dk: Option<usize>, dv: Option<usiz
     w.line("const int query_start = CAUSAL ? row0 / WT * WT : 0;");
     walk_tiles(
         w,
+        tiles.staging,
         stages,
         "q0",
         "query_start",
         "SEQ",
-        "WT",
+        tiles.walk,
         &[("qs", "in0", "qdo"), ("dos", "in5", "qdo + WT * STRIDE")],
         "2 * WT * STRIDE",
         &|w, slot, row| {
@@ -370,7 +389,7 @@ fn dkdv_body(w: &mut CodeWriter, stages: u32, dk: Option<usize>, dv: Option<usiz
     w.line("#pragma unroll");
     w.open("for (int c = 0; c < 4; ++c)");
     w.line("const int ql = j * 8 + 2 * t + (c & 1), q = q0 + ql, key = warp_row0 + mi * 16 + g + 8 * (c >> 1);");
-    w.line("float p = exp2f(fmaf(st[mi][j][c], SCALE_LOG2, -lse2s[ql]));");
+    w.line("float p = fast_exp2(fmaf(st[mi][j][c], SCALE_LOG2, -lse2s[ql]));");
     w.line("if (edge && (q >= SEQ || (CAUSAL && key > q))) p = 0.0f;");
     w.line("st[mi][j][c] = p;");
     if dk.is_some() {

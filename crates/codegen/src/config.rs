@@ -228,13 +228,19 @@ fn attention_forward_candidates(unit: &Unit<'_>, att: &Attention) -> Vec<KernelC
 fn attention_backward_candidates(unit: &Unit<'_>, back: &AttentionBackward) -> Vec<KernelConfig> {
     let mut candidates = Vec::new();
     if crate::attention_mma::supports(unit, &back.shape) {
-        // On the H200 at GPT-2's shape (B=16, H=12, T=1024, D=64, causal bf16) one row block a
-        // warp was fastest for both sides: dq 178 us in one stage (two row blocks 181 us), dk/dv
-        // 312 us in two (two row blocks 326 us); two row blocks stay candidates after them.
-        let first = if back.grads == [AttentionInput::Query] { (4, 1) } else { (4, 2) };
+        // On the H200 at GPT-2's shape (B=16, H=12, T=1024, D=64, causal bf16): dq fastest with
+        // two row blocks a warp in two stages (151 us; one block in one stage 167 us), dk/dv with
+        // one row block (240-244 us in one or two stages; two blocks 265 us).
+        let queries = back.grads == [AttentionInput::Query];
+        let narrow = back.shape.head_dim <= 64;
+        let mut shapes: Vec<(u32, u32, u32)> = Vec::new();
+        if queries && narrow {
+            shapes.push((4, 32, 2));
+        }
+        let first = if queries { (4, 1) } else { (4, 2) };
         let one_block = [first, (4, 1), (8, 1), (2, 1), (4, 2), (2, 2)];
-        let mut shapes: Vec<(u32, u32, u32)> = one_block.iter().map(|&(warps, stages)| (warps, 16, stages)).collect();
-        if back.shape.head_dim <= 64 {
+        shapes.extend(one_block.iter().map(|&(warps, stages)| (warps, 16, stages)));
+        if narrow {
             shapes.extend([(4, 32, 2), (4, 32, 1)]);
         }
         for (warps, rows_per_warp, stages) in shapes {

@@ -525,11 +525,11 @@ fn the_tensor_core_attention_backward_is_the_default_where_it_applies() {
     let dq = plans::attention_backward(DType::BF16, [16, 12, 1024, 64], true, &[Query]);
     let config = KernelConfig::AttentionBackward { warps: 4, rows_per_warp: 16, tensor_cores: true, stages: 1 };
     let candidates = candidate_configs(&dq, 0, &Target::h200());
-    assert_eq!(candidates[0], config, "{candidates:?}");
-    // Two row blocks a warp are candidates after one; they walk tiles of 32: 128 rows and their
-    // output gradients, two slots of a key and a value tile.
+    // At head dims up to 64 dq leads with two row blocks a warp in two stages, one block in one
+    // stage next; two blocks walk tiles of 32: 128 rows and their output gradients, two slots of
+    // a key and a value tile.
     let two_blocks = KernelConfig::AttentionBackward { warps: 4, rows_per_warp: 32, tensor_cores: true, stages: 2 };
-    assert!(candidates.contains(&two_blocks), "{candidates:?}");
+    assert_eq!(candidates[..2], [two_blocks, config], "{candidates:?}");
     let kernel = cuda(&dq, &two_blocks);
     assert_eq!(kernel.launches[0].shared_bytes, 2 * 128 * 72 * 2 + 2 * (2 * 32 * 72 * 2));
     assert_eq!(kernel.launches[0].grid, [16 * 12 * 8, 1, 1]);
@@ -546,6 +546,9 @@ fn the_tensor_core_attention_backward_is_the_default_where_it_applies() {
     let kernel = cuda(&dkdv, &config);
     assert_eq!(kernel.launches[0].shared_bytes, 2 * (64 + 32) * 136 * 2 + 2 * 32 * 4);
     assert!(kernel.source.contains("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"));
+    // Where two row blocks do not fit (head dim 128), dq leads with one block in one stage.
+    let wide_dq = plans::attention_backward(DType::F16, [1, 2, 17, 128], false, &[Query]);
+    assert_eq!(candidate_configs(&wide_dq, 0, &Target::h200())[0], config);
     // dk/dv default to two stages (their tiles of the walked side are the larger share).
     let two_stages = KernelConfig::AttentionBackward { warps: 4, rows_per_warp: 16, tensor_cores: true, stages: 2 };
     assert_eq!(candidate_configs(&dkdv, 0, &Target::h200())[0], two_stages);
