@@ -3,6 +3,7 @@
 # machine. `ce.cu` beside this file is the kernel as `braze compile-time gpt2_step --no-nvrtc
 # --dump DIR` writes it (row_eq_and_sum_max_bf16_*.cu). Variants: class ids computed from the
 # column instead of loaded (`iota`), fast exp and division (`fast`).
+#   python3 cross_entropy.py [KERNEL.cu [base]]   # `base`: time the kernel as generated only
 import ctypes, glob, json, os, re, sys
 import torch
 cuda = ctypes.CDLL("libcuda.so.1")
@@ -22,7 +23,8 @@ def compile(src, name):
     f = ctypes.c_void_p(); chk(cuda.cuModuleGetFunction(ctypes.byref(f), mod, name.encode()), "getfunc")
     return f
 HERE = os.path.dirname(__file__)
-src0 = open(f"{HERE}/ce.cu").read()
+src0 = open(sys.argv[1] if len(sys.argv) > 1 else f"{HERE}/ce.cu").read()
+VARIANTS = [dict()] if len(sys.argv) > 2 and sys.argv[2] == "base" else [dict(), dict(iota=True), dict(fast=True), dict(iota=True, fast=True)]
 name = re.search(r'__global__ void __launch_bounds__\(\d+\) (\w+)\(', src0).group(1)
 def variant(iota=False, fast=False):
     s = src0
@@ -50,7 +52,7 @@ def bench(go, iters=10):
         e.record(); torch.cuda.synchronize(); best = min(best, s.elapsed_time(e) * 1e3 / iters)
     return best
 ref = None
-for kw in [dict(), dict(iota=True), dict(fast=True), dict(iota=True, fast=True)]:
+for kw in VARIANTS:
     f = compile(variant(**kw), name)
     ptrs = [ctypes.c_uint64(t.data_ptr()) for t in (tg, cls, ones, x, ones, g, out, loss)]
     params = (ctypes.c_void_p * len(ptrs))(*[ctypes.cast(ctypes.byref(p), ctypes.c_void_p) for p in ptrs])
