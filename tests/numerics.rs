@@ -242,6 +242,37 @@ fn rms_norm_stays_accurate_on_large_means_tiny_variances_and_constant_rows() {
     }
 }
 
+/// Rows whose sums pass f32's largest (values near bf16's top, or whose squares are): the norms
+/// accumulate in f32, as PyTorch's do, so an infinite variance normalizes the row to `0 * w + b`
+/// and an infinite mean to NaN, on the reference and compiled alike (where the f64 value of the
+/// row is out of reach of any f32 computation).
+#[test]
+fn norms_of_rows_past_the_f32_range_are_what_f32_accumulators_give() {
+    let cols = 3;
+    // Squares past f32's largest; then a mean past it too (three values near bf16's largest).
+    let x = HostTensor::from_f64(DType::BF16, [2, cols], &[3e19, 1.0, -2.0, 3e38, 3e38, 3e38]).unwrap();
+    let w = HostTensor::from_f64(DType::BF16, [cols], &[0.5625, 0.75, -1.0]).unwrap();
+    let b = HostTensor::from_f64(DType::BF16, [cols], &[0.25, -0.5, 2.0]).unwrap();
+    let graph = rms_norm_graph(DType::BF16, 2, cols);
+    let (expected, actual) = run_everywhere(&graph, &[x.clone(), w.clone()], |a| Ok(vec![a[0].rms_norm(&a[1], EPS)?]));
+    // Row 0: x / inf = 0 for each finite x (signed as x times w); row 1's squares overflow too.
+    assert_eq!(expected.to_f64_vec(), [0.0; 6]);
+    for (device, actual) in actual {
+        assert_eq!(actual.to_f64_vec(), expected.to_f64_vec(), "rms_norm on {device:?}");
+    }
+    let graph = layer_norm_graph(DType::BF16, 2, cols);
+    let (expected, actual) = run_everywhere(&graph, &[x, w, b], |a| Ok(vec![a[0].layer_norm(&a[1], &a[2], EPS)?]));
+    let want = expected.to_f64_vec();
+    // Row 0: the variance overflows, so the row is the bias; row 1: the mean does, so NaN.
+    assert_eq!(want[..cols], [0.25, -0.5, 2.0]);
+    assert!(want[cols..].iter().all(|v| v.is_nan()), "{want:?}");
+    for (device, actual) in actual {
+        let got = actual.to_f64_vec();
+        assert_eq!(got[..cols], want[..cols], "layer_norm on {device:?}");
+        assert!(got[cols..].iter().all(|v| v.is_nan()), "layer_norm on {device:?}: {got:?}");
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Integer sums
 

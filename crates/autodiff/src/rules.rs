@@ -188,7 +188,9 @@ fn cross_entropy_grad(
     let scale = e.div(g, count)?;
     let hot = e.cast(onehot, DType::F32)?;
     let hits = e.reduce(ReduceOp::Sum, hot, &[1], true)?;
-    let hit = e.reduce(ReduceOp::Max, onehot, &[1], true)?;
+    // As the forward's decomposition: any hit from the count, not another reduction per logit.
+    let none = e.constant_of(0.0, DType::F32);
+    let hit = e.binary(BinaryOp::Gt, hits, none)?;
     let spread = e.mul(hits, p)?;
     let diff = e.sub(spread, hot)?;
     let nan = e.constant(f64::NAN);

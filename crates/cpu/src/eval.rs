@@ -274,7 +274,10 @@ fn matmul(dtype: DType, shape: &Shape, a: &HostTensor, b: &HostTensor) -> HostDa
 
 /// Layer norm (`bias` given, `center`: subtract the mean) or RMS norm (neither) over the last
 /// dim, each row in f64: `(x - mean) / sqrt(var + eps) * w + b` with the biased variance, or
-/// `x / sqrt(mean(x^2) + eps) * w`.
+/// `x / sqrt(mean(x^2) + eps) * w`. The row's sums are those of f32 accumulators, as in the
+/// kernels and in PyTorch (which normalizes f16/bf16 in f32 too): a sum of values (or of squares)
+/// past f32's largest is infinite there, so such a row is what an infinite mean (NaN) or
+/// variance (`x - mean` times 0) gives, not the f64 value no f32 computation reaches.
 fn layer_norm(
     dtype: DType,
     x: &HostTensor,
@@ -292,8 +295,9 @@ fn layer_norm(
         for (c, v) in row.iter_mut().enumerate() {
             *v = read(x, r * cols + c);
         }
-        let mean = if center { row.iter().sum::<f64>() / cols as f64 } else { 0.0 };
-        let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / cols as f64;
+        let past_f32 = |sum: f64| if sum.abs() > f32::MAX as f64 { sum.signum() * f64::INFINITY } else { sum };
+        let mean = if center { past_f32(row.iter().sum::<f64>()) / cols as f64 } else { 0.0 };
+        let var = past_f32(row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>()) / cols as f64;
         let denom = (var + eps).sqrt();
         for (c, &v) in row.iter().enumerate() {
             let mut y = (v - mean) / denom * read(weight, c);

@@ -224,7 +224,10 @@ impl Builder<'_> {
         let target_logit = self.reduce(ReduceOp::Sum, picked, vec![1], true)?;
         let hot = self.cast(onehot, compute)?;
         let hits = self.reduce(ReduceOp::Sum, hot, vec![1], true)?;
-        let hit = self.reduce(ReduceOp::Max, onehot, vec![1], true)?;
+        // Whether any class is the target, from the count (exact: a sum of ones and zeros stays at
+        // least one once it is), rather than another reduction per logit.
+        let none = self.constant(0.0, compute);
+        let hit = self.binary(BinaryOp::Gt, hits, none)?;
         let scaled_log_sum = self.binary(BinaryOp::Mul, hits, log_sum)?;
         let row_loss = self.binary(BinaryOp::Sub, scaled_log_sum, target_logit)?;
         let nan = self.constant(f64::NAN, compute);
