@@ -83,6 +83,6 @@ pub use error::{Error, Result};
 pub use explain::Explanation;
 pub use metric::{DeviceMetric, MetricReading};
 pub use mode::Mode;
-pub use prefetch::{pageable_copy_count, IntoBatch, PinnedBuffer, PinnedPool, Prefetcher};
+pub use prefetch::{pageable_copy_count, Batch, IntoBatch, PinnedBuffer, PinnedPool, Prefetcher};
 pub use sync_debug::{set_sync_debug_mode, sync_count, sync_debug_mode, SyncDebugMode};
 pub use tensor::{Element, Tensor};

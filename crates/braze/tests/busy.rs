@@ -76,6 +76,48 @@ fn the_prefetcher_yields_every_batch_in_order_and_whole() -> Result<()> {
     Ok(())
 }
 
+/// A source that cycles over batches it prepared hands them out shared (an `Arc`): the prefetcher
+/// reads them into pinned memory and leaves them as they were, for the next round.
+#[test]
+fn shared_batches_are_prefetched_and_left_unchanged() -> Result<()> {
+    let _exclusive = exclusive();
+    let prepared: Vec<std::sync::Arc<Vec<HostTensor>>> = (0..3).map(|i| std::sync::Arc::new(batch(i))).collect();
+    let source = (0..9usize).map(|i| prepared[i % 3].clone());
+    for (i, tensors) in Prefetcher::new(Device::Cpu, source)?.enumerate() {
+        let tensors = tensors?;
+        for (got, want) in tensors.iter().zip(batch(i as u64 % 3)) {
+            assert_eq!(got.to_host()?.to_bytes(), want.to_bytes(), "batch {i}");
+        }
+    }
+    for (i, shared) in prepared.iter().enumerate() {
+        assert_eq!(std::sync::Arc::strong_count(shared), 1, "the prefetcher keeps no batch");
+        assert_eq!(**shared, batch(i as u64));
+    }
+    Ok(())
+}
+
+/// Every dtype's bytes as the device stores them: little-endian, bool as one byte.
+#[test]
+fn host_bytes_are_little_endian_for_every_dtype() {
+    let cases: [(DType, &[f64], &[u8]); 6] = [
+        (DType::F32, &[1.0, -2.0], &[0, 0, 0x80, 0x3f, 0, 0, 0, 0xc0]),
+        (DType::F16, &[1.0, -2.0], &[0, 0x3c, 0, 0xc0]),
+        (DType::BF16, &[1.0, -2.0], &[0x80, 0x3f, 0, 0xc0]),
+        (DType::I32, &[1.0, -2.0], &[1, 0, 0, 0, 0xfe, 0xff, 0xff, 0xff]),
+        (DType::I64, &[258.0], &[2, 1, 0, 0, 0, 0, 0, 0]),
+        (DType::Bool, &[1.0, 0.0, 1.0], &[1, 0, 1]),
+    ];
+    for (dtype, values, bytes) in cases {
+        let t = HostTensor::from_f64(dtype, [values.len()], values).unwrap();
+        assert_eq!(t.byte_len(), bytes.len(), "{dtype}");
+        assert_eq!(t.to_bytes(), bytes, "{dtype}");
+        let mut out = vec![0xaa; bytes.len()];
+        t.write_bytes(&mut out);
+        assert_eq!(out, bytes, "{dtype}");
+        assert_eq!(HostTensor::from_bytes(dtype, [values.len()], bytes).unwrap(), t, "{dtype}");
+    }
+}
+
 #[test]
 fn zero_size_tensors_are_prefetched() -> Result<()> {
     let _exclusive = exclusive();

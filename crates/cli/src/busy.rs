@@ -160,13 +160,13 @@ pub fn naive_loop(device: Device, sizes: &LoopSizes, traced: bool) -> Result<Loo
 pub fn braze_loop(device: Device, sizes: &LoopSizes, traced: bool) -> Result<LoopRun> {
     let training = mlp_training_step(&workload_sizes(sizes), device)?;
     let step = training.workload.compile().fullgraph(true).mode(Mode::ReduceOverhead);
-    let batches = batches(sizes);
+    // Prepared once and shared with the prefetcher (as the PyTorch loop pins its batches once):
+    // each step stages a batch into pinned memory, with no copy of its own before that.
+    let batches: Vec<std::sync::Arc<Vec<HostTensor>>> =
+        batches(sizes).into_iter().map(|(x, target)| std::sync::Arc::new(vec![x, target])).collect();
     let source = |count: u64| {
         let batches = batches.clone();
-        (0..count).map(move |i| {
-            let (x, target) = &batches[i as usize % BATCHES];
-            vec![x.clone(), target.clone()]
-        })
+        (0..count).map(move |i| batches[i as usize % BATCHES].clone())
     };
     for batch in Prefetcher::new(device, source(WARMUP_STEPS))? {
         step.call(&batch?)?;

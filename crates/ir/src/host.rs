@@ -171,16 +171,33 @@ impl HostTensor {
 
     /// Little-endian bytes, as the device stores them (bool as one byte 0/1).
     pub fn to_bytes(&self) -> Vec<u8> {
-        fn flat<T: Copy, const N: usize>(v: &[T], f: impl Fn(T) -> [u8; N]) -> Vec<u8> {
-            v.iter().flat_map(|&x| f(x)).collect()
+        let mut bytes = vec![0; self.byte_len()];
+        self.write_bytes(&mut bytes);
+        bytes
+    }
+
+    /// The size of [`HostTensor::to_bytes`].
+    pub fn byte_len(&self) -> usize {
+        self.numel() * self.dtype().size_bytes()
+    }
+
+    /// Writes [`HostTensor::to_bytes`] into `out` (of [`HostTensor::byte_len`] bytes) with no
+    /// buffer of its own: fixed-size chunks, which compile to a copy loop (a batch staged into
+    /// pinned memory every step took a byte iterator's time before).
+    pub fn write_bytes(&self, out: &mut [u8]) {
+        assert_eq!(out.len(), self.byte_len(), "write_bytes into a buffer of another size");
+        fn write<T: Copy, const N: usize>(v: &[T], out: &mut [u8], f: impl Fn(T) -> [u8; N]) {
+            for (chunk, &x) in out.chunks_exact_mut(N).zip(v) {
+                chunk.copy_from_slice(&f(x));
+            }
         }
         match &self.data {
-            HostData::F32(v) => flat(v, f32::to_le_bytes),
-            HostData::F16(v) => flat(v, |x: f16| x.to_bits().to_le_bytes()),
-            HostData::BF16(v) => flat(v, |x: bf16| x.to_bits().to_le_bytes()),
-            HostData::I32(v) => flat(v, i32::to_le_bytes),
-            HostData::I64(v) => flat(v, i64::to_le_bytes),
-            HostData::Bool(v) => v.iter().map(|&b| b as u8).collect(),
+            HostData::F32(v) => write(v, out, f32::to_le_bytes),
+            HostData::F16(v) => write(v, out, |x: f16| x.to_bits().to_le_bytes()),
+            HostData::BF16(v) => write(v, out, |x: bf16| x.to_bits().to_le_bytes()),
+            HostData::I32(v) => write(v, out, i32::to_le_bytes),
+            HostData::I64(v) => write(v, out, i64::to_le_bytes),
+            HostData::Bool(v) => write(v, out, |b: bool| [b as u8]),
         }
     }
 

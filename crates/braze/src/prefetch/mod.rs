@@ -19,7 +19,7 @@ use crate::cuda::CudaTensor;
 use crate::logging::targets;
 use crate::timeline::{self, Track};
 use crate::{Device, Error, Result, Tensor};
-use braze_ir::{HostTensor, SourceLoc};
+use braze_ir::{DType, HostTensor, Shape, SourceLoc};
 use pool::{BufferInner, SharedPool};
 use std::cell::Cell;
 use std::sync::mpsc::{self, Receiver, Sender};
@@ -51,20 +51,43 @@ pub(crate) fn report_pageable_copy(bytes: usize, loc: &SourceLoc) {
     );
 }
 
+/// One batch of host tensors from a prefetcher's source: owned, or shared with the source (an
+/// `Arc`, so a source that cycles over batches it prepared hands them out without copying them;
+/// a prefetcher only reads a batch, into pinned memory).
+pub enum Batch {
+    Owned(Vec<HostTensor>),
+    Shared(Arc<Vec<HostTensor>>),
+}
+
+impl Batch {
+    fn tensors(&self) -> &[HostTensor] {
+        match self {
+            Batch::Owned(tensors) => tensors,
+            Batch::Shared(tensors) => tensors,
+        }
+    }
+}
+
 /// What a prefetcher's source yields: one batch of host tensors.
 pub trait IntoBatch {
-    fn into_batch(self) -> Result<Vec<HostTensor>>;
+    fn into_batch(self) -> Result<Batch>;
 }
 
 impl IntoBatch for Vec<HostTensor> {
-    fn into_batch(self) -> Result<Vec<HostTensor>> {
-        Ok(self)
+    fn into_batch(self) -> Result<Batch> {
+        Ok(Batch::Owned(self))
     }
 }
 
 impl IntoBatch for Result<Vec<HostTensor>> {
-    fn into_batch(self) -> Result<Vec<HostTensor>> {
-        self
+    fn into_batch(self) -> Result<Batch> {
+        self.map(Batch::Owned)
+    }
+}
+
+impl IntoBatch for Arc<Vec<HostTensor>> {
+    fn into_batch(self) -> Result<Batch> {
+        Ok(Batch::Shared(self))
     }
 }
 
@@ -98,7 +121,8 @@ enum CopyEngine {
 /// One tensor's copy on the CPU worker.
 struct CpuCopy {
     name: String,
-    host: HostTensor,
+    dtype: DType,
+    shape: Shape,
     staged: PinnedBuffer,
     done: Sender<Result<HostTensor>>,
 }
@@ -171,21 +195,22 @@ where
         let index = self.next_index;
         self.next_index += 1;
         let _span = timeline::host_span("copy", || format!("stage batch {index}"), None);
-        let mut tensors = Vec::with_capacity(batch.len());
-        for (t, host) in batch.into_iter().enumerate() {
-            let bytes = host.to_bytes();
-            let mut staged = self.pool.take(bytes.len())?;
-            staged.as_mut_bytes()?.copy_from_slice(&bytes);
+        let mut tensors = Vec::with_capacity(batch.tensors().len());
+        for (t, host) in batch.tensors().iter().enumerate() {
+            let bytes = host.byte_len();
+            let mut staged = self.pool.take(bytes)?;
+            host.write_bytes(staged.as_mut_bytes()?);
             match &self.engine {
                 CopyEngine::Cpu { jobs, .. } => {
                     let (done, result) = mpsc::channel();
-                    let job = CpuCopy { name: format!("copy batch {index} tensor {t}"), host, staged, done };
+                    let (dtype, shape) = (host.dtype(), host.shape().clone());
+                    let job = CpuCopy { name: format!("copy batch {index} tensor {t}"), dtype, shape, staged, done };
                     jobs.as_ref().and_then(|jobs| jobs.send(job).ok()).ok_or_else(copy_thread_gone)?;
                     tensors.push(InFlightTensor::Cpu(result));
                 }
                 CopyEngine::Cuda { ordinal, device } => {
                     let cuda = |e| Error::cuda("Prefetcher", e);
-                    let buffer = device.alloc(bytes.len()).map_err(cuda)?;
+                    let buffer = device.alloc(bytes).map_err(cuda)?;
                     let BufferInner::Cuda(pinned) = &staged.inner else {
                         unreachable!("a GPU pool stages in pinned memory")
                     };
@@ -241,10 +266,8 @@ fn cpu_copy_stream(queue: Receiver<CpuCopy>, pool: SharedPool) {
     for job in queue {
         let started = Instant::now();
         let copied = match &job.staged.inner {
-            BufferInner::Cpu { bytes, len } => {
-                HostTensor::from_bytes(job.host.dtype(), job.host.shape().clone(), &bytes[..*len])
-                    .map_err(|e| Error::InvalidArgument { op: "Prefetcher".into(), loc: None, detail: e.to_string() })
-            }
+            BufferInner::Cpu { bytes, len } => HostTensor::from_bytes(job.dtype, job.shape, &bytes[..*len])
+                .map_err(|e| Error::InvalidArgument { op: "Prefetcher".into(), loc: None, detail: e.to_string() }),
             BufferInner::Cuda(_) => unreachable!("a CPU pool stages in host memory"),
         };
         if timeline::is_recording() {
