@@ -95,7 +95,11 @@ fn random_gradients_match_the_reference() {
 /// - 5,101,752: the grad of `max(cos(x), b)` in bf16, whose ties split it in halves: one kernel
 ///   compared the f32 cosine kept in registers, another its stored bf16 rounding. Casts and
 ///   comparisons now observe computed f16/bf16 values rounded.
-const REGRESSION_SEEDS: [u64; 1] = [5_101_752];
+/// - 64,000,485: a layer norm's input gradient that cancels at a bf16 add (about 2.36 - 2.5):
+///   the fused kernel keeps `erf(x)` in f32 before `* s`, which flips that add's rounding by one
+///   ulp (11% of the small result); the judge's two perturbed references had not flipped it.
+///   Four do.
+const REGRESSION_SEEDS: [u64; 2] = [5_101_752, 64_000_485];
 
 #[test]
 fn gradient_fuzz_regression_seeds_pass() {
