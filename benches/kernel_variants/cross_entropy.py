@@ -4,28 +4,14 @@
 # --dump DIR` writes it (row_eq_and_sum_max_bf16_*.cu). Variants: class ids computed from the
 # column instead of loaded (`iota`), fast exp and division (`fast`).
 #   python3 cross_entropy.py [KERNEL.cu [base]]   # `base`: time the kernel as generated only
-import ctypes, glob, json, os, re, sys
+import json, os, re, sys
 import torch
-cuda = ctypes.CDLL("libcuda.so.1")
-nvrtc = ctypes.CDLL(glob.glob("/usr/local/cuda/lib64/libnvrtc.so.1*")[0])
-def chk(rc, what):
-    if rc != 0: raise RuntimeError(f"{what}: {rc}")
-def compile(src, name):
-    prog = ctypes.c_void_p()
-    chk(nvrtc.nvrtcCreateProgram(ctypes.byref(prog), src.encode(), b"k.cu", 0, None, None), "create")
-    opts = [b"--gpu-architecture=sm_90", b"--include-path=/usr/local/cuda/include", b"-std=c++17"]
-    arr = (ctypes.c_char_p * len(opts))(*opts)
-    rc = nvrtc.nvrtcCompileProgram(prog, len(opts), arr)
-    n = ctypes.c_size_t(); nvrtc.nvrtcGetProgramLogSize(prog, ctypes.byref(n)); log = ctypes.create_string_buffer(n.value); nvrtc.nvrtcGetProgramLog(prog, log)
-    chk(rc, "compile " + log.value.decode()[-2000:])
-    nvrtc.nvrtcGetCUBINSize(prog, ctypes.byref(n)); buf = ctypes.create_string_buffer(n.value); nvrtc.nvrtcGetCUBIN(prog, buf)
-    mod = ctypes.c_void_p(); chk(cuda.cuModuleLoadData(ctypes.byref(mod), buf), "load")
-    f = ctypes.c_void_p(); chk(cuda.cuModuleGetFunction(ctypes.byref(f), mod, name.encode()), "getfunc")
-    return f
+sys.path.insert(0, os.path.dirname(__file__))
+from driver import bench, launcher, name_of  # noqa: E402
 HERE = os.path.dirname(__file__)
 src0 = open(sys.argv[1] if len(sys.argv) > 1 else f"{HERE}/ce.cu").read()
 VARIANTS = [dict()] if len(sys.argv) > 2 and sys.argv[2] == "base" else [dict(), dict(iota=True), dict(fast=True), dict(iota=True, fast=True)]
-name = re.search(r'__global__ void __launch_bounds__\(\d+\) (\w+)\(', src0).group(1)
+name = name_of(src0)
 def variant(iota=False, fast=False):
     s = src0
     if iota:
@@ -42,22 +28,10 @@ ones = torch.ones(R, device="cuda", dtype=torch.uint8)
 x = torch.randn(R, V, device="cuda", dtype=torch.bfloat16) * 3
 g = torch.full((1,), 1.0 / R, device="cuda", dtype=torch.float32)
 out = torch.empty_like(x); loss = torch.empty(R, device="cuda", dtype=torch.float32)
-def bench(go, iters=10):
-    go(); torch.cuda.synchronize()
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    best = 1e9
-    for _ in range(3):
-        s.record()
-        for _ in range(iters): go()
-        e.record(); torch.cuda.synchronize(); best = min(best, s.elapsed_time(e) * 1e3 / iters)
-    return best
 ref = None
 for kw in VARIANTS:
-    f = compile(variant(**kw), name)
-    ptrs = [ctypes.c_uint64(t.data_ptr()) for t in (tg, cls, ones, x, ones, g, out, loss)]
-    params = (ctypes.c_void_p * len(ptrs))(*[ctypes.cast(ctypes.byref(p), ctypes.c_void_p) for p in ptrs])
-    go = lambda: chk(cuda.cuLaunchKernel(f, R, 1, 1, 1024, 1, 1, 0, None, params, None), "launch")
-    us = bench(go)
+    go = launcher(variant(**kw), name, dict(grid=R, block=1024, shared=0), [tg, cls, ones, x, ones, g, out, loss])
+    us = bench(go, 10)
     o = out.float().clone()
     if ref is None: ref = o
     print(json.dumps(dict(cfg=kw, us=us, gbps=(2 * R * V * 2) / us / 1e3, max_diff=(o - ref).abs().max().item())), flush=True)
@@ -68,4 +42,4 @@ def tfn(x, tg):
     p.scatter_add_(1, tg.long()[:, None], -torch.ones(R, 1, device="cuda"))
     return (p * g).to(torch.bfloat16), lse
 cf = torch.compile(tfn)
-print(json.dumps(dict(torch_compile_us=bench(lambda: cf(x, tg)))), flush=True)
+print(json.dumps(dict(torch_compile_us=bench(lambda: cf(x, tg), 10))), flush=True)

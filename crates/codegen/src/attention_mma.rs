@@ -95,7 +95,7 @@ pub(crate) fn generate(
     w.line(format!(
         "unsigned short* kv = qs + ROWS * STRIDE;  // {stages} x (a key tile, its values): KT x STRIDE each"
     ));
-    let staging = Staging { threads: (warps * 32) as usize, chunks: s.head_dim / 8, seq: s.seq };
+    let staging = Staging::new(warps, &s);
     stage_rows(&mut w, staging, "qs", "in0", "row0", rows);
     w.line("asm volatile(\"cp.async.wait_group 0;\" ::);");
     w.line("__syncthreads();");
@@ -174,7 +174,7 @@ pub(crate) fn generate(
     w.open("for (int mi = 0; mi < MT; ++mi)");
     w.line("// The tile's max and (below) sum of each of the thread's rows by halving trees: chains of");
     w.line("// log2(KT / 4) dependent ops, not KT / 4.");
-    halving_tree(&mut w, "tile_max", "fmaxf");
+    halving_tree(&mut w, "tile_max", |a, b| format!("fmaxf({a}, {b})"));
     w.line("float rescale[2], shift[2];");
     w.line("#pragma unroll");
     w.open("for (int h = 0; h < 2; ++h)");
@@ -200,7 +200,7 @@ pub(crate) fn generate(
     w.line("sc[mi][j][c] = fast_exp2(fmaf(sc[mi][j][c], RAW_SCALE, -shift[c >> 1]));");
     w.close();
     w.close();
-    halving_tree(&mut w, "tile_sum", "add");
+    halving_tree(&mut w, "tile_sum", |a, b| format!("{a} + {b}"));
     w.line("row_sum[mi][0] += tile_sum[0][0];");
     w.line("row_sum[mi][1] += tile_sum[1][0];");
     w.close();
@@ -287,9 +287,8 @@ pub(crate) fn generate(
 }
 
 /// Declares `name[2][KT / 8]` and folds row block `mi`'s scores into `name[h][0]` for each of
-/// the thread's two rows `h` by `op` (`fmaxf`, or `add`), pairwise.
-fn halving_tree(w: &mut CodeWriter, name: &str, op: &str) {
-    let combine = |a: &str, b: &str| if op == "add" { format!("{a} + {b}") } else { format!("{op}({a}, {b})") };
+/// the thread's two rows `h` by `combine` (the C expression of two operands), pairwise.
+fn halving_tree(w: &mut CodeWriter, name: &str, combine: impl Fn(&str, &str) -> String) {
     w.line(format!("float {name}[2][KT / 8];"));
     w.line("#pragma unroll");
     w.open("for (int j = 0; j < KT / 8; ++j)");
@@ -362,6 +361,13 @@ pub(crate) struct Staging {
     pub threads: usize,
     pub chunks: usize,
     pub seq: usize,
+}
+
+impl Staging {
+    /// The copies of a block of `warps` warps over attention of shape `s`.
+    pub(crate) fn new(warps: u32, s: &AttentionShape) -> Staging {
+        Staging { threads: (warps * 32) as usize, chunks: s.head_dim / 8, seq: s.seq }
+    }
 }
 
 /// Starts copying `count` rows from row `first` of `src` (an operand, `[SEQ, DIM]` at `base`)

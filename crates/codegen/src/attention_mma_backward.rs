@@ -93,12 +93,7 @@ pub(crate) fn generate(
     w.line("const int row0 = tile * ROWS, warp_row0 = row0 + warp * RW;");
     w.line("const idx_t base = bh * (idx_t)SEQ * DIM;");
     w.line("extern __shared__ uint4 smem_words[];");
-    let tiling = Tiles {
-        stages,
-        staging: Staging { threads: (warps * 32) as usize, chunks: s.head_dim / 8, seq: s.seq },
-        rows,
-        walk,
-    };
+    let tiling = Tiles { stages, staging: Staging::new(warps, &s), rows, walk };
     if queries {
         dq_body(&mut w, tiling);
     } else {
