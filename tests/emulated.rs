@@ -131,6 +131,25 @@ fn tensor_core_attention_backward_in_the_emulator() {
     }
 }
 
+/// q, k and v read straight out of a fused projection's `[B, T, 3 H D]` output and the results
+/// written as `[B, T, H D]` (operand layouts of batch, head and row strides), forward and
+/// backward, on tensor cores.
+#[test]
+fn tensor_core_attention_of_a_fused_projection_in_the_emulator() {
+    if !enabled() {
+        return;
+    }
+    for (dtype, shape, backward) in [
+        (DType::BF16, [2, 70, 3, 64], false),
+        (DType::F16, [1, 33, 2, 128], false),
+        (DType::BF16, [2, 70, 3, 64], true),
+    ] {
+        let what = format!("attention of a fused projection {dtype} [B, T, H, D] {shape:?} backward={backward}");
+        let tensor_core_kernels = if backward { 3 } else { 1 };
+        check(&what, &common::projected_attention(dtype, shape, backward), tensor_core_kernels, None, 31);
+    }
+}
+
 /// `index_add` over `[outer, indices, inner]` sources into `size` rows at `at`.
 fn index_add(dtype: DType, index: DType, outer: usize, inner: usize, size: usize, at: &[i64]) -> Graph {
     let mut b = Builder::new();

@@ -15,7 +15,10 @@ use braze_ir::{BinaryOp, DType, Graph, HostData, HostTensor, Literal, NodeId, Op
 use braze_passes::{compile_to_plan, optimize, FusionOptions, PassManager};
 use braze_plan::Plan;
 use braze_workloads::graph;
-use common::{compare_outputs, compile_for_sm90, narrowest_float, nvrtc_enabled, random_inputs, wide_graph, Builder};
+use common::{
+    compare_outputs, compile_for_sm90, narrowest_float, nvrtc_enabled, projected_attention, random_inputs, wide_graph,
+    Builder,
+};
 use std::collections::BTreeSet;
 use std::fmt::Write;
 
@@ -286,6 +289,18 @@ const CASES: &[Case] = &[
         build: || attention_backward(DType::BF16, [1, 2, 17, 64], true),
         inputs: Inputs::Random,
         kernels: &["attention", "row", "attention_backward", "attention_backward"],
+    },
+    Case {
+        name: "attention_of_a_fused_projection_bf16",
+        build: || projected_attention(DType::BF16, [2, 40, 3, 64], false),
+        inputs: Inputs::Random,
+        kernels: &["attention"],
+    },
+    Case {
+        name: "attention_backward_of_a_fused_projection_bf16",
+        build: || projected_attention(DType::BF16, [2, 40, 3, 64], true),
+        inputs: Inputs::Random,
+        kernels: &["attention", "row", "attention_backward", "attention_backward", "concat"],
     },
     Case {
         name: "pointwise_over_2_31_elements",

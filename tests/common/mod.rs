@@ -75,6 +75,33 @@ impl Builder {
     }
 }
 
+/// Causal attention as GPT-2 writes it, over one `[B, T, 3 H D]` input (a fused q, k, v
+/// projection's output): q, k and v sliced out of it and split into heads (`[B, H, T, D]`
+/// views), the output merged back to `[B, T, H D]`; with `backward`, the gradient of the input
+/// for an incoming gradient of the output instead.
+pub fn projected_attention(dtype: DType, [batch, seq, heads, head_dim]: [usize; 4], backward: bool) -> Graph {
+    let width = heads * head_dim;
+    let mut b = Builder::new();
+    let qkv = b.input(dtype, [batch, seq, 3 * width]);
+    let split: Vec<NodeId> = (0..3)
+        .map(|i| {
+            let part = b.op(Op::Slice { axis: 2, start: i * width, end: (i + 1) * width, step: 1 }, &[qkv]);
+            let heads_apart = b.reshape(part, [batch, seq, heads, head_dim]);
+            b.op(Op::Permute { perm: vec![0, 2, 1, 3] }, &[heads_apart])
+        })
+        .collect();
+    let scale = if head_dim == 0 { 1.0 } else { 1.0 / (head_dim as f64).sqrt() };
+    let out = b.op(Op::Attention { causal: true, scale }, &split);
+    let merged = b.op(Op::Permute { perm: vec![0, 2, 1, 3] }, &[out]);
+    let y = b.reshape(merged, [batch, seq, width]);
+    if !backward {
+        return b.finish(vec![y]);
+    }
+    let dy = b.input(dtype, [batch, seq, width]);
+    let grads = braze_autodiff::backward(&mut b.g, &[(y, dy)], &[qkv]).expect("float inputs");
+    b.finish(grads.into_iter().map(|g| g.expect("the input gets a gradient")).collect())
+}
+
 /// One tensor per graph input from `seed`: `random_tensor` data (never all zeros), with NaN,
 /// +-Inf and signed zeros injected into the float inputs `specials` accepts (by input index).
 pub fn random_inputs(graph: &Graph, seed: u64, specials: impl Fn(usize) -> bool) -> Vec<HostTensor> {

@@ -125,6 +125,9 @@ fn measure(options: &Options) -> Result<Report> {
             let path = dir.join(format!("{}.cu", g.name));
             std::fs::write(&path, &g.source).with_context(|| format!("writing {}", path.display()))?;
         }
+        // The fused plan beside its kernels: which graph ops each kernel holds and its buffers.
+        let path = dir.join("plan.txt");
+        std::fs::write(&path, plan.to_string()).with_context(|| format!("writing {}", path.display()))?;
     }
     let distinct_sources = generated.iter().map(|g| g.source.as_str()).collect::<HashSet<_>>().len();
     let distinct_units =

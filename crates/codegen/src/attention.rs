@@ -23,13 +23,14 @@
 //! tensor-core kernels (`attention_mma.rs`, `attention_mma_backward.rs`) come first among the
 //! candidates, these after them.
 
+use crate::attention_layout::{backward_operands, declare_rows, forward_operands};
 use crate::cuda::{f32_literal, narrow, widen};
 use crate::error::{invalid_config, malformed, Result};
 use crate::index::IndexWidth;
 use crate::writer::CodeWriter;
 use crate::{Emitted, Launch, Param, Unit};
 use braze_ir::{AttentionInput, DType};
-use braze_plan::{Attention, AttentionBackward, AttentionResult, AttentionShape};
+use braze_plan::{Attention, AttentionBackward, AttentionResult, AttentionShape, OperandLayout};
 
 /// Rows of the walked side per step: one per lane.
 pub(crate) const TILE: usize = 32;
@@ -109,8 +110,9 @@ pub(crate) fn check_dtypes(unit: &Unit<'_>, s: &AttentionShape, inputs: &[DType]
     Ok(())
 }
 
-/// Constants, thread coordinates and the block's (batch, head) pair and row tile.
-fn prologue(w: &mut CodeWriter, s: &AttentionShape, l: &Layout) {
+/// Constants, thread coordinates, the block's (batch, head) pair and row tile, and where the
+/// pair's rows of each of `operands` lie.
+fn prologue(w: &mut CodeWriter, s: &AttentionShape, l: &Layout, operands: &[(String, OperandLayout)]) {
     w.line(format!("constexpr int SEQ = {}, DIM = {}, ROWS = {}, TILE = {TILE};", s.seq, s.head_dim, l.rows));
     w.line(format!("constexpr int RPW = {}, CHUNKS = {}, PAD = DIM + 1;", l.rows_per_warp, l.chunks));
     w.line(format!("constexpr float SCALE_LOG2 = {};", f32_literal((s.scale * std::f64::consts::LOG2_E) as f32)));
@@ -123,18 +125,18 @@ fn prologue(w: &mut CodeWriter, s: &AttentionShape, l: &Layout) {
     );
     w.line("const idx_t bh = blockIdx.x / tiles;");
     w.line("const int row0 = tile * ROWS;");
-    w.line("const idx_t base = bh * (idx_t)SEQ * DIM;");
+    declare_rows(w, s, operands);
     w.line("extern __shared__ float smem[];");
 }
 
-/// Stages `rows` rows from `first` of `src` (an operand, `[SEQ, DIM]` at `base`) into `dst`
+/// Stages `rows` rows from `first` of `src` (an operand, its rows at `{src}_at`) into `dst`
 /// with row stride `stride`, zeros past the sequence.
 fn stage(w: &mut CodeWriter, dtype: DType, dst: &str, src: &str, first: &str, rows: &str, stride: &str) {
     w.open(format!("for (int e = threadIdx.x; e < {rows} * DIM; e += blockDim.x)"));
     w.line(format!("const int r = e / DIM, d = e - r * DIM, t = {first} + r;"));
     w.line(format!(
         "{dst}[r * {stride} + d] = t < SEQ ? {} : 0.0f;",
-        widen(dtype, &format!("{src}[base + (idx_t)t * DIM + d]"))
+        widen(dtype, &format!("{src}[{src}_at + (idx_t)t * {src}_row + d]"))
     ));
     w.close();
 }
@@ -167,7 +169,7 @@ fn store_rows(w: &mut CodeWriter, dtype: DType, out: &str, acc: &str, factor: &s
     w.open("for (int c = 0; c < CHUNKS; ++c)");
     w.line("const int d = lane + 32 * c;");
     w.line(format!(
-        "if (d < DIM) {out}[base + (idx_t)i * DIM + d] = {};",
+        "if (d < DIM) {out}[{out}_at + (idx_t)i * {out}_row + d] = {};",
         narrow(dtype, &format!("{acc}[r][c] * {factor}"))
     ));
     w.close();
@@ -201,7 +203,7 @@ pub(crate) fn generate_forward(
     let mut w = CodeWriter::new();
     w.line(format!("extern \"C\" __global__ void __launch_bounds__({}) {name}({})", warps * 32, declared.join(", ")));
     w.open("");
-    prologue(&mut w, &s, &l);
+    prologue(&mut w, &s, &l, &forward_operands(att));
     w.line("float* qs = smem;                  // ROWS x DIM: the block's query rows");
     w.line("float* ks = qs + ROWS * DIM;       // TILE x PAD: a key tile");
     w.line("float* vs = ks + TILE * PAD;       // TILE x PAD: its values");
@@ -308,7 +310,7 @@ pub(crate) fn generate_backward(
     let mut w = CodeWriter::new();
     w.line(format!("extern \"C\" __global__ void __launch_bounds__({}) {name}({})", warps * 32, declared.join(", ")));
     w.open("");
-    prologue(&mut w, &s, &l);
+    prologue(&mut w, &s, &l, &backward_operands(back));
     w.line(format!("const float LOG2E = {};", f32_literal(std::f32::consts::LOG2_E)));
     if queries {
         w.line("float* qs = smem;                  // ROWS x DIM: the block's query rows");

@@ -14,26 +14,29 @@
 //! accumulates `P V` into `head_dim / 8` tiles. Shared rows are padded by 8 elements (16
 //! bytes) so `ldmatrix`'s eight row addresses hit distinct banks.
 
+use crate::attention_layout::{declare_rows, forward_operands};
 use crate::cuda::f32_literal;
 use crate::error::{invalid_config, Result};
 use crate::index::IndexWidth;
 use crate::writer::CodeWriter;
 use crate::{Emitted, Launch, Unit};
 use braze_ir::DType;
-use braze_plan::{Attention, AttentionResult, AttentionShape};
+use braze_plan::{Attention, AttentionResult, AttentionShape, OperandLayout};
 
 /// Keys a step folds in.
 const KEY_TILE: usize = 64;
 
 /// Whether the tensor-core kernels (this forward and the backward of
 /// `attention_mma_backward.rs`) can run attention of shape `s` on `unit`'s target.
-pub(crate) fn supports(unit: &Unit<'_>, s: &AttentionShape) -> bool {
+/// `layouts` are those of its operands and results: each row must start on 16 bytes.
+pub(crate) fn supports(unit: &Unit<'_>, s: &AttentionShape, layouts: &[OperandLayout]) -> bool {
     let d = s.head_dim;
     unit.target.compute_capability >= (8, 0)
         && matches!(s.dtype, DType::BF16 | DType::F16)
         && d > 0
         && d.is_multiple_of(16)
         && d <= 128
+        && layouts.iter().all(|l| l.is_aligned_to(8))
 }
 
 pub(crate) fn generate(
@@ -45,7 +48,7 @@ pub(crate) fn generate(
 ) -> Result<Emitted> {
     let name = unit.name().to_string();
     let s = att.shape;
-    check_config(unit, &s, warps, rows_per_warp, stages)?;
+    check_config(unit, &s, &att.layouts(), warps, rows_per_warp, stages)?;
     let rows = (rows_per_warp * warps) as usize;
     let stride = s.head_dim + 8;
     let shared_bytes = (rows + 2 * KEY_TILE * stages as usize) * stride * 2;
@@ -89,7 +92,7 @@ pub(crate) fn generate(
     );
     w.line("const idx_t bh = blockIdx.x / tiles;");
     w.line("const int row0 = tile * ROWS, warp_row0 = row0 + warp * RW;");
-    w.line("const idx_t base = bh * (idx_t)SEQ * DIM;");
+    declare_rows(&mut w, &s, &forward_operands(att));
     w.line("extern __shared__ uint4 smem_words[];");
     w.line("unsigned short* qs = reinterpret_cast<unsigned short*>(smem_words);  // ROWS x STRIDE");
     w.line(format!(
@@ -241,7 +244,7 @@ pub(crate) fn generate(
         w.line("#pragma unroll");
         w.open("for (int j = 0; j < DTILES; ++j)");
         w.line(format!(
-            "*reinterpret_cast<unsigned*>(out{slot} + base + (idx_t)i * DIM + j * 8 + 2 * t) = pack_half2(o[mi][j][2 * h] * inv, o[mi][j][2 * h + 1] * inv);"
+            "*reinterpret_cast<unsigned*>(out{slot} + out{slot}_at + (idx_t)i * out{slot}_row + j * 8 + 2 * t) = pack_half2(o[mi][j][2 * h] * inv, o[mi][j][2 * h + 1] * inv);"
         ));
         w.close();
     }
@@ -370,7 +373,8 @@ impl Staging {
     }
 }
 
-/// Starts copying `count` rows from row `first` of `src` (an operand, `[SEQ, DIM]` at `base`)
+/// Starts copying `count` rows from row `first` of `src` (an operand, its rows placed by
+/// `{src}_at` and `{src}_row` of `attention_layout.rs`)
 /// into `dst` (rows of `STRIDE`) as one `cp.async` group. `first` is a multiple of `count`, so
 /// rows past the sequence (clamped, zero-filled) occur only where `count` does not divide it.
 /// Where the block's threads split the copies evenly, each thread copies one chunk column of
@@ -381,7 +385,8 @@ pub(crate) fn stage_rows(w: &mut CodeWriter, staging: Staging, dst: &str, src: &
     let ragged = !staging.seq.is_multiple_of(count);
     let (src_row, bytes) =
         if ragged { ("(idx_t)min(row, SEQ - 1)", "row < SEQ ? 16u : 0u") } else { ("(idx_t)row", "16u") };
-    let copy = format!("cp_async_16({dst} + r * STRIDE + c * 8, {src} + base + {src_row} * DIM + c * 8, {bytes});");
+    let copy =
+        format!("cp_async_16({dst} + r * STRIDE + c * 8, {src} + {src}_at + {src_row} * {src}_row + c * 8, {bytes});");
     if staging.threads.is_multiple_of(staging.chunks) && total.is_multiple_of(staging.threads) {
         w.line("#pragma unroll");
         w.open(format!("for (int p = 0; p < {}; ++p)", total / staging.threads));
@@ -402,15 +407,16 @@ pub(crate) fn stage_rows(w: &mut CodeWriter, staging: Staging, dst: &str, src: &
 pub(crate) fn check_config(
     unit: &Unit<'_>,
     s: &AttentionShape,
+    layouts: &[OperandLayout],
     warps: u32,
     rows_per_warp: u32,
     stages: u32,
 ) -> Result<()> {
     let name = unit.name();
-    if !supports(unit, s) {
+    if !supports(unit, s, layouts) {
         return Err(invalid_config(
             name,
-            format!("tensor cores need sm_80+, bf16 or f16 and a head dim that is a multiple of 16 up to 128 (got {} on {})", s.dtype, unit.target.arch()),
+            format!("tensor cores need sm_80+, bf16 or f16, a head dim that is a multiple of 16 up to 128 and rows on 16 bytes (got {} on {})", s.dtype, unit.target.arch()),
         ));
     }
     if !(1..=8).contains(&warps) {

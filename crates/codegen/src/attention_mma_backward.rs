@@ -22,6 +22,7 @@
 //! the reference.
 
 use crate::attention::check_dtypes;
+use crate::attention_layout::{backward_operands, declare_rows};
 use crate::attention_mma::{check_config, device_helpers, stage_rows, walk_tiles, Staging};
 use crate::cuda::f32_literal;
 use crate::error::{invalid_config, Result};
@@ -51,7 +52,7 @@ pub(crate) fn generate(
 ) -> Result<Emitted> {
     let name = unit.name().to_string();
     let s = back.shape;
-    check_config(unit, &s, warps, rows_per_warp, stages)?;
+    check_config(unit, &s, &back.layouts(), warps, rows_per_warp, stages)?;
     let d = s.dtype;
     check_dtypes(unit, &s, &[d, d, d, DType::F32, DType::F32, d], &vec![d; back.grads.len()])?;
     let queries = back.grads == [AttentionInput::Query];
@@ -91,7 +92,7 @@ pub(crate) fn generate(
     );
     w.line("const idx_t bh = blockIdx.x / tiles;");
     w.line("const int row0 = tile * ROWS, warp_row0 = row0 + warp * RW;");
-    w.line("const idx_t base = bh * (idx_t)SEQ * DIM;");
+    declare_rows(&mut w, &s, &backward_operands(back));
     w.line("extern __shared__ uint4 smem_words[];");
     let tiling = Tiles { stages, staging: Staging::new(warps, &s), rows, walk };
     if queries {
@@ -208,7 +209,7 @@ fn store(w: &mut CodeWriter, out: &str, acc: &str, factor: &str) {
     w.line("#pragma unroll");
     w.open("for (int j = 0; j < DTILES; ++j)");
     w.line(format!(
-        "*reinterpret_cast<unsigned*>({out} + base + (idx_t)i * DIM + j * 8 + 2 * t) = pack_half2({acc}[mi][j][2 * h] * {factor}, {acc}[mi][j][2 * h + 1] * {factor});"
+        "*reinterpret_cast<unsigned*>({out} + {out}_at + (idx_t)i * {out}_row + j * 8 + 2 * t) = pack_half2({acc}[mi][j][2 * h] * {factor}, {acc}[mi][j][2 * h + 1] * {factor});"
     ));
     w.close();
     w.close();

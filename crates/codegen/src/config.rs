@@ -205,7 +205,7 @@ pub fn candidate_configs(plan: &Plan, kernel: usize, target: &Target) -> Vec<Ker
 /// CUDA-core default took 3.5 ms. The CUDA-core shapes after it.
 fn attention_forward_candidates(unit: &Unit<'_>, att: &Attention) -> Vec<KernelConfig> {
     let mut candidates = Vec::new();
-    if crate::attention_mma::supports(unit, &att.shape) {
+    if crate::attention_mma::supports(unit, &att.shape, &att.layouts()) {
         // Two row blocks a warp (each shared-memory fragment feeds twice the mmas) in two stages
         // first at head dims up to 64: on the H200 at GPT-2's shape 144 us, the others 146-160 us.
         let mut shapes = Vec::new();
@@ -227,7 +227,7 @@ fn attention_forward_candidates(unit: &Unit<'_>, att: &Attention) -> Vec<KernelC
 /// after them.
 fn attention_backward_candidates(unit: &Unit<'_>, back: &AttentionBackward) -> Vec<KernelConfig> {
     let mut candidates = Vec::new();
-    if crate::attention_mma::supports(unit, &back.shape) {
+    if crate::attention_mma::supports(unit, &back.shape, &back.layouts()) {
         // On the H200 at GPT-2's shape (B=16, H=12, T=1024, D=64, causal bf16): dq fastest with
         // two row blocks a warp in two stages (151 us; one block in one stage 167 us), dk/dv with
         // one row block (240-244 us in one or two stages; two blocks 265 us).

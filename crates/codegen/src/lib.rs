@@ -37,6 +37,7 @@
 //! round where a cast says so); the op semantics are those of the CPU reference.
 
 mod attention;
+mod attention_layout;
 mod attention_mma;
 mod attention_mma_backward;
 mod body;

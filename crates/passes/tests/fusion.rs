@@ -730,11 +730,70 @@ fn attention_and_its_lse_share_one_kernel() {
     assert_eq!(unfused.kernel_count(), 2, "{unfused}");
 }
 
+/// A `[B, T, H, D]` query seen as `[B, H, T, D]` is read where it lies (rows at a stride of
+/// H D); one whose rows do not start on 16 bytes (head dim 6) gets a copy of its own.
 #[test]
-fn a_permuted_attention_operand_is_materialized_once() {
+fn a_permuted_attention_operand_is_read_in_place_where_its_rows_align() {
     let (mut g, outputs) = attention_graph(true, true);
     g.set_outputs(outputs);
-    check("attention_permuted_query", g, FusionOptions::default(), 2);
+    let plan = check("attention_permuted_query", g, FusionOptions::default(), 1);
+    let KernelKind::Attention(att) = &plan.kernels[0].kind else { panic!("{plan}") };
+    let strided = braze_plan::OperandLayout { offset: 0, batch_stride: 120, head_stride: 8, row_stride: 24 };
+    assert_eq!(att.input_layouts[0], strided, "{plan}");
+
+    let mut g = Graph::new();
+    let rows = g.input(DType::F32, [2, 5, 3, 6]);
+    let q = op(&mut g, Op::Permute { perm: vec![0, 2, 1, 3] }, &[rows]);
+    let k = g.input(DType::F32, [2, 3, 5, 6]);
+    let v = g.input(DType::F32, [2, 3, 5, 6]);
+    let out = op(&mut g, Op::Attention { causal: true, scale: 0.3 }, &[q, k, v]);
+    g.set_outputs(vec![out]);
+    let plan = compile_to_plan(&g, &defaults()).unwrap();
+    let families: Vec<&str> = plan.kernels.iter().map(|k| k.kind.family()).collect();
+    assert_eq!(families, ["pointwise", "attention"], "{plan}");
+}
+
+/// GPT-2's attention: q, k and v sliced out of one projection and split into heads, the
+/// output's heads merged back for the next projection. The attention reads the projection
+/// where it lies and writes `[B, T, H, D]`, which the matmul after it reads as it is: no copy
+/// kernels. In the backward, dq, dk and dv are written as `[B, T, H, D]` too and only their
+/// concatenation into the projection's gradient remains.
+#[test]
+fn attention_reads_a_fused_projection_and_writes_heads_merged() {
+    let (batch, seq, heads, dim) = (2, 5, 3, 8);
+    let width = heads * dim;
+    let mut g = Graph::new();
+    let qkv = g.input(DType::F32, [batch, seq, 3 * width]);
+    let split: Vec<NodeId> = (0..3)
+        .map(|i| {
+            let part = op(&mut g, Op::Slice { axis: 2, start: i * width, end: (i + 1) * width, step: 1 }, &[qkv]);
+            let apart = g.reshape(part, [batch, seq, heads, dim]).unwrap();
+            op(&mut g, Op::Permute { perm: vec![0, 2, 1, 3] }, &[apart])
+        })
+        .collect();
+    let out = op(&mut g, Op::Attention { causal: true, scale: 0.3 }, &split);
+    let merged = op(&mut g, Op::Permute { perm: vec![0, 2, 1, 3] }, &[out]);
+    let rows = g.reshape(merged, [batch, seq, width]).unwrap();
+    let w = g.input(DType::F32, [width, width]);
+    let y = op(&mut g, Op::MatMul, &[rows, w]);
+    g.set_outputs(vec![y]);
+    let forward = g.clone();
+    let plan = check("attention_of_a_fused_projection", forward, FusionOptions::default(), 2);
+    let KernelKind::Attention(att) = &plan.kernels[0].kind else { panic!("{plan}") };
+    let row_stride = 3 * width;
+    let offsets: Vec<usize> = att.input_layouts.iter().map(|l| l.offset).collect();
+    assert_eq!(offsets, [0, width, 2 * width], "{plan}");
+    assert!(att.input_layouts.iter().all(|l| l.row_stride == row_stride && l.head_stride == dim), "{plan}");
+    assert_eq!(att.out_layout.row_stride, width, "heads merged: {plan}");
+    assert_eq!(plan.kernels[1].inputs[0], plan.kernels[0].outputs[0], "the matmul reads the attention's output");
+
+    let dy = g.input(DType::F32, [batch, seq, width]);
+    let grads = braze_autodiff::backward(&mut g, &[(y, dy)], &[qkv, w]).unwrap();
+    g.set_outputs(grads.into_iter().map(Option::unwrap).collect());
+    let plan = compile_to_plan(&g, &defaults()).unwrap();
+    let families: Vec<&str> = plan.kernels.iter().map(|k| k.kind.family()).collect();
+    assert!(!families.iter().any(|f| f.contains("pointwise")), "no copy kernels: {families:?}\n{plan}");
+    assert_eq!(families.iter().filter(|f| **f == "concat").count(), 1, "{families:?}\n{plan}");
 }
 
 #[test]

@@ -462,10 +462,14 @@ impl MatMul {
 }
 
 /// The sizes every attention kernel shares: `batch` independent (batch, head) pairs of
-/// `seq x head_dim` matrices, each contiguous and row-major (`[B, H, T, D]` with `batch = B H`).
+/// `seq x head_dim` matrices (`[B, H, T, D]` with `batch = B H`), each operand placed in its
+/// buffer by an [`OperandLayout`].
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct AttentionShape {
     pub batch: usize,
+    /// How many of the pairs share a batch index: pair `p` is head `p % heads` of batch
+    /// `p / heads` (what an operand layout's batch and head strides apply to).
+    pub heads: usize,
     pub seq: usize,
     pub head_dim: usize,
     /// The storage dtype of q, k, v, the output and the gradients (a float).
@@ -494,6 +498,89 @@ impl AttentionShape {
     }
 }
 
+/// Where an attention operand's `[batch, seq, head_dim]` elements lie in its buffer: row `t` of
+/// pair `p` (batch `b = p / heads`, head `h = p % heads`) starts at element
+/// `offset + b * batch_stride + h * head_stride + t * row_stride`, its `head_dim` elements
+/// contiguous. A dense layout is `[B, H, T, D]` row-major; others let an attention kernel read
+/// q, k and v straight out of a fused `[B, T, 3 H D]` projection and write its results in the
+/// `[B, T, H, D]` order the next projection reads, with no copies between.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OperandLayout {
+    pub offset: usize,
+    pub batch_stride: usize,
+    pub head_stride: usize,
+    pub row_stride: usize,
+}
+
+impl OperandLayout {
+    /// `[B, H, T, D]` row-major.
+    pub fn dense(s: &AttentionShape) -> OperandLayout {
+        let head_stride = s.seq * s.head_dim;
+        OperandLayout { offset: 0, batch_stride: s.heads * head_stride, head_stride, row_stride: s.head_dim }
+    }
+
+    /// The element where row `t` of pair `pair` starts.
+    pub fn row_start(&self, s: &AttentionShape, pair: usize, t: usize) -> usize {
+        let heads = s.heads.max(1);
+        self.offset + (pair / heads) * self.batch_stride + (pair % heads) * self.head_stride + t * self.row_stride
+    }
+
+    /// One past the last element the layout reaches (`offset` when the operand is empty), or
+    /// `None` when that overflows.
+    pub fn extent(&self, s: &AttentionShape) -> Option<usize> {
+        if s.batch == 0 || s.seq == 0 || s.head_dim == 0 {
+            return Some(self.offset);
+        }
+        let heads = s.heads.max(1);
+        let reach = |count: usize, stride: usize| (count - 1).checked_mul(stride);
+        [
+            reach(s.batch / heads, self.batch_stride)?,
+            reach(heads, self.head_stride)?,
+            reach(s.seq, self.row_stride)?,
+            s.head_dim,
+        ]
+        .into_iter()
+        .try_fold(self.offset, |sum, x| sum.checked_add(x))
+    }
+
+    /// Whether the layout places the operand's elements one to one on `0..operand_numel` (some
+    /// order of the four axes, row-major): what a result's layout must be, so that its buffer is
+    /// written whole and no element twice.
+    pub fn covers_densely(&self, s: &AttentionShape) -> bool {
+        if self.offset != 0 {
+            return false;
+        }
+        let heads = s.heads.max(1);
+        let mut axes = [
+            (s.batch / heads, self.batch_stride),
+            (heads, self.head_stride),
+            (s.seq, self.row_stride),
+            (s.head_dim, 1),
+        ];
+        if axes.iter().any(|&(n, _)| n == 0) {
+            return true;
+        }
+        axes.sort_by_key(|&(n, stride)| (stride, n));
+        let mut step = 1;
+        for (n, stride) in axes {
+            if n == 1 {
+                continue;
+            }
+            if stride != step {
+                return false;
+            }
+            step *= n;
+        }
+        true
+    }
+
+    /// Whether the offset and strides are multiples of `elements` (rows start where 16-byte
+    /// copies may read them when `elements` is 16 bytes' worth).
+    pub fn is_aligned_to(&self, elements: usize) -> bool {
+        [self.offset, self.batch_stride, self.head_stride, self.row_stride].iter().all(|x| x.is_multiple_of(elements))
+    }
+}
+
 /// What an attention kernel's output slot holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum AttentionResult {
@@ -512,6 +599,10 @@ pub enum AttentionResult {
 pub struct Attention {
     pub shape: AttentionShape,
     pub results: Vec<AttentionResult>,
+    /// Of q, k and v in their input slots.
+    pub input_layouts: [OperandLayout; 3],
+    /// Of the `Out` result (dense when there is none).
+    pub out_layout: OperandLayout,
 }
 
 /// Flash-attention backward: inputs q, k, v, lse, delta (`rowsum(dout * out)`, f32 `[batch,
@@ -523,9 +614,29 @@ pub struct Attention {
 pub struct AttentionBackward {
     pub shape: AttentionShape,
     pub grads: Vec<AttentionInput>,
+    /// Of q, k, v and dout (input slots 0, 1, 2 and 5; lse and delta are dense `[batch, seq]`).
+    pub input_layouts: [OperandLayout; 4],
+    /// Of each gradient, in the order of `grads`.
+    pub grad_layouts: Vec<OperandLayout>,
+}
+
+impl Attention {
+    /// The layouts of q, k, v and the output.
+    pub fn layouts(&self) -> Vec<OperandLayout> {
+        let mut layouts = self.input_layouts.to_vec();
+        layouts.push(self.out_layout);
+        layouts
+    }
 }
 
 impl AttentionBackward {
+    /// The layouts of q, k, v, dout and the gradients.
+    pub fn layouts(&self) -> Vec<OperandLayout> {
+        let mut layouts = self.input_layouts.to_vec();
+        layouts.extend(&self.grad_layouts);
+        layouts
+    }
+
     /// Kernel input slots, in order.
     pub const INPUTS: [&'static str; 6] = ["q", "k", "v", "lse", "delta", "dout"];
 }

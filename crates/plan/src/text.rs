@@ -150,11 +150,31 @@ impl Plan {
             KernelKind::Attention(att) => {
                 let results: Vec<&str> =
                     att.results.iter().map(|r| if *r == crate::AttentionResult::Out { "out" } else { "lse" }).collect();
-                format!("attention: {} -> {}", attention_shape(&att.shape), results.join(","))
+                let layouts =
+                    [("q", &att.input_layouts[0]), ("k", &att.input_layouts[1]), ("v", &att.input_layouts[2])]
+                        .into_iter()
+                        .chain(att.results.contains(&crate::AttentionResult::Out).then_some(("out", &att.out_layout)));
+                format!(
+                    "attention: {}{} -> {}",
+                    attention_shape(&att.shape),
+                    attention_layouts(&att.shape, layouts),
+                    results.join(",")
+                )
             }
             KernelKind::AttentionBackward(back) => {
                 let grads: Vec<String> = back.grads.iter().map(|g| format!("d{}", g.name())).collect();
-                format!("attention_backward: {} -> {}", attention_shape(&back.shape), grads.join(","))
+                let names = ["q", "k", "v", "dout"];
+                let layouts = names
+                    .iter()
+                    .copied()
+                    .zip(&back.input_layouts)
+                    .chain(grads.iter().map(String::as_str).zip(&back.grad_layouts));
+                format!(
+                    "attention_backward: {}{} -> {}",
+                    attention_shape(&back.shape),
+                    attention_layouts(&back.shape, layouts),
+                    grads.join(",")
+                )
             }
             KernelKind::IndexAdd(ia) => format!(
                 "index_add: outer={} indices={} inner={} size={} {} by {}",
@@ -213,11 +233,26 @@ impl Plan {
     }
 }
 
-/// `batch=24 seq=17 head_dim=64 bf16 scale=0.125 causal`
+/// ` q=@0[786432,64,2304] out=@0[786432,64,768]`: the operands whose layouts are not dense
+/// (offset, then batch, head and row strides).
+fn attention_layouts<'a>(
+    s: &crate::AttentionShape,
+    layouts: impl Iterator<Item = (&'a str, &'a crate::OperandLayout)>,
+) -> String {
+    let dense = crate::OperandLayout::dense(s);
+    let mut text = String::new();
+    for (name, l) in layouts.filter(|(_, l)| **l != dense) {
+        let _ = write!(text, " {name}=@{}[{},{},{}]", l.offset, l.batch_stride, l.head_stride, l.row_stride);
+    }
+    text
+}
+
+/// `batch=24 heads=12 seq=17 head_dim=64 bf16 scale=0.125 causal`
 fn attention_shape(s: &crate::AttentionShape) -> String {
     format!(
-        "batch={} seq={} head_dim={} {} scale={}{}",
+        "batch={} heads={} seq={} head_dim={} {} scale={}{}",
         s.batch,
+        s.heads,
         s.seq,
         s.head_dim,
         s.dtype,

@@ -6,7 +6,9 @@
 //! operand order and load strides before per-row analysis, value ids before store sizes.
 
 use crate::error::{PlanError, Result, Rule};
-use crate::plan::{Body, BufferId, BufferRole, Expr, Kernel, KernelKind, MultiPointwise, Plan, ValueId};
+use crate::plan::{
+    AttentionBackward, Body, BufferId, BufferRole, Expr, Kernel, KernelKind, MultiPointwise, Plan, ValueId,
+};
 use braze_ir::infer::infer;
 use braze_ir::{DType, Op, Shape};
 use std::collections::HashSet;
@@ -266,6 +268,46 @@ impl Plan {
         if !fits {
             return Err(broken(rule, "batch x seq x head_dim overflows"));
         }
+        if shape.heads == 0 || !shape.batch.is_multiple_of(shape.heads) {
+            return Err(broken(rule, format!("heads {} do not divide the {} pairs", shape.heads, shape.batch)));
+        }
+        Ok(())
+    }
+
+    /// Slot `slot` of `ids` holds `what` of `dtype` placed by `layout`: every element the layout
+    /// reaches inside the buffer, and for a result (`dense`) the buffer covered exactly once.
+    #[allow(clippy::too_many_arguments)]
+    fn check_operand(
+        &self,
+        rule: Rule,
+        kind: &str,
+        ids: &[BufferId],
+        slot: usize,
+        what: &str,
+        s: &crate::plan::AttentionShape,
+        layout: &crate::plan::OperandLayout,
+        dense: bool,
+    ) -> KernelResult {
+        let id = ids[slot];
+        let buffer = self.buffer(id);
+        let reach = layout.extent(s);
+        let fits = if dense {
+            buffer.numel == s.operand_numel() && layout.covers_densely(s)
+        } else {
+            reach.is_some_and(|end| end <= buffer.numel)
+        };
+        if buffer.dtype != s.dtype || !fits {
+            return Err(broken(
+                rule,
+                format!(
+                    "{kind} {slot} ({what}) is {id}: {} x {}, which {layout:?} does not place a {} operand in{}",
+                    buffer.numel,
+                    buffer.dtype,
+                    s.dtype,
+                    if dense { " (a result's layout must cover its buffer once)" } else { "" }
+                ),
+            ));
+        }
         Ok(())
     }
 
@@ -274,13 +316,12 @@ impl Plan {
         let rule = Rule::Attention;
         let s = &att.shape;
         Self::check_attention_shape(rule, s)?;
-        let operand = s.operand_numel();
-        self.check_slots(
-            rule,
-            "input",
-            &kernel.inputs,
-            &[("q", s.dtype, operand), ("k", s.dtype, operand), ("v", s.dtype, operand)],
-        )?;
+        if kernel.inputs.len() != 3 {
+            return Err(broken(rule, format!("has {} input slots, expected 3", kernel.inputs.len())));
+        }
+        for (slot, (what, layout)) in ["q", "k", "v"].iter().zip(&att.input_layouts).enumerate() {
+            self.check_operand(rule, "input", &kernel.inputs, slot, what, s, layout, false)?;
+        }
         let ordered = matches!(
             att.results.as_slice(),
             [AttentionResult::Out] | [AttentionResult::Lse] | [AttentionResult::Out, AttentionResult::Lse]
@@ -288,15 +329,23 @@ impl Plan {
         if !ordered {
             return Err(broken(rule, format!("results {:?} are not Out and/or Lse in that order", att.results)));
         }
-        let wanted: Vec<(&str, DType, usize)> = att
-            .results
-            .iter()
-            .map(|r| match r {
-                AttentionResult::Out => ("out", s.dtype, operand),
-                AttentionResult::Lse => ("lse", DType::F32, s.rows()),
-            })
-            .collect();
-        self.check_slots(rule, "output", &kernel.outputs, &wanted)
+        if kernel.outputs.len() != att.results.len() {
+            return Err(broken(
+                rule,
+                format!("has {} output slots, expected {}", kernel.outputs.len(), att.results.len()),
+            ));
+        }
+        for (slot, result) in att.results.iter().enumerate() {
+            match result {
+                AttentionResult::Out => {
+                    self.check_operand(rule, "output", &kernel.outputs, slot, "out", s, &att.out_layout, true)?
+                }
+                AttentionResult::Lse => {
+                    self.check_slots(rule, "output", &kernel.outputs[slot..slot + 1], &[("lse", DType::F32, s.rows())])?
+                }
+            }
+        }
+        Ok(())
     }
 
     fn validate_attention_backward(&self, kernel: &Kernel, back: &crate::plan::AttentionBackward) -> KernelResult {
@@ -304,24 +353,36 @@ impl Plan {
         let rule = Rule::AttentionBackward;
         let s = &back.shape;
         Self::check_attention_shape(rule, s)?;
-        let operand = s.operand_numel();
-        let inputs = [
-            ("q", s.dtype, operand),
-            ("k", s.dtype, operand),
-            ("v", s.dtype, operand),
-            ("lse", DType::F32, s.rows()),
-            ("delta", DType::F32, s.rows()),
-            ("dout", s.dtype, operand),
-        ];
-        self.check_slots(rule, "input", &kernel.inputs, &inputs)?;
+        if kernel.inputs.len() != AttentionBackward::INPUTS.len() {
+            return Err(broken(rule, format!("has {} input slots, expected 6", kernel.inputs.len())));
+        }
+        for (&slot, layout) in [0, 1, 2, 5].iter().zip(&back.input_layouts) {
+            let what = AttentionBackward::INPUTS[slot];
+            self.check_operand(rule, "input", &kernel.inputs, slot, what, s, layout, false)?;
+        }
+        let statistics = [("lse", DType::F32, s.rows()), ("delta", DType::F32, s.rows())];
+        self.check_slots(rule, "input", &kernel.inputs[3..5], &statistics)?;
         if !matches!(back.grads.as_slice(), [Query] | [Key] | [Value] | [Key, Value]) {
             return Err(broken(
                 rule,
                 format!("grads {:?} are not [Query] or Key and/or Value in that order", back.grads),
             ));
         }
-        let outputs: Vec<(&str, DType, usize)> = back.grads.iter().map(|g| (g.name(), s.dtype, operand)).collect();
-        self.check_slots(rule, "output", &kernel.outputs, &outputs)
+        if kernel.outputs.len() != back.grads.len() || back.grad_layouts.len() != back.grads.len() {
+            return Err(broken(
+                rule,
+                format!(
+                    "has {} output slots and {} layouts for {} grads",
+                    kernel.outputs.len(),
+                    back.grad_layouts.len(),
+                    back.grads.len()
+                ),
+            ));
+        }
+        for (slot, (grad, layout)) in back.grads.iter().zip(&back.grad_layouts).enumerate() {
+            self.check_operand(rule, "output", &kernel.outputs, slot, grad.name(), s, layout, true)?;
+        }
+        Ok(())
     }
 
     /// Value order, typing, loads and reductions of a body over `domain`; `runs(i)` tells

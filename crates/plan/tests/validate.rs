@@ -884,9 +884,10 @@ fn in_place_of_a_missing_input_of_another_type_or_twice_breaks_in_place() {
 /// A bf16 attention over 2 (batch, head) pairs of `[3, 4]`: q, k, v in, out and lse out; then
 /// its dk/dv backward reading q, k, v, lse, delta (an input here) and dout.
 fn attention() -> Plan {
-    use braze_plan::{Attention, AttentionBackward, AttentionResult, AttentionShape};
+    use braze_plan::{Attention, AttentionBackward, AttentionResult, AttentionShape, OperandLayout};
     let bf = DType::BF16;
-    let shape = AttentionShape { batch: 2, seq: 3, head_dim: 4, dtype: bf, causal: true, scale: 0.5 };
+    let shape = AttentionShape { batch: 2, heads: 2, seq: 3, head_dim: 4, dtype: bf, causal: true, scale: 0.5 };
+    let dense = OperandLayout::dense(&shape);
     Plan {
         checks: Vec::new(),
         buffers: vec![
@@ -905,7 +906,12 @@ fn attention() -> Plan {
         kernels: vec![
             kernel(
                 "attention",
-                KernelKind::Attention(Attention { shape, results: vec![AttentionResult::Out, AttentionResult::Lse] }),
+                KernelKind::Attention(Attention {
+                    shape,
+                    results: vec![AttentionResult::Out, AttentionResult::Lse],
+                    input_layouts: [dense; 3],
+                    out_layout: dense,
+                }),
                 &[0, 1, 2],
                 &[5, 6],
             ),
@@ -914,6 +920,8 @@ fn attention() -> Plan {
                 KernelKind::AttentionBackward(AttentionBackward {
                     shape,
                     grads: vec![braze_ir::AttentionInput::Key, braze_ir::AttentionInput::Value],
+                    input_layouts: [dense; 4],
+                    grad_layouts: vec![dense; 2],
                 }),
                 &[0, 1, 2, 6, 3, 4],
                 &[7, 8],
@@ -941,6 +949,7 @@ fn attention_rules() {
     };
     let set_grads = |p: &mut Plan, grads: Vec<braze_ir::AttentionInput>| {
         if let KernelKind::AttentionBackward(back) = &mut p.kernels[1].kind {
+            back.grad_layouts.resize(grads.len(), back.grad_layouts[0]);
             back.grads = grads;
         }
     };
@@ -970,6 +979,51 @@ fn attention_rules() {
     );
     check(&with(attention(), |p| p.kernels[1].inputs.swap(3, 5)), Some(Rule::AttentionBackward));
     check(&with(attention(), |p| attention_shape(p, 1).dtype = DType::I32), Some(Rule::AttentionBackward));
+    check(&with(attention(), |p| attention_shape(p, 0).heads = 0), Some(Rule::Attention));
+    check(&with(attention(), |p| attention_shape(p, 1).heads = 3), Some(Rule::AttentionBackward));
+}
+
+#[test]
+fn attention_layouts_stay_in_their_buffers_and_results_cover_theirs() {
+    use braze_plan::OperandLayout;
+    let edit_forward = |edit: fn(&mut braze_plan::Attention)| {
+        with(attention(), move |p| {
+            if let KernelKind::Attention(att) = &mut p.kernels[0].kind {
+                edit(att)
+            }
+        })
+    };
+    // q read out of a wider buffer: rows 8 apart, heads 24 apart, from element 4.
+    let strided_q = OperandLayout { offset: 4, batch_stride: 0, head_stride: 24, row_stride: 8 };
+    let mut wide = edit_forward(|att| {
+        att.input_layouts[0] = OperandLayout { offset: 4, batch_stride: 0, head_stride: 24, row_stride: 8 }
+    });
+    wide.buffers[0].numel = 48;
+    check(&wide, None);
+    assert_eq!(strided_q.extent(attention_shape(&mut wide, 0)), Some(48));
+    // One element further reaches past the buffer.
+    check(&with(wide, |p| p.buffers[0].numel = 47), Some(Rule::Attention));
+    // Results in `[B, T, H, D]` order cover their buffer once; rows spread apart do not.
+    check(
+        &edit_forward(|att| {
+            att.out_layout = OperandLayout { offset: 0, batch_stride: 24, head_stride: 4, row_stride: 8 }
+        }),
+        None,
+    );
+    check(
+        &edit_forward(|att| {
+            att.out_layout = OperandLayout { offset: 0, batch_stride: 24, head_stride: 12, row_stride: 8 }
+        }),
+        Some(Rule::Attention),
+    );
+    check(
+        &with(attention(), |p| {
+            if let KernelKind::AttentionBackward(back) = &mut p.kernels[1].kind {
+                back.grad_layouts[1].offset = 1;
+            }
+        }),
+        Some(Rule::AttentionBackward),
+    );
 }
 
 /// `b3[i, c] = b0[clamp(b1[i]), c]` over `[3, 4]`: an embedding of a `[5, 4]` table.

@@ -6,15 +6,15 @@
 
 use super::{float_of, load, store, Val};
 use braze_ir::{AttentionInput, HostData};
-use braze_plan::{Attention, AttentionBackward, AttentionResult, AttentionShape};
+use braze_plan::{Attention, AttentionBackward, AttentionResult, AttentionShape, OperandLayout};
 
 /// Keys one step of the forward folds in (a warp's lanes, one key each).
 pub(super) const KEY_TILE: usize = 32;
 
-/// Row `t` of (batch, head) pair `b` of an operand, widened to f32.
-fn row(data: &HostData, s: &AttentionShape, b: usize, t: usize) -> Vec<f32> {
-    let base = (b * s.seq + t) * s.head_dim;
-    (base..base + s.head_dim).map(|i| float_of(load(data, i))).collect()
+/// Row `t` of (batch, head) pair `b` of an operand placed by `layout`, widened to f32.
+fn row(data: &HostData, s: &AttentionShape, layout: &OperandLayout, b: usize, t: usize) -> Vec<f32> {
+    let start = layout.row_start(s, b, t);
+    (start..start + s.head_dim).map(|i| float_of(load(data, i))).collect()
 }
 
 fn dot(a: &[f32], b: &[f32]) -> f32 {
@@ -38,10 +38,11 @@ pub(super) fn run_attention(att: &Attention, inputs: &[&HostData], outputs: &mut
     let s = &att.shape;
     let c = scale_log2(s);
     for b in 0..s.batch {
-        let keys: Vec<Vec<f32>> = (0..s.seq).map(|j| row(inputs[1], s, b, j)).collect();
-        let values: Vec<Vec<f32>> = (0..s.seq).map(|j| row(inputs[2], s, b, j)).collect();
+        let [q_at, k_at, v_at] = &att.input_layouts;
+        let keys: Vec<Vec<f32>> = (0..s.seq).map(|j| row(inputs[1], s, k_at, b, j)).collect();
+        let values: Vec<Vec<f32>> = (0..s.seq).map(|j| row(inputs[2], s, v_at, b, j)).collect();
         for i in 0..s.seq {
-            let q = row(inputs[0], s, b, i);
+            let q = row(inputs[0], s, q_at, b, i);
             let (mut max, mut sum) = (f32::NEG_INFINITY, 0.0f32);
             let mut acc = vec![0.0f32; s.head_dim];
             let end = key_end(s, i);
@@ -66,7 +67,7 @@ pub(super) fn run_attention(att: &Attention, inputs: &[&HostData], outputs: &mut
             for (slot, result) in att.results.iter().enumerate() {
                 match result {
                     AttentionResult::Out => {
-                        let base = (b * s.seq + i) * s.head_dim;
+                        let base = att.out_layout.row_start(s, b, i);
                         for (d, a) in acc.iter().enumerate() {
                             store(&mut outputs[slot], base + d, Val::Float(a / sum));
                         }
@@ -86,8 +87,11 @@ pub(super) fn run_attention_backward(back: &AttentionBackward, inputs: &[&HostDa
     let c = scale_log2(s);
     let scale = s.scale as f32;
     for b in 0..s.batch {
-        let rows = |slot: usize| -> Vec<Vec<f32>> { (0..s.seq).map(|t| row(inputs[slot], s, b, t)).collect() };
-        let (q, k, v, dout) = (rows(0), rows(1), rows(2), rows(5));
+        let rows = |slot: usize, layout: &OperandLayout| -> Vec<Vec<f32>> {
+            (0..s.seq).map(|t| row(inputs[slot], s, layout, b, t)).collect()
+        };
+        let [q_at, k_at, v_at, dout_at] = &back.input_layouts;
+        let (q, k, v, dout) = (rows(0, q_at), rows(1, k_at), rows(2, v_at), rows(5, dout_at));
         let lse2: Vec<f32> =
             (0..s.seq).map(|i| float_of(load(inputs[3], b * s.seq + i)) * std::f32::consts::LOG2_E).collect();
         let delta: Vec<f32> = (0..s.seq).map(|i| float_of(load(inputs[4], b * s.seq + i))).collect();
@@ -117,7 +121,7 @@ pub(super) fn run_attention_backward(back: &AttentionBackward, inputs: &[&HostDa
                     }
                 }
                 let factor = if *wrt == AttentionInput::Value { 1.0 } else { scale };
-                let base = (b * s.seq + t) * s.head_dim;
+                let base = back.grad_layouts[slot].row_start(s, b, t);
                 for (d, a) in acc.iter().enumerate() {
                     store(&mut outputs[slot], base + d, Val::Float(a * factor));
                 }

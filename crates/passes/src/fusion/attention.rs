@@ -3,12 +3,21 @@
 //! and the `attention_grad`s of one backward share a kernel per side: dq alone (over query
 //! tiles), dk with dv (over key tiles).
 
+use super::access::{self, Access};
 use super::lower::BodyBuilder;
 use super::{lowering_error, Fuser, GroupKind, Space};
 use crate::Result;
 use braze_ir::{AttentionInput, NodeId, Op};
-use braze_plan::{Attention, AttentionBackward, AttentionResult, AttentionShape, KernelKind};
+use braze_plan::{Attention, AttentionBackward, AttentionResult, AttentionShape, KernelKind, OperandLayout};
 use std::collections::HashSet;
+
+/// Elements every folded (not dense) operand layout's offset and strides are multiples of: 16
+/// bytes of bf16, so that the tensor-core kernels' 16-byte copies stay aligned.
+const LAYOUT_ALIGNMENT: usize = 8;
+
+/// The permute that turns `[B, H, T, D]` attention results into the `[B, T, H, D]` order of the
+/// projection after them.
+const HEADS_LAST: [usize; 4] = [0, 2, 1, 3];
 
 /// Which of the two backward kernels an `attention_grad` belongs to.
 fn backward_side(wrt: AttentionInput) -> bool {
@@ -16,6 +25,86 @@ fn backward_side(wrt: AttentionInput) -> bool {
 }
 
 impl Fuser<'_> {
+    /// Stores an attention output or gradient as `[B, T, H, D]` where it is read through
+    /// `permute(0, 2, 1, 3)` (the heads merged back into one projection's input): the permute
+    /// then reads its buffer as it lies and needs no copy. Only where every other reader reads
+    /// through strided loads (elementwise ops, reductions) and the value is no graph output.
+    pub(super) fn store_attention_results_permuted(&mut self) {
+        for &n in &self.order {
+            let node = self.node(n);
+            if !matches!(node.op, Op::Attention { .. } | Op::AttentionGrad { .. }) || self.g.is_output(n) {
+                continue;
+            }
+            let heads_last = |u: NodeId| matches!(&self.node(u).op, Op::Permute { perm } if perm[..] == HEADS_LAST);
+            let strided_reader = |u: NodeId| {
+                matches!(
+                    self.node(u).op,
+                    Op::Cast | Op::Unary { .. } | Op::Binary { .. } | Op::Where | Op::Reduce { .. }
+                )
+            };
+            let users = self.users(n);
+            if !users.iter().any(|&u| heads_last(u)) || !users.iter().all(|&u| heads_last(u) || strided_reader(u)) {
+                continue;
+            }
+            let d = node.shape.dims();
+            let mut strides = vec![d[1] * d[2] * d[3], d[3], d[1] * d[3], 1];
+            access::zero_unit_dims(d, &mut strides);
+            self.stored_strides.insert(n, strides);
+        }
+    }
+
+    /// How an attention kernel reads `[B, H, T, D]` operand `x` (q, k, v or dout) where it lies,
+    /// or `None` when it needs a buffer of its own: rows must be contiguous, and a layout other
+    /// than the dense one aligned (see [`LAYOUT_ALIGNMENT`]).
+    pub(super) fn attention_operand_layout(&self, x: NodeId) -> Option<OperandLayout> {
+        let Access::Strided { offset, strides, .. } = self.buffer_access(x) else { return None };
+        let d = self.shape(x).dims();
+        if d.len() != 4 || (d[3] > 1 && strides[3] != 1) {
+            return None;
+        }
+        let layout =
+            OperandLayout { offset, batch_stride: strides[0], head_stride: strides[1], row_stride: strides[2] };
+        let dense = OperandLayout::dense(&AttentionShape {
+            batch: d[0] * d[1],
+            heads: d[1],
+            seq: d[2],
+            head_dim: d[3],
+            dtype: self.node(x).dtype,
+            causal: false,
+            scale: 1.0,
+        });
+        // Strides of size-1 dims are 0 in an access; the dense layout's are not, and neither
+        // is ever multiplied by a nonzero index there.
+        let same_as_dense = |a: usize, b: usize, n: usize| a == b || n == 1;
+        if offset == 0
+            && same_as_dense(layout.batch_stride, dense.batch_stride, d[0])
+            && same_as_dense(layout.head_stride, dense.head_stride, d[1])
+            && same_as_dense(layout.row_stride, dense.row_stride, d[2])
+        {
+            return Some(dense);
+        }
+        layout.is_aligned_to(LAYOUT_ALIGNMENT).then_some(layout)
+    }
+
+    /// The layout attention result `r` is stored with (see [`Self::store_attention_results_permuted`]).
+    fn attention_result_layout(&self, r: NodeId, s: &AttentionShape) -> OperandLayout {
+        match self.stored_strides.get(&r) {
+            Some(strides) => {
+                let d = self.shape(r).dims();
+                // Size-1 dims have stride 0 in the access; any stride serves them.
+                let or = |stride: usize, n: usize, fallback: usize| if n == 1 { fallback } else { stride };
+                let dense = OperandLayout::dense(s);
+                OperandLayout {
+                    offset: 0,
+                    batch_stride: or(strides[0], d[0], dense.batch_stride),
+                    head_stride: or(strides[1], d[1], d[3]),
+                    row_stride: or(strides[2], d[2], d[1] * d[3]),
+                }
+            }
+            None => OperandLayout::dense(s),
+        }
+    }
+
     /// The mask, scale and operands two attention ops must share to be one kernel's results:
     /// q and k for the forward (v too where both have it), all six for a backward side.
     fn attention_key(&self, n: NodeId) -> Option<(bool, u64, Vec<NodeId>, Option<bool>)> {
@@ -103,26 +192,36 @@ impl Fuser<'_> {
             _ => return Err(lowering_error(self.g, results[0], "not an attention op")),
         };
         let dtype = self.node(first.operands[0]).dtype;
-        let shape = AttentionShape { batch: q[0] * q[1], seq: q[2], head_dim: q[3], dtype, causal, scale };
+        let shape = AttentionShape { batch: q[0] * q[1], heads: q[1], seq: q[2], head_dim: q[3], dtype, causal, scale };
         let mut operands = first.operands.clone();
         if operands.len() == 2 {
             operands.push(operands[1]);
         }
         bb.inputs = operands.iter().map(|&x| self.buffer_base(x, bb)).collect::<Result<Vec<_>>>()?;
+        let layout_of = |x: NodeId| {
+            self.attention_operand_layout(x).ok_or_else(|| {
+                lowering_error(self.g, x, "an attention operand no layout places (it was not materialized)")
+            })
+        };
         Ok(match self.group(gid).kind {
-            GroupKind::Attention => KernelKind::Attention(Attention {
-                shape,
-                results: results
-                    .iter()
-                    .map(|&r| {
-                        if matches!(self.node(r).op, Op::Attention { .. }) {
-                            AttentionResult::Out
-                        } else {
-                            AttentionResult::Lse
-                        }
-                    })
-                    .collect(),
-            }),
+            GroupKind::Attention => {
+                let out = results.iter().find(|&&r| matches!(self.node(r).op, Op::Attention { .. }));
+                KernelKind::Attention(Attention {
+                    shape,
+                    results: results
+                        .iter()
+                        .map(|&r| {
+                            if matches!(self.node(r).op, Op::Attention { .. }) {
+                                AttentionResult::Out
+                            } else {
+                                AttentionResult::Lse
+                            }
+                        })
+                        .collect(),
+                    input_layouts: [layout_of(operands[0])?, layout_of(operands[1])?, layout_of(operands[2])?],
+                    out_layout: out.map_or(OperandLayout::dense(&shape), |&r| self.attention_result_layout(r, &shape)),
+                })
+            }
             _ => KernelKind::AttentionBackward(AttentionBackward {
                 shape,
                 grads: results
@@ -132,6 +231,13 @@ impl Fuser<'_> {
                         _ => None,
                     })
                     .collect(),
+                input_layouts: [
+                    layout_of(operands[0])?,
+                    layout_of(operands[1])?,
+                    layout_of(operands[2])?,
+                    layout_of(operands[5])?,
+                ],
+                grad_layouts: results.iter().map(|&r| self.attention_result_layout(r, &shape)).collect(),
             }),
         })
     }

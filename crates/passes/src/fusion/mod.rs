@@ -127,6 +127,7 @@ fn fuse_with_origins(graph: &Graph, options: &FusionOptions, origins: &Origins) 
     }
     let (g, origins) = legalize::legalize(graph, origins)?;
     let mut fuser = Fuser::new(&g, options, &origins);
+    fuser.store_attention_results_permuted();
     fuser.fold_views();
     fuser.claim_multi_reductions();
     fuser.plan_materializations()?;
@@ -201,6 +202,9 @@ struct Fuser<'a> {
     view_access: HashMap<NodeId, Access>,
     /// View and constant nodes that get a buffer of their own (a copy kernel writes them).
     materialized: HashSet<NodeId>,
+    /// Computed values their kernel stores in another order than row-major: the strides of
+    /// their own shape in their buffer (see `Fuser::store_attention_results_permuted`).
+    stored_strides: HashMap<NodeId, Vec<usize>>,
     groups: Vec<Option<Group>>,
     group_of: NodeMap<usize>,
     /// Elementwise nodes that only column reductions read (see `column.rs`).
@@ -241,6 +245,7 @@ impl<'a> Fuser<'a> {
             users,
             view_access: HashMap::new(),
             materialized: HashSet::new(),
+            stored_strides: HashMap::new(),
             groups: Vec::new(),
             group_of: NodeMap::with_bound(bound),
             column_prologue: HashSet::new(),

@@ -54,7 +54,10 @@ impl Fuser<'_> {
                 _ if self.materialized.contains(&x) => Access::whole(x, &node.shape),
                 folded => folded.clone(),
             },
-            _ => Access::whole(x, &node.shape),
+            _ => match self.stored_strides.get(&x) {
+                Some(strides) => Access::Strided { base: x, offset: 0, strides: strides.clone() },
+                None => Access::whole(x, &node.shape),
+            },
         }
     }
 
@@ -94,10 +97,19 @@ impl Fuser<'_> {
                     let operands = &self.node(n).operands;
                     needed.extend(operands.iter().copied().filter(|&x| self.matmul_operand(n, x).is_none()));
                 }
-                // Attention kernels read each operand as one contiguous `[B H, T, D]` buffer.
+                // Attention kernels read q, k, v and dout by an operand layout (rows of
+                // contiguous elements at batch, head and row strides), lse and delta densely.
                 Op::Attention { .. } | Op::AttentionLse { .. } | Op::AttentionGrad { .. } => {
-                    let operands = &self.node(n).operands;
-                    needed.extend(operands.iter().copied().filter(|&x| !self.reads_contiguously(x)));
+                    for (slot, &x) in self.node(n).operands.iter().enumerate() {
+                        let readable = if matches!(slot, 3 | 4) {
+                            self.reads_contiguously(x)
+                        } else {
+                            self.attention_operand_layout(x).is_some()
+                        };
+                        if !readable {
+                            needed.push(x);
+                        }
+                    }
                 }
                 // The scatter-add reads its source and indices as contiguous buffers; a gather
                 // reads its table from memory (a constant table gets a buffer).
