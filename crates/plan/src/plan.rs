@@ -515,8 +515,20 @@ pub struct OperandLayout {
 impl OperandLayout {
     /// `[B, H, T, D]` row-major.
     pub fn dense(s: &AttentionShape) -> OperandLayout {
-        let head_stride = s.seq * s.head_dim;
-        OperandLayout { offset: 0, batch_stride: s.heads * head_stride, head_stride, row_stride: s.head_dim }
+        OperandLayout::dense_of(s.heads, s.seq, s.head_dim)
+    }
+
+    /// `[B, H, T, D]` row-major for `heads` heads of `seq x head_dim`.
+    pub fn dense_of(heads: usize, seq: usize, head_dim: usize) -> OperandLayout {
+        let head_stride = seq * head_dim;
+        OperandLayout { offset: 0, batch_stride: heads * head_stride, head_stride, row_stride: head_dim }
+    }
+
+    /// `[B, T, H, D]` row-major (the heads of each row side by side, as one projection reads
+    /// them), for `heads` heads of `seq x head_dim`.
+    pub fn heads_merged(heads: usize, seq: usize, head_dim: usize) -> OperandLayout {
+        let row_stride = heads * head_dim;
+        OperandLayout { offset: 0, batch_stride: seq * row_stride, head_stride: head_dim, row_stride }
     }
 
     /// The element where row `t` of pair `pair` starts.

@@ -47,7 +47,8 @@ impl Fuser<'_> {
                 continue;
             }
             let d = node.shape.dims();
-            let mut strides = vec![d[1] * d[2] * d[3], d[3], d[1] * d[3], 1];
+            let l = OperandLayout::heads_merged(d[1], d[2], d[3]);
+            let mut strides = vec![l.batch_stride, l.head_stride, l.row_stride, 1];
             access::zero_unit_dims(d, &mut strides);
             self.stored_strides.insert(n, strides);
         }
@@ -64,15 +65,7 @@ impl Fuser<'_> {
         }
         let layout =
             OperandLayout { offset, batch_stride: strides[0], head_stride: strides[1], row_stride: strides[2] };
-        let dense = OperandLayout::dense(&AttentionShape {
-            batch: d[0] * d[1],
-            heads: d[1],
-            seq: d[2],
-            head_dim: d[3],
-            dtype: self.node(x).dtype,
-            causal: false,
-            scale: 1.0,
-        });
+        let dense = OperandLayout::dense_of(d[1], d[2], d[3]);
         // Strides of size-1 dims are 0 in an access; the dense layout's are not, and neither
         // is ever multiplied by a nonzero index there.
         let same_as_dense = |a: usize, b: usize, n: usize| a == b || n == 1;
@@ -88,20 +81,10 @@ impl Fuser<'_> {
 
     /// The layout attention result `r` is stored with (see [`Self::store_attention_results_permuted`]).
     fn attention_result_layout(&self, r: NodeId, s: &AttentionShape) -> OperandLayout {
-        match self.stored_strides.get(&r) {
-            Some(strides) => {
-                let d = self.shape(r).dims();
-                // Size-1 dims have stride 0 in the access; any stride serves them.
-                let or = |stride: usize, n: usize, fallback: usize| if n == 1 { fallback } else { stride };
-                let dense = OperandLayout::dense(s);
-                OperandLayout {
-                    offset: 0,
-                    batch_stride: or(strides[0], d[0], dense.batch_stride),
-                    head_stride: or(strides[1], d[1], d[3]),
-                    row_stride: or(strides[2], d[2], d[1] * d[3]),
-                }
-            }
-            None => OperandLayout::dense(s),
+        if self.stored_strides.contains_key(&r) {
+            OperandLayout::heads_merged(s.heads, s.seq, s.head_dim)
+        } else {
+            OperandLayout::dense(s)
         }
     }
 
