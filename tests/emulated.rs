@@ -69,7 +69,7 @@ fn check(what: &str, graph: &Graph, tensor_core_kernels: usize, shape: Option<(u
     assert_eq!(on_tensor_cores, tensor_core_kernels, "{what}: {configs:?}");
     let inputs = random_inputs(graph, seed, |_| false);
     let expected = eval_graph(graph, &inputs).unwrap();
-    let wide = eval_graph(&wide_graph(graph), &inputs).unwrap();
+    let wide = eval_graph(&wide_graph(graph).unwrap(), &inputs).unwrap();
     let actual = emulator::run_plan(&plan, &configs, &target, &inputs).unwrap_or_else(|e| panic!("{what}: {e}"));
     let dtype = graph.node(graph.inputs()[0]).dtype;
     compare_outputs(&actual, &expected, Some(&wide), dtype).unwrap_or_else(|e| panic!("{what}: {e}"));

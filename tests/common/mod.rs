@@ -7,9 +7,9 @@
 #![allow(dead_code)]
 
 use braze_codegen::GeneratedKernel;
+pub use braze_cpu::wide_graph;
 use braze_cpu::{assert_close_with, inject_specials, random_tensor, tolerance};
 use braze_ir::{BinaryOp, DType, Graph, HostTensor, NodeId, Op, ReduceOp, Shape, UnaryOp};
-use std::collections::HashMap;
 
 /// Builds a graph op by op; every call panics with the op's typing error, so a case that is not
 /// well typed fails where it is written.
@@ -254,54 +254,4 @@ pub fn check_module(kernel: &GeneratedKernel, module: &braze_cuda::CompiledModul
         }
     }
     Ok(())
-}
-
-fn is_narrow(dtype: DType) -> bool {
-    matches!(dtype, DType::BF16 | DType::F16)
-}
-
-/// `graph` with every computed bf16/f16 value computed as f32 instead: inputs and constants keep
-/// their (exact) narrow values and are widened where used, explicit casts to bf16/f16 still
-/// round, and each narrow output is rounded to its dtype at the end.
-pub fn wide_graph(graph: &Graph) -> Graph {
-    let mut g = Graph::new();
-    let mut map: HashMap<NodeId, NodeId> = HashMap::new();
-    let mut widened: HashMap<NodeId, NodeId> = HashMap::new();
-    let mut widen = |g: &mut Graph, x: NodeId| -> NodeId {
-        if !is_narrow(g.node(x).dtype) {
-            return x;
-        }
-        *widened.entry(x).or_insert_with(|| g.cast(x, DType::F32).expect("a float widens to f32"))
-    };
-    // Inputs come first in topological order, so they keep their indices.
-    for id in graph.topo_order() {
-        let node = graph.node(id);
-        let new = match node.op {
-            Op::Input { .. } => g.input(node.dtype, node.shape.clone()),
-            Op::Constant { value } => g.literal(value, node.dtype),
-            Op::Cast if g.node(map[&node.operands[0]]).dtype == node.dtype => map[&node.operands[0]],
-            Op::Cast => g.cast(map[&node.operands[0]], node.dtype).expect("the same cast"),
-            _ => {
-                let operands: Vec<NodeId> = node.operands.iter().map(|o| widen(&mut g, map[o])).collect();
-                let dtype = if is_narrow(node.dtype) { DType::F32 } else { node.dtype };
-                g.add_declared(node.op.clone(), &operands, dtype, node.shape.clone(), None)
-                    .unwrap_or_else(|e| panic!("{} on widened operands: {e}", node.op.name()))
-            }
-        };
-        map.insert(id, new);
-    }
-    let outputs: Vec<NodeId> = graph
-        .outputs()
-        .iter()
-        .map(|&o| {
-            let (new, dtype) = (map[&o], graph.node(o).dtype);
-            if g.node(new).dtype == dtype {
-                new
-            } else {
-                g.cast(new, dtype).expect("f32 narrows to the output's dtype")
-            }
-        })
-        .collect();
-    g.set_outputs(outputs);
-    g
 }

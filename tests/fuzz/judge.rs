@@ -69,7 +69,9 @@ impl References {
     /// The references of `graph` on `inputs`.
     pub fn of(graph: &Graph, inputs: &[HostTensor]) -> Result<References, String> {
         let expected = eval_graph(graph, inputs).map_err(|e| format!("eval_graph: {e}"))?;
-        let wide = eval_graph(&wide_graph(graph), inputs).map_err(|e| format!("eval_graph of the wide graph: {e}"))?;
+        let wide = wide_graph(graph)
+            .and_then(|wide| eval_graph(&wide, inputs))
+            .map_err(|e| format!("eval_graph of the wide graph: {e}"))?;
         let (noisy, noise) = perturbed_graph(graph);
         let perturbed = (0..PERTURBED_RUNS)
             .map(|run| {

@@ -206,8 +206,14 @@ impl Check {
 
 /// Compares `got` with `want` at `want`'s dtype tolerance.
 pub fn check_host(got: &HostTensor, want: &HostTensor) -> Result<Check> {
+    check_host_either(got, want, None)
+}
+
+/// [`check_host`], where an element also passes within the tolerance of `wide`, the reference
+/// with narrow intermediates kept in f32 (`braze_cpu::wide_graph`).
+pub fn check_host_either(got: &HostTensor, want: &HostTensor, wide: Option<&HostTensor>) -> Result<Check> {
     let (rtol, atol) = braze_cpu::tolerance(want.dtype());
-    let report = braze_cpu::compare(got, want, rtol, atol).map_err(anyhow::Error::msg)?;
+    let report = braze_cpu::compare_either(got, want, wide, rtol, atol).map_err(anyhow::Error::msg)?;
     let (mut sq_diff, mut sq_norm) = (0.0f64, 0.0f64);
     for i in 0..got.numel() {
         let (a, b) = (got.get_f64(i), want.get_f64(i));

@@ -108,7 +108,24 @@ pub fn compare(
     rtol: f64,
     atol: f64,
 ) -> std::result::Result<CompareReport, String> {
+    compare_either(actual, expected, None, rtol, atol)
+}
+
+/// [`compare`], where an element also passes within the tolerances of `wide` (the computation
+/// with narrow intermediates kept in f32, [`crate::wide_graph`]), a result a fused kernel may
+/// legitimately come near instead. NaN and Inf are judged against `expected` alone; the errors
+/// reported are against `expected`.
+pub fn compare_either(
+    actual: &HostTensor,
+    expected: &HostTensor,
+    wide: Option<&HostTensor>,
+    rtol: f64,
+    atol: f64,
+) -> std::result::Result<CompareReport, String> {
     same_type(actual, expected)?;
+    if let Some(w) = wide {
+        same_type(w, expected).map_err(|e| format!("the wide reference: {e}"))?;
+    }
     let mut report = CompareReport {
         numel: actual.numel(),
         rtol,
@@ -129,6 +146,10 @@ pub fn compare(
                         report.max_rel_error = report.max_rel_error.max(abs / e.abs());
                     }
                     abs <= atol + rtol * e.abs()
+                        || wide.is_some_and(|w| {
+                            let w = w.get_f64(i);
+                            w.is_finite() && (a - w).abs() <= atol + rtol * w.abs()
+                        })
                 } else {
                     (a.is_nan() && e.is_nan()) || a == e
                 }

@@ -72,11 +72,14 @@ mod plan_eval;
 pub mod random;
 mod scalar;
 mod walk;
+mod wide;
 
 pub use compare::{
-    assert_close, assert_close_bounded, assert_close_with, compare, tolerance, ulp, Bounds, CompareReport, Mismatch,
+    assert_close, assert_close_bounded, assert_close_with, compare, compare_either, tolerance, ulp, Bounds,
+    CompareReport, Mismatch,
 };
 pub use error::{CpuError, Result};
 pub use eval::eval_graph;
 pub use plan_eval::{eval_kernel, eval_plan, eval_plan_observed};
 pub use random::{inject_specials, random_tensor, SplitMix64};
+pub use wide::wide_graph;

@@ -1,9 +1,10 @@
 //! Measuring one case: compile in each mode, check against the CPU reference, time, and eager.
 
 use super::{dtype_name, micros, mode_variant, ran, with_poisoned_outputs, Bench};
-use crate::common::{check_host, slice_rows, Check, Pair};
+use crate::common::{check_host, check_host_either, slice_rows, Check, Pair};
 use anyhow::{bail, Result};
 use braze::{DType, HostTensor, Mode, Tensor};
+use braze_workloads::WorkloadFn;
 use serde_json::{json, Map, Value};
 use std::time::Instant;
 
@@ -173,9 +174,16 @@ type Part = (Option<(usize, usize)>, Vec<HostTensor>);
 
 /// The CPU reference outputs for a case, computed once; row-wise workloads in row chunks on all
 /// cores (rows are independent, so a chunk's reference is the function on those input rows).
-struct Reference {
+/// A chunk whose bf16/f16 outputs miss the op-by-op reference is judged against the wide
+/// reference too (`braze_cpu::wide_graph`: intermediates kept in f32, as a fused kernel keeps
+/// them), computed only then: it costs another evaluation of the chunk.
+pub(super) struct Reference {
     /// `(rows, outputs)`: the rows of every output these reference outputs cover, `None` for all.
     parts: Vec<Part>,
+    function: WorkloadFn,
+    inputs: Vec<HostTensor>,
+    /// Which inputs hold one row per output row (sliced with a chunk's rows).
+    split: Vec<bool>,
 }
 
 fn cores() -> usize {
@@ -186,51 +194,65 @@ fn outputs_to_host(outputs: Vec<Tensor>) -> Result<Vec<HostTensor>> {
     Ok(outputs.iter().map(Tensor::to_host).collect::<braze::Result<_>>()?)
 }
 
+/// The inputs of the rows `rows` (`None`: all of them).
+fn chunk_inputs(inputs: &[HostTensor], split: &[bool], rows: Option<(usize, usize)>) -> Result<Vec<HostTensor>> {
+    inputs
+        .iter()
+        .zip(split)
+        .map(|(t, &by_row)| match rows {
+            Some((start, end)) if by_row => slice_rows(t, start, end),
+            _ => Ok(t.clone()),
+        })
+        .collect()
+}
+
+/// The function's outputs on `inputs` with narrow intermediates kept in f32: its traced graph,
+/// widened, on the f64 oracle.
+fn wide_outputs(function: &WorkloadFn, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {
+    let args: Vec<Tensor> = inputs.iter().cloned().map(Tensor::from_host).collect();
+    let traced = braze::compile(|t: &[Tensor]| function(t)).trace_graph(&args)?;
+    let wide = braze_cpu::wide_graph(&traced.graph)?;
+    Ok(braze_cpu::eval_graph(&wide, inputs)?)
+}
+
 impl Reference {
-    fn new(case: &Case) -> Result<Reference> {
+    pub(super) fn new(case: &Case) -> Result<Reference> {
         let host = &case.pair.host;
-        if let Scope::All = case.scope {
-            return Ok(Reference { parts: vec![(None, outputs_to_host(host.eager()?)?)] });
-        }
         let inputs: Vec<HostTensor> = host.inputs.iter().map(Tensor::to_host).collect::<braze::Result<_>>()?;
         let split: Vec<bool> = match &case.scope {
+            Scope::All => vec![false; inputs.len()],
             Scope::RowsOf(split) if split.len() == inputs.len() => split.clone(),
             Scope::RowsOf(split) => bail!("{} row-split flags for {} inputs", split.len(), inputs.len()),
             _ => inputs.iter().map(|t| t.shape() == inputs[0].shape()).collect(),
         };
+        let function = host.function.clone();
         let Some(first_split) = split.iter().position(|&s| s) else {
-            return Ok(Reference { parts: vec![(None, outputs_to_host(host.eager()?)?)] });
+            let parts = vec![(None, outputs_to_host(host.eager()?)?)];
+            return Ok(Reference { parts, function, inputs, split: vec![false; split.len()] });
         };
         let rows = inputs[first_split].shape().dims().first().copied().unwrap_or(1);
         let per_chunk = rows.div_ceil(cores()).max(1);
         let ranges: Vec<(usize, usize)> =
             (0..rows).step_by(per_chunk).map(|a| (a, (a + per_chunk).min(rows))).collect();
-        let function = &host.function;
-        let inputs = &inputs;
-        let split = &split;
+        let (f, inputs_ref, split_ref) = (&function, &inputs, &split);
         let parts: Result<Vec<_>> = std::thread::scope(|scope| {
             let handles: Vec<_> = ranges
                 .iter()
                 .map(|&(start, end)| {
                     scope.spawn(move || -> Result<Part> {
-                        let chunk: Vec<Tensor> = inputs
-                            .iter()
-                            .zip(split)
-                            .map(|(t, &by_row)| {
-                                let t = if by_row { slice_rows(t, start, end)? } else { t.clone() };
-                                Ok(Tensor::from_host(t))
-                            })
-                            .collect::<Result<_>>()?;
-                        Ok((Some((start, end)), outputs_to_host(function(&chunk)?)?))
+                        let rows = Some((start, end));
+                        let chunk: Vec<Tensor> =
+                            chunk_inputs(inputs_ref, split_ref, rows)?.into_iter().map(Tensor::from_host).collect();
+                        Ok((rows, outputs_to_host(f(&chunk)?)?))
                     })
                 })
                 .collect();
             handles.into_iter().map(|h| h.join().map_err(|_| anyhow::anyhow!("reference thread panicked"))?).collect()
         });
-        Ok(Reference { parts: parts? })
+        Ok(Reference { parts: parts?, function, inputs, split })
     }
 
-    fn check(&self, got: &[Tensor]) -> Result<Check> {
+    pub(super) fn check(&self, got: &[Tensor]) -> Result<Check> {
         let got: Vec<HostTensor> = got.iter().map(Tensor::to_host).collect::<braze::Result<_>>()?;
         let got = &got;
         let checks: Vec<Result<Check>> = std::thread::scope(|scope| {
@@ -242,17 +264,25 @@ impl Reference {
                         if want.len() != got.len() {
                             bail!("{} outputs, the reference has {}", got.len(), want.len());
                         }
+                        let parts: Vec<HostTensor> = match rows {
+                            Some((start, end)) => {
+                                got.iter().map(|g| slice_rows(g, *start, *end)).collect::<Result<_>>()?
+                            }
+                            None => got.clone(),
+                        };
+                        let checks: Vec<Check> =
+                            parts.iter().zip(want).map(|(g, w)| check_host(g, w)).collect::<Result<_>>()?;
+                        let narrow_miss = |(c, w): (&Check, &HostTensor)| {
+                            !c.passed() && matches!(w.dtype(), DType::BF16 | DType::F16)
+                        };
                         let mut check = Check::empty();
-                        for (g, w) in got.iter().zip(want) {
-                            let part;
-                            let g = match rows {
-                                Some((start, end)) => {
-                                    part = slice_rows(g, *start, *end)?;
-                                    &part
-                                }
-                                None => g,
-                            };
-                            check.merge(check_host(g, w)?);
+                        if checks.iter().zip(want).any(narrow_miss) {
+                            let wide = wide_outputs(&self.function, &chunk_inputs(&self.inputs, &self.split, *rows)?)?;
+                            for ((g, w), wide) in parts.iter().zip(want).zip(&wide) {
+                                check.merge(check_host_either(g, w, Some(wide))?);
+                            }
+                        } else {
+                            checks.into_iter().for_each(|c| check.merge(c));
                         }
                         Ok(check)
                     })
@@ -274,6 +304,7 @@ mod tests {
     use crate::bench::sweep::{sweep_cases, SweepKind};
     use crate::bench::sweep_run::{row_split_inputs, sweep_pair};
     use braze::Device;
+    use std::sync::Arc;
 
     fn sweep_case(kind: SweepKind, workload: &str) -> Case {
         let cases = sweep_cases(kind, Some(0.2));
@@ -318,6 +349,37 @@ mod tests {
             let wrong = Tensor::from_host(HostTensor::from_f64(host.dtype(), host.shape().clone(), &values).unwrap());
             assert_eq!(reference.check(&[wrong]).unwrap().mismatches, 1, "{workload}");
         }
+    }
+
+    /// `silu(x) + res` in bf16 where the sum cancels: silu(4.5) = 4.4506 rounds to 4.4375 op by
+    /// op, so the reference is 0 where a fused kernel (silu kept in f32) gives 0.0131, more than
+    /// bf16's atol off. The wide reference passes the fused result; a wrong value still fails.
+    #[test]
+    fn a_cancelling_bf16_sum_passes_against_the_wide_reference() {
+        let bf16 = |v: &[f64]| HostTensor::from_f64(DType::BF16, vec![v.len()], v).unwrap();
+        let (x, res) = (bf16(&[4.5, 1.0]), bf16(&[-4.4375, 0.25]));
+        let function: WorkloadFn = Arc::new(|t: &[Tensor]| Ok(vec![t[0].silu()?.add(&t[1])?]));
+        let host = braze_workloads::Workload {
+            name: "silu_res",
+            input_names: vec!["x".into(), "res".into()],
+            inputs: vec![Tensor::from_host(x), Tensor::from_host(res)],
+            function,
+        };
+        let mut case = sweep_case(SweepKind::Rows, "rms_silu_res");
+        case.pair = Pair::from_host(host, Device::Cpu).unwrap();
+        case.scope = Scope::All;
+        let reference = Reference::new(&case).unwrap();
+        let op_by_op = case.pair.host.eager().unwrap();
+        assert_eq!(op_by_op[0].to_host().unwrap().get_f64(0), 0.0);
+        let silu_1 = 1.0 / (1.0 + (-1.0f64).exp());
+        for (first, passes) in [(0.0, true), (4.5 / (1.0 + (-4.5f64).exp()) - 4.4375, true), (0.05, false)] {
+            let got = Tensor::from_host(bf16(&[first, silu_1 + 0.25]));
+            let check = reference.check(&[got]).unwrap();
+            assert_eq!(check.passed(), passes, "{first}: {}", check.summary());
+        }
+        let fused = bf16(&[4.5 / (1.0 + (-4.5f64).exp()) - 4.4375, silu_1 + 0.25]);
+        let alone = check_host(&fused, &op_by_op[0].to_host().unwrap()).unwrap();
+        assert_eq!(alone.mismatches, 1, "the op-by-op reference alone rejects the fused result");
     }
 
     #[test]

@@ -121,19 +121,33 @@ impl Bench {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::measure::Reference;
     use crate::bench::sweep::sweep_cases;
-    use crate::common::check_outputs;
 
-    /// Every sweep case, shrunk, compiled on the CPU and checked against its own eager reference:
-    /// the functions trace, compile and compute what they say for every shape and dtype.
+    /// Every sweep case, shrunk, compiled on the CPU and checked as the bench checks it (against
+    /// its own eager reference, or the wide one): the functions trace, compile and compute what
+    /// they say for every shape and dtype.
     fn check_compiled_on_cpu(kind: SweepKind) {
-        for case in sweep_cases(kind, Some(0.05)) {
-            let pair = sweep_pair(&case, Device::Cpu).unwrap();
-            let want = pair.host.eager().unwrap();
-            assert_eq!(want[0].shape().dims(), &[case.rows, case.cols], "{case}");
-            let got = pair.dev.compile().fullgraph(true).call(&pair.dev.inputs).unwrap();
-            let check = check_outputs(&got, &want).unwrap();
-            assert!(check.passed(), "{case}: {}", check.summary());
+        for sweep_case in sweep_cases(kind, Some(0.05)) {
+            let case = Case {
+                workload: sweep_case.workload,
+                shape: sweep_case.shape(),
+                dtype: sweep_case.dtype,
+                pair: sweep_pair(&sweep_case, Device::Cpu).unwrap(),
+                bytes: None,
+                flops: None,
+                modes: vec![],
+                eager: Ok(()),
+                scope: Scope::RowsOf(row_split_inputs(&sweep_case)),
+                launch_target: None,
+                rel_l2_ok: None,
+                host_clock: false,
+            };
+            let reference = Reference::new(&case).unwrap();
+            let got = case.pair.dev.compile().fullgraph(true).call(&case.pair.dev.inputs).unwrap();
+            assert_eq!(got[0].shape().dims(), &[sweep_case.rows, sweep_case.cols], "{sweep_case}");
+            let check = reference.check(&got).unwrap();
+            assert!(check.passed(), "{sweep_case}: {}", check.summary());
         }
     }
 
