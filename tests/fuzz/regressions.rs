@@ -1,10 +1,10 @@
 //! Graphs the fuzzer failed on, named for the bug, each run through the same checks.
 
-use crate::common::{nvrtc_enabled, random_inputs, Builder};
+use crate::common::{compile_for_sm90, nvrtc_enabled, random_inputs, Builder};
 use crate::gpu::{gpu, run_everywhere};
 use crate::judge::References;
 use crate::run::run_graph_on;
-use braze_codegen::{default_config, generate, KernelCode, Target};
+use braze_codegen::{candidate_configs, default_config, generate, KernelCode, KernelConfig, Target};
 use braze_cpu::{assert_close_with, eval_graph, eval_plan, random_tensor, tolerance};
 use braze_ir::{BinaryOp, DType, Graph, HostTensor, NodeId, Op, ReduceOp, UnaryOp};
 use braze_passes::{compile_to_plan, FusionOptions};
@@ -107,12 +107,20 @@ fn regression_cached_rows_in_1024_thread_blocks_do_not_spill() {
         let graph = b.finish(vec![s, r]);
         let plan = compile_to_plan(&graph, &FusionOptions::default()).unwrap();
         for i in 0..plan.kernels.len() {
-            let KernelCode::Cuda(kernel) =
-                generate(&plan, i, &default_config(&plan, i, &Target::h200()), &Target::h200()).unwrap()
-            else {
-                panic!()
-            };
-            assert!(kernel.source.contains("__launch_bounds__(1024, 1)"), "{}", kernel.source);
+            // The default may take fewer threads; the autotuner's 1024-thread candidates must
+            // still claim a whole SM's registers.
+            let wide: Vec<_> = candidate_configs(&plan, i, &Target::h200())
+                .into_iter()
+                .filter(|c| matches!(c, KernelConfig::Row { threads_per_row: 1024, cached: true, .. }))
+                .collect();
+            assert!(!wide.is_empty(), "no cached 1024-thread candidate for {dtype} x {cols}");
+            for config in wide {
+                let KernelCode::Cuda(kernel) = generate(&plan, i, &config, &Target::h200()).unwrap() else { panic!() };
+                assert!(kernel.source.contains("__launch_bounds__(1024, 1)"), "{}", kernel.source);
+                if nvrtc_enabled() {
+                    compile_for_sm90(&kernel).unwrap_or_else(|e| panic!("{config}: {e}"));
+                }
+            }
         }
         check_fixed(&graph, None);
     }

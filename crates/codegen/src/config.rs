@@ -345,7 +345,7 @@ fn columns_are_strided(row: &RowKernel) -> bool {
 }
 
 /// Elements of one value a thread holds when `tpr` threads share a row.
-fn per_thread(cols: usize, tpr: usize, vec: usize) -> usize {
+fn per_thread_elements(cols: usize, tpr: usize, vec: usize) -> usize {
     cols.div_ceil(tpr * vec) * vec
 }
 
@@ -358,7 +358,7 @@ fn row_config_valid(cols: usize, vec: usize, config: &KernelConfig, target: &Tar
         && (tpr <= 32 || rpb == 1)
         && (32..=most).contains(&block)
         && block % 32 == 0
-        && (!cached || per_thread(cols, tpr as usize, vec) <= MAX_CACHED_PER_THREAD)
+        && (!cached || per_thread_elements(cols, tpr as usize, vec) <= MAX_CACHED_PER_THREAD)
 }
 
 /// Rows per block for rows of `tpr` threads (at most a warp): blocks of 32..256 threads, with
@@ -372,6 +372,43 @@ fn rows_per_block(rows: usize, tpr: u32, sm_count: u32) -> u32 {
     let wanted = (rows / (2 * sm_count as usize)).max(1);
     let wanted = 1u32 << (usize::BITS - 1 - wanted.leading_zeros()).min(31);
     wanted.clamp(least, most)
+}
+
+/// Threads per row by default: the power of two (at most `most`) whose threads hold the row in
+/// registers (`fits`) with the fewest idle lanes, a warp's vectors in every step but the row's
+/// last; among those equally full, the one nearest `per_thread` elements a thread (64 bytes of
+/// the narrowest element). On the H200 (rows sweep, run Y1) rows of 8-12 elements a thread ran
+/// at 48-66% of copy bandwidth where the autotuner's wider-per-thread pick reached 60-78%: few
+/// elements a thread leave few loads in flight before the row's first reduction, and a
+/// 1024-thread block over a 5,120-wide f32 row (1,280 vectors) left three quarters of its
+/// second step idle. Where no width fits, the narrowest row whose elements fit uncached.
+fn default_threads_per_row(cols: usize, vec: usize, per_thread: usize, most: u32, fits: &dyn Fn(u32) -> bool) -> u32 {
+    let vectors = cols.div_ceil(vec).max(1);
+    let widths =
+        || (0..=most.trailing_zeros()).map(|p| 1u32 << p).filter(|&t| t as usize <= vectors.next_power_of_two());
+    // The share of thread steps with no vector to work on.
+    let idle = |t: u32| {
+        let slots = vectors.div_ceil(t as usize) * t as usize;
+        1.0 - vectors as f64 / slots as f64
+    };
+    let distance = |t: u32| {
+        let held = per_thread_elements(cols, t as usize, vec) as f64;
+        (held / per_thread as f64).log2().abs()
+    };
+    let fitting: Vec<u32> = widths().filter(|&t| fits(t)).collect();
+    // Idle shares within 10 points of the least count as equal; then the per-thread target decides.
+    let least_idle = fitting.iter().map(|&t| idle(t)).fold(f64::INFINITY, f64::min);
+    let best = fitting
+        .into_iter()
+        .filter(|&t| idle(t) <= least_idle + 0.1)
+        .min_by(|&a, &b| distance(a).total_cmp(&distance(b)));
+    best.unwrap_or_else(|| {
+        let mut tpr = cols.div_ceil(per_thread).next_power_of_two().clamp(1, most as usize) as u32;
+        while tpr < most && !fits(tpr) {
+            tpr *= 2;
+        }
+        tpr
+    })
 }
 
 fn row_candidates(unit: &Unit<'_>, row: &RowKernel) -> Vec<KernelConfig> {
@@ -394,7 +431,7 @@ fn row_candidates(unit: &Unit<'_>, row: &RowKernel) -> Vec<KernelConfig> {
     // centred sum and sum of squares).
     let two_accumulators = analysis.widest_round(&row.body) >= 2;
     let fits = |tpr: u32| {
-        let held = per_thread(cols, tpr as usize, vec);
+        let held = per_thread_elements(cols, tpr as usize, vec);
         let crowded = tpr >= 1024 && two_accumulators && held > MAX_HELD_BESIDE_TWO_ACCUMULATORS;
         held <= MAX_CACHED_PER_THREAD && held * peak <= CACHED_REGISTER_BUDGET && !crowded
     };
@@ -404,10 +441,11 @@ fn row_candidates(unit: &Unit<'_>, row: &RowKernel) -> Vec<KernelConfig> {
         candidates.push(config(1, false));
         candidates.push(config(32, fits(32)));
     }
-    // About 32 bytes of the narrowest element per thread and value: 8 f32 or 16 bf16.
-    let per_thread_target = (32 / narrowest_element(unit)).min(16);
-    let mut tpr = cols.div_ceil(per_thread_target).next_power_of_two().clamp(1, most as usize) as u32;
-    while tpr < most && !fits(tpr) {
+    let mut tpr = default_threads_per_row(cols, vec, (64 / narrowest_element(unit)).min(32), most, &fits);
+    // Too few rows to fill the GPU: latency, not bandwidth, bounds the kernel, so rows spread
+    // over more threads, up to a warp (no block barrier), as long as every thread has a vector.
+    let few_rows = |t: u32| rows * (t as usize) < target.sm_count as usize * 1024;
+    while few_rows(tpr) && tpr < 32.min(most) && (2 * tpr as usize) <= cols.div_ceil(vec) && fits(2 * tpr) {
         tpr *= 2;
     }
     let cached = fits(tpr);
@@ -515,6 +553,25 @@ fn column_candidates(unit: &Unit<'_>, col: &ColumnKernel) -> Vec<KernelConfig> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// At the rows sweep's widths, a layer norm's two cached values (64 registers for both):
+    /// rows of 64 bytes a thread where that leaves no lane idle, else the fullest steps.
+    #[test]
+    fn default_threads_per_row_fill_their_steps_with_64_bytes_a_thread() {
+        let pick = |cols: usize, vec: usize, per_thread: usize| {
+            let fits = |t: u32| {
+                let held = per_thread_elements(cols, t as usize, vec);
+                held <= MAX_CACHED_PER_THREAD && held * 2 <= CACHED_REGISTER_BUDGET
+            };
+            default_threads_per_row(cols, vec, per_thread, 1024, &fits)
+        };
+        let f32_rows: Vec<u32> = [768, 1024, 3072, 4096, 5120, 8192].iter().map(|&c| pick(c, 4, 16)).collect();
+        assert_eq!(f32_rows, [64, 64, 256, 256, 256, 512]);
+        let bf16_rows: Vec<u32> = [768, 1024, 2048, 3072, 5120, 8192].iter().map(|&c| pick(c, 8, 32)).collect();
+        assert_eq!(bf16_rows, [32, 32, 64, 128, 256, 256]);
+        // 50,257 scalar columns fit no block's registers: the widest row, re-read.
+        assert_eq!(pick(50_257, 1, 16), 1024);
+    }
 
     #[test]
     fn rows_per_block_fills_blocks_and_sms() {
