@@ -166,7 +166,7 @@ fn mismatches(
 /// The function on the inputs widened to f32, each output rounded to the reference's dtype, when
 /// some inputs are f16/bf16 (see [`mismatches`]).
 fn wide_outputs(f: &Func, host: &[HostTensor], want: &[HostTensor]) -> Option<Vec<HostTensor>> {
-    if !host.iter().any(|h| matches!(h.dtype(), DType::F16 | DType::BF16)) {
+    if !host.iter().any(|h| h.dtype().is_narrow_float()) {
         return None;
     }
     let wide: Vec<Tensor> = host

@@ -283,7 +283,7 @@ fn in_f32(
     grad: NodeId,
     rule: impl FnOnce(&mut Emit<'_>, &[NodeId], NodeId) -> Result<Vec<(NodeId, NodeId)>>,
 ) -> Result<Vec<(NodeId, NodeId)>> {
-    if !matches!(e.dtype(), DType::F16 | DType::BF16) {
+    if !e.dtype().is_narrow_float() {
         return rule(e, operands, grad);
     }
     let wide = operands.iter().map(|&o| e.cast(o, DType::F32)).collect::<Result<Vec<NodeId>>>()?;

@@ -28,7 +28,7 @@ pub fn autocast<R, E: From<Error>>(
     dtype: DType,
     f: impl FnOnce() -> std::result::Result<R, E>,
 ) -> std::result::Result<R, E> {
-    if !matches!(dtype, DType::BF16 | DType::F16) {
+    if !dtype.is_narrow_float() {
         return Err(Error::InvalidArgument {
             op: "autocast".into(),
             loc: None,

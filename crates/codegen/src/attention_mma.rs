@@ -32,7 +32,7 @@ const KEY_TILE: usize = 64;
 pub(crate) fn supports(unit: &Unit<'_>, s: &AttentionShape, layouts: &[OperandLayout]) -> bool {
     let d = s.head_dim;
     unit.target.compute_capability >= (8, 0)
-        && matches!(s.dtype, DType::BF16 | DType::F16)
+        && s.dtype.is_narrow_float()
         && d > 0
         && d.is_multiple_of(16)
         && d <= 128

@@ -384,8 +384,6 @@ fn rows_per_block(rows: usize, tpr: u32, sm_count: u32) -> u32 {
 /// second step idle. Where no width fits, the narrowest row whose elements fit uncached.
 fn default_threads_per_row(cols: usize, vec: usize, per_thread: usize, most: u32, fits: &dyn Fn(u32) -> bool) -> u32 {
     let vectors = cols.div_ceil(vec).max(1);
-    let widths =
-        || (0..=most.trailing_zeros()).map(|p| 1u32 << p).filter(|&t| t as usize <= vectors.next_power_of_two());
     // The share of thread steps with no vector to work on.
     let idle = |t: u32| {
         let slots = vectors.div_ceil(t as usize) * t as usize;
@@ -395,7 +393,10 @@ fn default_threads_per_row(cols: usize, vec: usize, per_thread: usize, most: u32
         let held = per_thread_elements(cols, t as usize, vec) as f64;
         (held / per_thread as f64).log2().abs()
     };
-    let fitting: Vec<u32> = widths().filter(|&t| fits(t)).collect();
+    let fitting: Vec<u32> = (0..=most.trailing_zeros())
+        .map(|p| 1u32 << p)
+        .filter(|&t| t as usize <= vectors.next_power_of_two() && fits(t))
+        .collect();
     // Idle shares within 10 points of the least count as equal; then the per-thread target decides.
     let least_idle = fitting.iter().map(|&t| idle(t)).fold(f64::INFINITY, f64::min);
     let best = fitting

@@ -417,7 +417,7 @@ pub(crate) fn cast(helpers: &mut Helpers, from: DType, to: DType, x: &str) -> St
     let as_float = match from {
         DType::F32 | DType::F16 | DType::BF16 => x.to_string(),
         // An integer rounded to f32 first and then to f16/bf16 would round twice.
-        DType::I32 | DType::I64 if matches!(to, DType::F16 | DType::BF16) => {
+        DType::I32 | DType::I64 if to.is_narrow_float() => {
             helpers.need(Helper::IntToF32Odd);
             format!("int_to_f32_odd({x})")
         }

@@ -8,10 +8,6 @@ use crate::Result;
 use braze_ir::{DType, Graph, NodeId, Op};
 use std::collections::HashMap;
 
-fn is_narrow(dtype: DType) -> bool {
-    matches!(dtype, DType::BF16 | DType::F16)
-}
-
 /// `graph` with every computed bf16/f16 value computed as f32 instead: inputs and constants keep
 /// their (exact) narrow values and are widened where used, explicit casts to bf16/f16 still
 /// round, and each narrow output is rounded to its dtype at the end. Its inputs are `graph`'s,
@@ -33,7 +29,7 @@ pub fn wide_graph(graph: &Graph) -> Result<Graph> {
                 let mut operands = Vec::with_capacity(node.operands.len());
                 for o in &node.operands {
                     let x = map[o];
-                    operands.push(if is_narrow(g.node(x).dtype) {
+                    operands.push(if g.node(x).dtype.is_narrow_float() {
                         match widened.get(&x) {
                             Some(&w) => w,
                             None => {
@@ -46,7 +42,7 @@ pub fn wide_graph(graph: &Graph) -> Result<Graph> {
                         x
                     });
                 }
-                let dtype = if is_narrow(node.dtype) { DType::F32 } else { node.dtype };
+                let dtype = if node.dtype.is_narrow_float() { DType::F32 } else { node.dtype };
                 g.add_declared(node.op.clone(), &operands, dtype, node.shape.clone(), None)?
             }
         };

@@ -30,6 +30,11 @@ impl DType {
         matches!(self, DType::F32 | DType::F16 | DType::BF16)
     }
 
+    /// bf16 or f16: stored narrow, computed in f32 inside kernels.
+    pub fn is_narrow_float(self) -> bool {
+        matches!(self, DType::BF16 | DType::F16)
+    }
+
     pub fn is_int(self) -> bool {
         matches!(self, DType::I32 | DType::I64)
     }

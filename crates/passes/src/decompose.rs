@@ -110,7 +110,7 @@ impl Builder<'_> {
 
     fn expand(&mut self, op: &Op, operands: &[NodeId], dtype: DType) -> Result<NodeId> {
         // f16/bf16 are storage types: compute in f32 and round once at the end.
-        let compute = if matches!(dtype, DType::F16 | DType::BF16) { DType::F32 } else { dtype };
+        let compute = if dtype.is_narrow_float() { DType::F32 } else { dtype };
         let x = self.cast(operands[0], compute)?;
         let shape = self.shape(x);
         let last = vec![shape.rank().saturating_sub(1)];

@@ -13,7 +13,7 @@
 
 use crate::pass::Pass;
 use crate::Result;
-use braze_ir::{DType, Graph, NodeId, Op};
+use braze_ir::{Graph, NodeId, Op};
 use std::collections::{HashMap, HashSet};
 
 /// Longest elementwise chain copied for one reduction.
@@ -75,7 +75,7 @@ fn prologue(g: &Graph, x: NodeId) -> Option<HashSet<NodeId>> {
     // overflows only when rounded to bf16), and a max or min would then disagree with the values
     // its gradient compares it to. f32, f64, integer and bool values are computed exactly as
     // stored.
-    let narrow = |id: NodeId| matches!(g.node(id).dtype, DType::BF16 | DType::F16);
+    let narrow = |id: NodeId| g.node(id).dtype.is_narrow_float();
     let mut chain = HashSet::new();
     let mut stack = vec![x];
     while let Some(id) = stack.pop() {

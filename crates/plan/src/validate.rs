@@ -404,7 +404,7 @@ impl Plan {
                         return Err(here(Rule::Loads, format!("loads input slot {input} of {}", inputs.len())));
                     };
                     let buffer = self.buffer(b);
-                    let widens = value.dtype == DType::F32 && matches!(buffer.dtype, DType::BF16 | DType::F16);
+                    let widens = value.dtype == DType::F32 && buffer.dtype.is_narrow_float();
                     if buffer.dtype != value.dtype && !widens {
                         return Err(here(
                             Rule::Loads,
@@ -441,7 +441,7 @@ impl Plan {
                         return Err(here(Rule::Loads, format!("gathers from input slot {input} of {}", inputs.len())));
                     };
                     let buffer = self.buffer(b);
-                    let widens = value.dtype == DType::F32 && matches!(buffer.dtype, DType::BF16 | DType::F16);
+                    let widens = value.dtype == DType::F32 && buffer.dtype.is_narrow_float();
                     if buffer.dtype != value.dtype && !widens {
                         return Err(here(
                             Rule::Loads,

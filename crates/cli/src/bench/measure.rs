@@ -228,7 +228,7 @@ impl Reference {
         let function = host.function.clone();
         let Some(first_split) = split.iter().position(|&s| s) else {
             let parts = vec![(None, outputs_to_host(host.eager()?)?)];
-            return Ok(Reference { parts, function, inputs, split: vec![false; split.len()] });
+            return Ok(Reference { parts, function, inputs, split });
         };
         let rows = inputs[first_split].shape().dims().first().copied().unwrap_or(1);
         let per_chunk = rows.div_ceil(cores()).max(1);
@@ -270,20 +270,19 @@ impl Reference {
                             }
                             None => got.clone(),
                         };
-                        let checks: Vec<Check> =
+                        let mut checks: Vec<Check> =
                             parts.iter().zip(want).map(|(g, w)| check_host(g, w)).collect::<Result<_>>()?;
-                        let narrow_miss = |(c, w): (&Check, &HostTensor)| {
-                            !c.passed() && matches!(w.dtype(), DType::BF16 | DType::F16)
-                        };
-                        let mut check = Check::empty();
+                        let narrow_miss = |(c, w): (&Check, &HostTensor)| !c.passed() && w.dtype().is_narrow_float();
                         if checks.iter().zip(want).any(narrow_miss) {
                             let wide = wide_outputs(&self.function, &chunk_inputs(&self.inputs, &self.split, *rows)?)?;
-                            for ((g, w), wide) in parts.iter().zip(want).zip(&wide) {
-                                check.merge(check_host_either(g, w, Some(wide))?);
+                            for (((check, g), w), wide) in checks.iter_mut().zip(&parts).zip(want).zip(&wide) {
+                                if narrow_miss((check, w)) {
+                                    *check = check_host_either(g, w, Some(wide))?;
+                                }
                             }
-                        } else {
-                            checks.into_iter().for_each(|c| check.merge(c));
                         }
+                        let mut check = Check::empty();
+                        checks.into_iter().for_each(|c| check.merge(c));
                         Ok(check)
                     })
                 })

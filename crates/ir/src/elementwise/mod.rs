@@ -100,7 +100,7 @@ impl Exactness {
     pub fn exact_in(self, dtype: DType) -> bool {
         match self {
             Exactness::Exact => true,
-            Exactness::CorrectlyRounded => !matches!(dtype, DType::F16 | DType::BF16),
+            Exactness::CorrectlyRounded => !dtype.is_narrow_float(),
             Exactness::Approximate => !dtype.is_float(),
         }
     }

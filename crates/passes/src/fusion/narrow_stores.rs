@@ -22,7 +22,7 @@ pub(super) fn narrow_widened_stores(plan: &mut Plan) {
             }
             let Expr::Cast { x } = body.values[store.value.0].expr else { continue };
             let narrow = body.values[x.0].dtype;
-            if matches!(narrow, DType::BF16 | DType::F16) && readers_widen(plan, b) {
+            if narrow.is_narrow_float() && readers_widen(plan, b) {
                 narrowed.push((s, x, b, narrow));
             }
         }
