@@ -171,6 +171,12 @@ fn default_row_configs_follow_the_row_length() {
     assert!(!row(&plans::ln_relu_res(DType::F32, 64, 1 << 16)).2, "64K-column rows are re-read, not held");
     // Strided columns, adjacent rows: a thread per row.
     assert_eq!(row(&plans::mean_middle_axis(32, 1000, 64)).0, 1);
+    // One reduction round: 32 bytes a thread (16 bf16 elements), twice the threads of a layer norm.
+    assert_eq!(row(&plans::rms_norm_scaled(4096, 2048)), (128, 1, true));
+    assert_eq!(row(&plans::rms_norm_scaled(8192, 4096)), (256, 1, true));
+    // A 1024-thread block has 64 registers a thread: 50 held elements would spill, so the row is re-read.
+    assert_eq!(row(&plans::rms_norm_scaled(1024, 50_257)), (1024, 1, false));
+    assert_eq!(row(&plans::rms_norm_scaled(64, 32_768)), (1024, 1, true), "32 held elements fit");
 }
 
 #[test]
