@@ -8,8 +8,9 @@
 //!   are results it may legitimately come near;
 //! - perturbed references: the reference run again with every operand and result of the ops
 //!   that can round differently in fused kernels multiplied by `1 + e`, `|e|` a unit or two in
-//!   the last place, to measure how far last-bit differences move each element (discontinuous
-//!   ops read unperturbed values, so they decide as the reference does).
+//!   the last place, to measure how far last-bit differences move each element, through the
+//!   decisions of discontinuous ops too (a near-tie at a max's backward may flip; exact ties
+//!   hold, since the values those ops read get equal noise where they are equal).
 //!
 //! An element passes within its output's tolerance of the reference or of the wide reference;
 //! else within [`SPREAD_FACTOR`] times the perturbed references' spread of any reference. Where
@@ -73,10 +74,17 @@ impl References {
             .and_then(|wide| eval_graph(&wide, inputs))
             .map_err(|e| format!("eval_graph of the wide graph: {e}"))?;
         let (noisy, noise) = perturbed_graph(graph);
+        let keyed: Vec<NodeId> = noise.iter().filter_map(|n| n.keyed_by).collect::<HashSet<_>>().into_iter().collect();
+        let mut by_key = graph.clone();
+        by_key.set_outputs(keyed.clone());
+        let key_values: HashMap<NodeId, HostTensor> = keyed
+            .into_iter()
+            .zip(eval_graph(&by_key, inputs).map_err(|e| format!("eval_graph of the keys of the noise: {e}"))?)
+            .collect();
         let perturbed = (0..PERTURBED_RUNS)
             .map(|run| {
                 let mut all = inputs.to_vec();
-                all.extend(noise.iter().enumerate().map(|(i, n)| noise_tensor(n, run, i)));
+                all.extend(noise.iter().map(|n| noise_tensor(n, run, n.keyed_by.map(|k| &key_values[&k]))));
                 eval_graph(&noisy, &all).map_err(|e| format!("eval_graph of the perturbed graph: {e}"))
             })
             .collect::<Result<Vec<_>, String>>()?;
@@ -191,8 +199,17 @@ fn combined(graph: &Graph, id: NodeId) -> usize {
     }
 }
 
-/// A noise input of the perturbed graph: its type and the relative size of its perturbation.
-type Noise = (DType, Shape, f64);
+/// A noise input of the perturbed graph: its type, the relative size of its perturbation, its
+/// index among the noise inputs of its kind, and for keyed noise the node whose reference value
+/// keys it (see [`perturbed_graph`]).
+#[derive(Clone, Debug)]
+struct Noise {
+    dtype: DType,
+    shape: Shape,
+    size: f64,
+    index: usize,
+    keyed_by: Option<NodeId>,
+}
 
 /// Whether `id` turns a last-bit difference of its float operand into a different answer.
 fn discontinuous(graph: &Graph, id: NodeId) -> bool {
@@ -222,29 +239,53 @@ fn read_by_discontinuous_ops(graph: &Graph) -> HashSet<NodeId> {
 /// to a few units in the last place of the value's dtype, and for the operands of an op that sums `n`
 /// elements in f32 at least `sqrt(n)` f32 units. The noise inputs follow the graph's own.
 ///
-/// Discontinuous ops (comparisons, casts of floats to integers) read unperturbed values, so the
-/// perturbed graph decides as the reference does: noise on each element of its own would break
-/// the ties a gradient's `x == max(x)` finds, which a kernel computing every element of `x` by
-/// one formula keeps, and then measure the other branch instead of the rounding.
+/// Discontinuous ops (comparisons, casts of floats to integers) read a chain of their own, with
+/// noise keyed by the reference value (`keyed_by`): elements equal in the reference get the same
+/// noise and stay equal, as a kernel computing every element by one formula keeps them, so the
+/// ties `x == max(x)` finds hold (noise on each element broke them and measured the other branch
+/// instead of the rounding: gradient fuzz seed 597), while distinct elements move apart and a
+/// near-tie can flip as a plan's rounding may flip it (gradient fuzz seed 70,003,704: two bf16
+/// matmul outputs 1 ulp apart in the reference, equal in the plan, split a max's gradient; the
+/// ops had read unperturbed values). The other ops read noise on each element, which moves
+/// equal elements apart as different roundings of them do (a constant row's `x - mean(x)`).
 fn perturbed_graph(graph: &Graph) -> (Graph, Vec<Noise>) {
     let mut g = Graph::new();
     let mut noise = Vec::new();
+    let mut counts = [0, 0];
     let mut map: HashMap<NodeId, NodeId> = HashMap::new();
-    let mut unperturbed: HashMap<NodeId, NodeId> = HashMap::new();
-    let keep_unperturbed = read_by_discontinuous_ops(graph);
-    let perturb = |g: &mut Graph, x: NodeId, combined: usize, noise: &mut Vec<Noise>| {
+    let mut keyed: HashMap<NodeId, NodeId> = HashMap::new();
+    let deciding = read_by_discontinuous_ops(graph);
+    let mut perturb = |g: &mut Graph, x: NodeId, keyed_by: Option<NodeId>, combined: usize| {
         let (dtype, shape) = (g.node(x).dtype, g.node(x).shape.clone());
         if !dtype.is_float() {
             return x;
         }
         let size = perturbation(dtype).max(perturbation(DType::F32) * (combined as f64).sqrt());
-        noise.push((dtype, shape.clone(), size));
+        let count = &mut counts[usize::from(keyed_by.is_some())];
+        noise.push(Noise { dtype, shape: shape.clone(), size, index: *count, keyed_by });
+        *count += 1;
         let n = g.input(dtype, shape);
         g.add(Op::Binary { op: BinaryOp::Mul }, &[x, n], None).expect("x * noise of x's type")
     };
-    let same_op = |g: &mut Graph, node: &braze_ir::Node, operands: &[NodeId]| {
-        g.add_declared(node.op.clone(), operands, node.dtype, node.shape.clone(), None)
-            .expect("the same op on operands of the same types")
+    // `id`'s op on its operands' values in `chain`, with noise where it rounds differently: keyed
+    // in the chain that discontinuous ops read.
+    let mut same_op = |g: &mut Graph, id: NodeId, chain: &HashMap<NodeId, NodeId>, keys: bool| {
+        let node = graph.node(id);
+        let source = rounds_differently(graph, id);
+        let n = combined(graph, id);
+        let operands: Vec<NodeId> = node
+            .operands
+            .iter()
+            .map(|&o| if source { perturb(g, chain[&o], keys.then_some(o), n) } else { chain[&o] })
+            .collect();
+        let y = g
+            .add_declared(node.op.clone(), &operands, node.dtype, node.shape.clone(), None)
+            .expect("the same op on operands of the same types");
+        if source {
+            perturb(g, y, keys.then_some(id), 1)
+        } else {
+            y
+        }
     };
     // Inputs come first in topological order, so they keep their indices.
     for id in graph.topo_order() {
@@ -252,36 +293,16 @@ fn perturbed_graph(graph: &Graph) -> (Graph, Vec<Noise>) {
         let new = match node.op {
             Op::Input { .. } => g.input(node.dtype, node.shape.clone()),
             Op::Constant { value } => g.literal(value, node.dtype),
-            _ if discontinuous(graph, id) => {
-                let operands: Vec<NodeId> = node.operands.iter().map(|o| unperturbed[o]).collect();
-                same_op(&mut g, node, &operands)
-            }
-            _ => {
-                let source = rounds_differently(graph, id);
-                let n = combined(graph, id);
-                let operands: Vec<NodeId> = node
-                    .operands
-                    .iter()
-                    .map(|o| if source { perturb(&mut g, map[o], n, &mut noise) } else { map[o] })
-                    .collect();
-                let y = same_op(&mut g, node, &operands);
-                if source {
-                    perturb(&mut g, y, 1, &mut noise)
-                } else {
-                    y
-                }
-            }
+            _ if discontinuous(graph, id) => same_op(&mut g, id, &keyed, true),
+            _ => same_op(&mut g, id, &map, false),
         };
-        if keep_unperturbed.contains(&id) {
-            let exact = match node.op {
+        if deciding.contains(&id) {
+            let own = match node.op {
                 Op::Input { .. } | Op::Constant { .. } => new,
                 _ if discontinuous(graph, id) => new,
-                _ => {
-                    let operands: Vec<NodeId> = node.operands.iter().map(|o| unperturbed[o]).collect();
-                    same_op(&mut g, node, &operands)
-                }
+                _ => same_op(&mut g, id, &keyed, true),
             };
-            unperturbed.insert(id, exact);
+            keyed.insert(id, own);
         }
         map.insert(id, new);
     }
@@ -289,19 +310,26 @@ fn perturbed_graph(graph: &Graph) -> (Graph, Vec<Noise>) {
     (g, noise)
 }
 
-/// Noise input `index` of perturbed run `run`: `1 + e` with `size / 2 <= |e| <= size`. Never
+/// Noise input `noise` of perturbed run `run`: `1 + e` with `size / 2 <= |e| <= size`. Never
 /// smaller: a noise that rounds to 1 in its dtype (a uniform `|e| <= size` did for about one
 /// element in five) leaves its value where it was, and an element that the rounding moves far
-/// got no spread.
-fn noise_tensor(&(dtype, ref shape, size): &Noise, run: u64, index: usize) -> HostTensor {
-    let mut rng = Rng::new(run.wrapping_mul(0x1000_0001).wrapping_add(index as u64));
-    let values: Vec<f64> = (0..shape.numel())
-        .map(|_| {
+/// got no spread. Keyed noise draws each element's `e` from its key's reference value (`keys`,
+/// the values of `noise.keyed_by`), so equal values get equal noise.
+fn noise_tensor(noise: &Noise, run: u64, keys: Option<&HostTensor>) -> HostTensor {
+    let stream = run.wrapping_mul(0x1000_0001).wrapping_add(noise.index as u64);
+    let mut rng = Rng::new(stream);
+    // Keyed noise mixes its stream with each key: a salt keeps it apart from the other kind's.
+    let keyed_stream = Rng::new(stream ^ 0x6b65_7965_6400_0000).next_u64();
+    let values: Vec<f64> = (0..noise.shape.numel())
+        .map(|i| {
+            if let Some(keys) = keys {
+                rng = Rng::new(keyed_stream ^ keys.get_f64(i).to_bits());
+            }
             let sign = if rng.chance(0.5) { 1.0 } else { -1.0 };
-            1.0 + sign * size * (0.5 + 0.5 * rng.next_unit())
+            1.0 + sign * noise.size * (0.5 + 0.5 * rng.next_unit())
         })
         .collect();
-    HostTensor::from_f64(dtype, shape.clone(), &values).expect("one value per element")
+    HostTensor::from_f64(noise.dtype, noise.shape.clone(), &values).expect("one value per element")
 }
 
 /// Whether `a` is within `rtol`, `atol` and `widen` of `r`; a NaN or an infinity on either side
@@ -635,4 +663,60 @@ fn the_spread_is_allowed_for_a_bounded_number_of_elements() {
     refs.perturbed[0] = at(1.01);
     let verdict = judge(&off(64, 3e-2), &refs).unwrap();
     assert_eq!((verdict.widened, verdict.unstable), (0, 64));
+}
+
+/// The backward of a bf16 max over two rows of `a * s`, as autodiff writes it: each column's
+/// gradient share, `(y == max(y)) / count`, and the mask `y == max(y)`. Columns 0-3 hold
+/// near-ties (the rows a bf16 ulp apart), columns 4-7 exact ties.
+fn max_backward_of_ties() -> (Graph, References) {
+    let mut b = Builder::new();
+    let a = b.input(DType::BF16, [2, 8]);
+    let s = b.input(DType::BF16, [2, 8]);
+    let y = b.mul(a, s);
+    let max = b.reduce(ReduceOp::Max, y, &[0], true);
+    let max = b.broadcast_to(max, [2, 8]);
+    let tie = b.bin(BinaryOp::Eq, y, max);
+    let mask = b.cast(tie, DType::BF16);
+    let count = b.reduce(ReduceOp::Sum, mask, &[0], true);
+    let share = b.bin(BinaryOp::Div, mask, count);
+    let graph = b.finish(vec![share, mask]);
+    let ulp = 2f64.powi(-6);
+    let top: Vec<f64> = (0..8).map(|c| 2.5 + c as f64 * 0.125).collect();
+    let bottom: Vec<f64> = top.iter().enumerate().map(|(c, &v)| if c < 4 { v + ulp } else { v }).collect();
+    let inputs = vec![
+        HostTensor::from_f64(DType::BF16, [2, 8], &[top, bottom].concat()).unwrap(),
+        HostTensor::from_f64(DType::BF16, [2, 8], &[1.0; 16]).unwrap(),
+    ];
+    let refs = References::of(&graph, &inputs).unwrap();
+    (graph, refs)
+}
+
+/// Gradient fuzz seed 70,003,704: a plan's legitimate rounding made two bf16 matmul outputs 1 ulp
+/// apart in the reference equal, and the max's backward split the gradient where the reference
+/// sent it to one of them. The perturbed references flip such near-ties, so a split passes
+/// within their spread; exact ties they keep, so a plan that breaks one still fails.
+#[test]
+fn perturbed_references_flip_near_ties_and_keep_exact_ties() {
+    let (_, refs) = max_backward_of_ties();
+    let at = |t: &HostTensor, col: usize| (t.get_f64(col), t.get_f64(8 + col));
+    for c in 0..8 {
+        let want = if c < 4 { ((0.0, 1.0), (0.0, 1.0)) } else { ((0.5, 0.5), (1.0, 1.0)) };
+        assert_eq!((at(&refs.expected[0], c), at(&refs.expected[1], c)), want, "column {c}");
+    }
+    for (run, p) in refs.perturbed.iter().enumerate() {
+        for c in 4..8 {
+            assert_eq!(at(&p[1], c), (1.0, 1.0), "run {run} broke the tie of column {c}");
+        }
+    }
+    let flipped = (0..4)
+        .find(|&c| refs.perturbed.iter().any(|p| at(&p[1], c).0 == 1.0))
+        .expect("no perturbed reference flipped a near-tie");
+    let with_shares = |change: &dyn Fn(&mut Vec<f64>)| vec![altered(&refs, change).remove(0), refs.expected[1].clone()];
+    // A plan that rounds the near-tie of column `flipped` to a tie splits its gradient: it passes.
+    let split = with_shares(&|v| (v[flipped], v[8 + flipped]) = (0.5, 0.5));
+    assert_eq!(judge(&split, &refs).map(|v| v.unstable), Ok(2));
+    // One that sends the gradient of an exact tie to one row fails.
+    let broken = with_shares(&|v| (v[4], v[12]) = (1.0, 0.0));
+    let err = judge(&broken, &refs).unwrap_err();
+    assert!(err.contains("element 4:") && err.contains("outside the spread"), "{err}");
 }

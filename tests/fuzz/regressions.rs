@@ -280,7 +280,8 @@ fn regression_cycle_through_an_unrelated_member_of_another_kernel() {
 /// in a fused kernel, which keeps `y` in f32 and rounds the mean. The reference is unstable
 /// there, but each perturbed reference broke the tie (noise on each element of the norm), sent
 /// the whole gradient to one row and gave exactly 0 on the others, so the plan was judged
-/// outside the spread. Discontinuous ops now read unperturbed values.
+/// outside the spread. The values discontinuous ops read now get equal noise where they are
+/// equal.
 #[test]
 fn regression_perturbed_references_keep_the_ties_of_a_max_backward() {
     let mut b = Builder::new();
