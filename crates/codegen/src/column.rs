@@ -5,7 +5,7 @@
 //! coalesced (16-byte vector loads where the data is contiguous and aligned); the block's
 //! `row_threads` rows of threads step down one chunk of `rows_per_block` rows. The grid is column
 //! tiles x row chunks. Inside a block the row threads' partials are combined through shared
-//! memory in row-thread order; with one chunk the block runs the epilogue and stores. With
+//! memory in a fixed pairwise tree; with one chunk the block runs the epilogue and stores. With
 //! several, each block writes its partials to scratch, and the block that arrives last at a
 //! column tile (an integer counter in zeroed scratch, reset by that block) combines the tile's
 //! chunk partials in chunk order. Every step has a fixed order, so the same config gives the same
@@ -303,74 +303,112 @@ pub(crate) fn generate(
 
     // The rows of this block's chunk.
     let prologue_ids: Vec<usize> = (0..body.values.len()).filter(|&id| prologue[id]).collect();
-    let is_vector = |id: &&usize| loads[**id].as_ref().is_some_and(|l| l.vector);
+    let vector_ids: Vec<usize> =
+        prologue_ids.iter().copied().filter(|&id| loads[id].as_ref().is_some_and(|l| l.vector)).collect();
     let gathers = prologue_ids.iter().any(|id| loads[*id].as_ref().is_some_and(|l| !l.vector));
-    w.open("if (c0 < COLS)");
-    if prologue_ids.iter().any(|id| is_vector(&id)) {
-        w.line(format!("const bool full = c0 + {} <= COLS;", lit(vec)));
-    }
-    w.line("const idx_t row_end = ((idx_t)blockIdx.y + 1) * CHUNK_ROWS < ROWS ? ((idx_t)blockIdx.y + 1) * CHUNK_ROWS : ROWS;");
-    // Unrolled, so that each thread has several rows' loads in flight (a column kernel moved 64 MB at
-    // a third of the bandwidth with one).
     let loaded = prologue_ids.iter().filter(|id| loads[**id].is_some()).count().max(1);
     let accumulators: usize = reductions.iter().map(|&(_, _, acc)| vec * acc.size_bytes().div_ceil(4)).sum();
     // Half the registers a thread of this block may have at two blocks per SM, for the values:
     // the rest holds indices, addresses and the prologue's temporaries.
     let budget = (65_536 / (BLOCKS_PER_SM * block)).min(255) / 2;
-    let unroll = [4, 2, 1].into_iter().find(|u| u * loaded * vec + accumulators <= budget).unwrap_or(1);
-    w.line(format!("#pragma unroll {unroll}"));
-    w.open(format!("for (idx_t r = (idx_t)blockIdx.y * CHUNK_ROWS + ty; r < row_end; r += {})", lit(ty)));
-    for &id in prologue_ids.iter().filter(is_vector) {
-        let info = loads[id].as_ref().unwrap();
-        let dtype = input_dtypes[info.slot];
-        w.line(format!("{} ld{id}[{vec}];", value_type(dtype)));
-        w.open("if (full)");
-        let offset = info.offset("r", "c0", width);
-        emit_vector_load(
-            &mut w,
-            helpers,
-            dtype,
-            &format!("in{}", info.slot),
-            &offset,
-            &format!("ld{id}"),
-            "",
-            vec,
-            width,
-        );
-        w.reopen("else");
+    let batch = [8, 4, 2, 1].into_iter().find(|b| b * loaded * vec + accumulators <= budget).unwrap_or(1);
+    // The prologue and the folds of one row `r` (columns `c0 + u`), `vector_source` giving the
+    // register that holds vector load `id`'s element `u`, or `None` to load it in place.
+    let emit_row = |w: &mut CodeWriter,
+                    helpers: &mut Helpers,
+                    vector_source: &dyn Fn(usize) -> Option<String>,
+                    clamp: bool|
+     -> Result<()> {
         w.line("#pragma unroll");
         w.open(format!("for (unsigned u = 0u; u < {vec}u; ++u)"));
-        w.line("const idx_t c = c0 + u < COLS ? c0 + u : COLS - 1;");
-        let lvalue = format!("in{}[{}]", info.slot, info.offset("r", "c", width));
-        w.line(format!("ld{id}[u] = {};", crate::cuda::widen(dtype, &lvalue)));
+        if clamp {
+            w.line("// columns past the end read the last one; their results are never stored");
+            w.line("const idx_t c = c0 + u < COLS ? c0 + u : COLS - 1;");
+        } else if gathers {
+            w.line("const idx_t c = c0 + u;");
+        }
+        let mut names: Vec<String> = (0..body.values.len()).map(value_name).collect();
+        emit_values(w, &name, helpers, body, prologue_ids.iter().copied(), &mut names, |id, helpers| {
+            loads[id].as_ref()?;
+            Some(match vector_source(id) {
+                Some(register) => {
+                    let info = loads[id].as_ref().expect("a load");
+                    cast(helpers, input_dtypes[info.slot], body.values[id].dtype, &register)
+                }
+                None => load_at(helpers, id, "r", "c"),
+            })
+        })?;
+        for (k, &(id, op, acc)) in reductions.iter().enumerate() {
+            let Expr::Reduce { x, .. } = body.values[id].expr else { unreachable!("reductions are reduce values") };
+            let element = &names[x.0];
+            w.line(accumulate(helpers, op, acc, &format!("acc{k}[u]"), element, body.values[x.0].dtype));
+        }
+        w.close();
+        Ok(())
+    };
+    let first_row = format!("(idx_t)blockIdx.y * CHUNK_ROWS + ty");
+    w.open("if (c0 < COLS)");
+    w.line("const idx_t row_end = ((idx_t)blockIdx.y + 1) * CHUNK_ROWS < ROWS ? ((idx_t)blockIdx.y + 1) * CHUNK_ROWS : ROWS;");
+    if !vector_ids.is_empty() {
+        // Threads whose columns all exist load `batch` rows' vectors before folding any: the
+        // loads are in flight together (with the test for a partial tile inside the row loop,
+        // each row's load waited for the one before: a column kernel ran at a third of the
+        // DRAM bandwidth so).
+        w.open(format!("if (c0 + {} <= COLS)", lit(vec)));
+        w.open(format!("for (idx_t r0 = {first_row}; r0 < row_end; r0 += {})", lit(batch * ty)));
+        for &id in &vector_ids {
+            let dtype = input_dtypes[loads[id].as_ref().unwrap().slot];
+            w.line(format!("{} ld{id}[{batch}][{vec}];", value_type(dtype)));
+        }
+        w.line("#pragma unroll");
+        w.open(format!("for (unsigned b = 0u; b < {batch}u; ++b)"));
+        w.line(format!("const idx_t r = r0 + b * {};", lit(ty)));
+        w.open("if (r < row_end)");
+        for &id in &vector_ids {
+            let info = loads[id].as_ref().unwrap();
+            let dtype = input_dtypes[info.slot];
+            let offset = info.offset("r", "c0", width);
+            emit_vector_load(
+                &mut w,
+                helpers,
+                dtype,
+                &format!("in{}", info.slot),
+                &offset,
+                &format!("ld{id}[b]"),
+                "",
+                vec,
+                width,
+            );
+        }
         w.close();
         w.close();
+        w.line("#pragma unroll");
+        w.open(format!("for (unsigned b = 0u; b < {batch}u; ++b)"));
+        w.line(format!("const idx_t r = r0 + b * {};", lit(ty)));
+        w.open("if (r < row_end)");
+        let from_batch = |id: usize| vector_ids.contains(&id).then(|| format!("ld{id}[b][u]"));
+        emit_row(&mut w, helpers, &from_batch, false)?;
+        w.close();
+        w.close();
+        w.close();
+        w.reopen("else");
     }
-    w.line("#pragma unroll");
-    w.open(format!("for (unsigned u = 0u; u < {vec}u; ++u)"));
-    if gathers {
-        w.line("// columns past the end read the last one; their results are never stored");
-        w.line("const idx_t c = c0 + u < COLS ? c0 + u : COLS - 1;");
-    }
-    let mut names: Vec<String> = (0..body.values.len()).map(value_name).collect();
-    emit_values(&mut w, &name, helpers, body, prologue_ids.iter().copied(), &mut names, |id, helpers| {
-        let info = loads[id].as_ref()?;
-        Some(if info.vector {
-            cast(helpers, input_dtypes[info.slot], body.values[id].dtype, &format!("ld{id}[u]"))
-        } else {
-            load_at(helpers, id, "r", "c")
-        })
-    })?;
-    for (k, &(id, op, acc)) in reductions.iter().enumerate() {
-        let Expr::Reduce { x, .. } = body.values[id].expr else { unreachable!("reductions are reduce values") };
-        let element = &names[x.0];
-        w.line(accumulate(helpers, op, acc, &format!("acc{k}[u]"), element, body.values[x.0].dtype));
-    }
+    // A partial tile (or loads that are no vectors): each row's elements loaded where they are
+    // used, unrolled so that several rows' loads are in flight.
+    let unroll = [4, 2, 1].into_iter().find(|u| u * loaded * vec + accumulators <= budget).unwrap_or(1);
+    w.line(format!("#pragma unroll {unroll}"));
+    w.open(format!("for (idx_t r = {first_row}; r < row_end; r += {})", lit(ty)));
+    emit_row(&mut w, helpers, &|_| None, gathers || !vector_ids.is_empty())?;
     w.close();
-    w.close();
+    if !vector_ids.is_empty() {
+        w.close();
+    }
     w.close();
 
-    // The row threads' partials, combined in row-thread order by the first row of threads.
+    // The row threads' partials, combined in a fixed pairwise tree (row thread y folds y + half
+    // for half = ty/2, ty/4, .., 1), so the first row of threads ends with the block's totals;
+    // every thread takes part (the first row folding all of them alone was a tenth of a column
+    // kernel's time).
     if ty > 1 && !reductions.is_empty() {
         for (k, &(_, _, acc)) in reductions.iter().enumerate() {
             w.line(format!("__shared__ {} shared{k}[{ty}][{}];", value_type(acc), tx * vec));
@@ -382,19 +420,20 @@ pub(crate) fn generate(
         }
         w.close();
         w.line("__syncthreads();");
-        w.open("if (ty == 0u)");
+        w.line("#pragma unroll");
+        w.open(format!("for (unsigned half = {}u; half > 0u; half >>= 1)", ty / 2));
+        w.open("if (ty < half)");
         w.line("#pragma unroll");
         w.open(format!("for (unsigned u = 0u; u < {vec}u; ++u)"));
-        // Unrolled whole, the fold of every row thread's partials held them all in registers
-        // at once (an i64 max over 256 row threads spilled 320 B at 255 registers).
-        w.line("#pragma unroll 8");
-        w.open(format!("for (unsigned y = 1u; y < {ty}u; ++y)"));
         for (k, &(_, op, acc)) in reductions.iter().enumerate() {
-            let folded = combine(helpers, op, acc, &format!("acc{k}[u]"), &format!("shared{k}[y][tx * {vec}u + u]"));
+            let folded =
+                combine(helpers, op, acc, &format!("acc{k}[u]"), &format!("shared{k}[ty + half][tx * {vec}u + u]"));
             w.line(format!("acc{k}[u] = {folded};"));
+            w.line(format!("shared{k}[ty][tx * {vec}u + u] = acc{k}[u];"));
         }
         w.close();
         w.close();
+        w.line("__syncthreads();");
         w.close();
     }
 

@@ -407,7 +407,10 @@ fn column_kernels_tile_columns_split_rows_and_clean_their_scratch() {
             ScratchSpec { bytes: 16 * 4, zero_init: true }
         ]
     );
-    assert!(kernel.source.contains("load_f32x4(in0 + (r * 1024u + c0), ld0);"), "{}", kernel.source);
+    // Whole tiles load a batch of rows' vectors before folding any (all in flight at once).
+    assert!(kernel.source.contains("load_f32x4(in0 + (r * 1024u + c0), ld0[b]);"), "{}", kernel.source);
+    assert!(kernel.source.contains("float ld0[8][4];"), "{}", kernel.source);
+    assert!(kernel.source.contains("for (unsigned half = 8u; half > 0u; half >>= 1)"), "{}", kernel.source);
     assert!(kernel.source.contains("arrivals[blockIdx.x] = 0u;"));
     assert!(!kernel.source.contains("atomicAdd(&out"), "no float atomics");
 
