@@ -346,7 +346,7 @@ pub(crate) fn generate(
         w.close();
         Ok(())
     };
-    let first_row = format!("(idx_t)blockIdx.y * CHUNK_ROWS + ty");
+    let first_row = "(idx_t)blockIdx.y * CHUNK_ROWS + ty";
     w.open("if (c0 < COLS)");
     w.line("const idx_t row_end = ((idx_t)blockIdx.y + 1) * CHUNK_ROWS < ROWS ? ((idx_t)blockIdx.y + 1) * CHUNK_ROWS : ROWS;");
     if !vector_ids.is_empty() {

@@ -8,7 +8,7 @@ use crate::multi_pointwise::work_list;
 use crate::row::{vector_width, RowAnalysis, MAX_CACHED_PER_THREAD};
 use crate::{Target, Unit};
 use braze_ir::AttentionInput;
-use braze_plan::{Attention, AttentionBackward, ColumnKernel, Expr, KernelKind, MultiPointwise, Plan, RowKernel};
+use braze_plan::{Attention, AttentionBackward, Body, ColumnKernel, Expr, KernelKind, MultiPointwise, Plan, RowKernel};
 use std::fmt;
 
 /// Most reduction passes for which an uncached row kernel is a candidate.
@@ -176,7 +176,7 @@ pub fn candidate_configs(plan: &Plan, kernel: usize, target: &Target) -> Vec<Ker
         KernelKind::Pointwise(_) => pointwise_candidates(&unit),
         KernelKind::Row(row) => row_candidates(&unit, row),
         KernelKind::MultiReduce(mr) => {
-            let default = (256, multi_reduce_chunk(mr, target));
+            let default = multi_reduce_default(mr, target);
             [
                 default,
                 (256, 16_384),
@@ -298,9 +298,49 @@ fn narrowest_element(unit: &Unit<'_>) -> usize {
         .min(4)
 }
 
+/// Bytes a pointwise body streams in per element: the element size of each input it loads
+/// element by element (a broadcast operand of fewer elements than the domain, such as a bias
+/// row or a device scalar, stays in cache and is not counted).
+fn streamed_bytes(unit: &Unit<'_>, body: &Body, numel: usize) -> usize {
+    let mut slots: Vec<usize> = body
+        .values
+        .iter()
+        .filter_map(|v| match &v.expr {
+            Expr::Load { input, strides, .. } if strides.iter().any(|&s| s != 0) => Some(*input),
+            _ => None,
+        })
+        .filter(|&slot| {
+            slot < unit.kernel.inputs.len() && 2 * unit.plan.buffer(unit.kernel.inputs[slot]).numel >= numel
+        })
+        .collect();
+    slots.sort_unstable();
+    slots.dedup();
+    slots.iter().map(|&slot| unit.input_dtype(slot).size_bytes()).sum()
+}
+
+/// Elements per thread and step: 16-byte accesses of the narrowest dtype (wider dtypes then take
+/// several per step), then for 16-bit data up to 32 bytes a stream, and fewer where the input
+/// streams together would hold more than 64 bytes a thread. Measured in gpt2_step on the H200:
+/// the GELU backward (two bf16 streams) ran 96.6 us at 8 elements and 86.0 us at 16; the AdamW
+/// update (three f32 streams and a bf16 one) 627 us at 8 and 488 us at 4.
+fn pointwise_vector(unit: &Unit<'_>, streamed: usize) -> u32 {
+    let narrowest = narrowest_element(unit);
+    let mut vec = (16 / narrowest as u32).min(8);
+    let streamed = streamed.max(1) as u32;
+    if narrowest == 2 {
+        while vec < 16 && 2 * vec * streamed <= 64 {
+            vec *= 2;
+        }
+    }
+    while vec > 1 && vec * streamed > 64 {
+        vec /= 2;
+    }
+    vec
+}
+
 fn pointwise_candidates(unit: &Unit<'_>) -> Vec<KernelConfig> {
-    // 16-byte accesses of the narrowest dtype; wider dtypes then take several per step.
-    let vec = (16 / narrowest_element(unit) as u32).min(8);
+    let KernelKind::Pointwise(pointwise) = &unit.kernel.kind else { unreachable!("a pointwise kernel") };
+    let vec = pointwise_vector(unit, streamed_bytes(unit, &pointwise.body, pointwise.shape.numel()));
     // Measured on the H200: a grid with one vector per thread streams a few percent faster than
     // a persistent grid, so the cap only bounds the grid for huge tensors.
     let large = unit.target.sm_count * 1024;
@@ -318,7 +358,9 @@ fn pointwise_candidates(unit: &Unit<'_>) -> Vec<KernelConfig> {
 /// As for pointwise kernels, plus tile sizes: by default the largest tiles (fewer blocks and
 /// records for large members) that still give every SM two blocks, then smaller and larger ones.
 fn multi_pointwise_candidates(unit: &Unit<'_>, multi: &MultiPointwise) -> Vec<KernelConfig> {
-    let vec = (16 / narrowest_element(unit) as u32).min(8);
+    // A thread works on one member at a time: the member streaming the most sets the vector.
+    let streamed = multi.members.iter().map(|m| streamed_bytes(unit, &m.body, m.shape.numel())).max().unwrap_or(0);
+    let vec = pointwise_vector(unit, streamed);
     let numels: Vec<usize> = multi.members.iter().map(|m| m.shape.numel()).collect();
     let tiles = |block: u32, steps: u32| work_list(&numels, vec as usize, (block * steps) as usize).len();
     let wanted = 2 * unit.target.sm_count as usize;
@@ -506,16 +548,17 @@ fn row_candidates(unit: &Unit<'_>, row: &RowKernel) -> Vec<KernelConfig> {
     candidates
 }
 
-/// Elements a multi-reduce block folds by default: 16,384, or 32,768 where that still leaves
-/// four waves of resident 256-thread blocks. In gpt2_step's check of 249M gradient elements the
-/// blocks of 16,384 ran 416 us, of 32,768 314 us (their partials, arrivals and tails halved).
-fn multi_reduce_chunk(mr: &braze_plan::MultiReduce, target: &Target) -> u32 {
+/// A multi-reduce's default `(block, chunk)`: 256 threads over 16,384 elements, or 512 over
+/// 32,768 where that still leaves four waves of resident blocks. gpt2_step's check of 249M
+/// gradient elements took 416 us in blocks of 256 x 16,384, 314 us in 256 x 32,768 and 261 us in
+/// 512 x 32,768 (its partials, arrivals and block tails a fourth as many).
+fn multi_reduce_default(mr: &braze_plan::MultiReduce, target: &Target) -> (u32, u32) {
     let total: usize = mr.items.iter().map(|item| item.len).sum();
-    let resident = (target.sm_count * (target.max_threads_per_sm / 256)) as usize;
+    let resident = (target.sm_count * (target.max_threads_per_sm / 512)) as usize;
     if total / 32_768 >= 4 * resident {
-        32_768
+        (512, 32_768)
     } else {
-        16_384
+        (256, 16_384)
     }
 }
 

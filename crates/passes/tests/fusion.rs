@@ -7,7 +7,7 @@ mod support;
 
 use braze_ir::{AttentionInput, BinaryOp, DType, Graph, NodeId, Op, ReduceOp, UnaryOp};
 use braze_passes::{compile_to_plan, optimize, FusionOptions};
-use braze_plan::{Body, Expr, KernelKind, Plan};
+use braze_plan::{Body, BufferId, Expr, Kernel, KernelKind, Plan};
 use braze_workloads::{graph, multisum_sizes};
 use std::collections::HashSet;
 use support::*;
@@ -756,8 +756,8 @@ fn a_permuted_attention_operand_is_read_in_place_where_its_rows_align() {
 /// GPT-2's attention: q, k and v sliced out of one projection and split into heads, the
 /// output's heads merged back for the next projection. The attention reads the projection
 /// where it lies and writes `[B, T, H, D]`, which the matmul after it reads as it is: no copy
-/// kernels. In the backward, dq, dk and dv are written as `[B, T, H, D]` too and only their
-/// concatenation into the projection's gradient remains.
+/// kernels. In the backward, dq, dk and dv are written straight into their columns of the
+/// projection's gradient: no concat either.
 #[test]
 fn attention_reads_a_fused_projection_and_writes_heads_merged() {
     let (batch, seq, heads, dim) = (2, 5, 3, 8);
@@ -793,7 +793,18 @@ fn attention_reads_a_fused_projection_and_writes_heads_merged() {
     let plan = compile_to_plan(&g, &defaults()).unwrap();
     let families: Vec<&str> = plan.kernels.iter().map(|k| k.kind.family()).collect();
     assert!(!families.iter().any(|f| f.contains("pointwise")), "no copy kernels: {families:?}\n{plan}");
-    assert_eq!(families.iter().filter(|f| **f == "concat").count(), 1, "{families:?}\n{plan}");
+    // dq, dk and dv are written straight into their columns of the projection's gradient.
+    assert!(!families.contains(&"concat"), "{families:?}\n{plan}");
+    let backward: Vec<&Kernel> =
+        plan.kernels.iter().filter(|k| matches!(k.kind, KernelKind::AttentionBackward(_))).collect();
+    let targets: Vec<BufferId> = backward.iter().flat_map(|k| k.outputs.iter().copied()).collect();
+    assert_eq!(targets.len(), 3, "{plan}");
+    assert!(targets.iter().all(|&b| b == targets[0] && plan.buffer(b).numel == batch * seq * row_stride), "{plan}");
+    let columns: Vec<usize> = backward
+        .iter()
+        .flat_map(|k| (0..k.outputs.len()).map(|slot| k.output_part(slot, batch * seq * row_stride).unwrap().first))
+        .collect();
+    assert_eq!(columns, [0, width, 2 * width], "{plan}");
 }
 
 #[test]

@@ -40,7 +40,11 @@ pub enum Rule {
     /// A kernel reads only graph inputs and buffers an earlier kernel wrote.
     ReadBeforeWrite,
     /// No kernel writes a graph input, and every other buffer is written by at most one kernel
-    /// and at most once by it: a plan computes every value in exactly one kernel.
+    /// and at most once by it: a plan computes every value in exactly one kernel. The exception:
+    /// attention gradients whose layouts are whole rows of a buffer side by side
+    /// ([`crate::Kernel::output_part`]) may write one buffer together, from one kernel or
+    /// several, each its own columns; the buffer counts as written (readable) once their columns
+    /// cover its rows, and a buffer left partly written is an error.
     SingleWriter,
     /// An `InPlace(n)` buffer names an input of the plan, has its dtype and element count, and
     /// is the only one in place of it; input `n` is not itself a plan output (the caller would
@@ -112,7 +116,9 @@ pub enum Rule {
     /// An attention backward kernel reads q, k, v (the dtype, `batch * seq * head_dim`
     /// elements), lse and delta (f32, `batch * seq`) and dout (as q); its grads are `[Query]` or
     /// a nonempty run of `Key`, `Value` in that order, one output slot each, of the dtype and
-    /// q's size; its dtype is a float and its scale finite and positive.
+    /// q's size, each layout covering its buffer once (or, for a gradient written as columns of
+    /// a shared buffer's rows, [`crate::Kernel::output_part`], lying inside it); its dtype is a
+    /// float and its scale finite and positive.
     AttentionBackward,
     /// A gather appears only in pointwise bodies (of pointwise and multi-pointwise kernels) and
     /// is a load (its rules) whose index is an integer value of the body, whose

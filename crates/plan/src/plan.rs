@@ -531,6 +531,18 @@ impl OperandLayout {
         OperandLayout { offset: 0, batch_stride: seq * row_stride, head_stride: head_dim, row_stride }
     }
 
+    /// The columns of a row-major `[rows, row_stride]` buffer the layout covers for `s`, where
+    /// its rows are whole buffer rows side by side: heads next to each other in a row, batches
+    /// one after another. `None` for other layouts (the dense `[B, H, T, D]` one among them).
+    pub fn row_part(&self, s: &AttentionShape) -> Option<RowPart> {
+        let heads = s.heads.max(1);
+        let width = heads * s.head_dim;
+        let heads_side_by_side = heads == 1 || self.head_stride == s.head_dim;
+        let fits = self.offset.checked_add(width).is_some_and(|end| end <= self.row_stride);
+        (heads_side_by_side && fits && self.batch_stride == s.seq * self.row_stride && s.batch.is_multiple_of(heads))
+            .then(|| RowPart { rows: s.batch / heads * s.seq, row_stride: self.row_stride, first: self.offset, width })
+    }
+
     /// The element where row `t` of pair `pair` starts.
     pub fn row_start(&self, s: &AttentionShape, pair: usize, t: usize) -> usize {
         let heads = s.heads.max(1);
@@ -729,7 +741,35 @@ pub struct WriteBackCounts {
     pub copied: usize,
 }
 
+/// Columns `first..first + width` of every row of a row-major `[rows, row_stride]` buffer:
+/// what one kernel writes of a buffer that several write side by side (the attention gradients
+/// of a fused q/k/v projection, written into their concat's rows).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RowPart {
+    pub rows: usize,
+    pub row_stride: usize,
+    pub first: usize,
+    pub width: usize,
+}
+
+impl RowPart {
+    /// Whether element `index` of the buffer is in the part.
+    pub fn contains(&self, index: usize) -> bool {
+        let column = index % self.row_stride.max(1);
+        index < self.rows * self.row_stride && (self.first..self.first + self.width).contains(&column)
+    }
+}
+
 impl Kernel {
+    /// The part of output slot `slot`'s buffer the kernel writes, where it writes only part of
+    /// it (the rest is written by other kernels or slots: [`crate::Rule::SingleWriter`]); `None`
+    /// where it writes the whole buffer.
+    pub fn output_part(&self, slot: usize, buffer_numel: usize) -> Option<RowPart> {
+        let KernelKind::AttentionBackward(back) = &self.kind else { return None };
+        let part = back.grad_layouts.get(slot)?.row_part(&back.shape)?;
+        (part.width < part.row_stride && part.rows * part.row_stride == buffer_numel).then_some(part)
+    }
+
     /// Whether every load of input slot `input` reads, at each point of the domain, exactly the
     /// element the kernel stores to output slot `output` there, before storing it (so the
     /// output may overwrite the input in place). Only families whose every element is loaded,
@@ -808,12 +848,21 @@ impl Plan {
         self.kernels.len()
     }
 
-    /// Fewest bytes one kernel must move: each input buffer read once, each output written once.
+    /// Fewest bytes one kernel must move: each input buffer read once, each output written once
+    /// (of a buffer it writes part of, that part).
     pub fn kernel_bytes(&self, kernel: &Kernel) -> usize {
-        let mut ids: Vec<BufferId> = kernel.inputs.iter().chain(&kernel.outputs).copied().collect();
-        ids.sort();
-        ids.dedup();
-        ids.iter().map(|&b| self.buffer(b).bytes()).sum()
+        let mut whole: Vec<BufferId> = kernel.inputs.clone();
+        let mut parts = 0;
+        for (slot, &b) in kernel.outputs.iter().enumerate() {
+            let buffer = self.buffer(b);
+            match kernel.output_part(slot, buffer.numel) {
+                Some(part) => parts += part.rows * part.width * buffer.dtype.size_bytes(),
+                None => whole.push(b),
+            }
+        }
+        whole.sort();
+        whole.dedup();
+        parts + whole.iter().map(|&b| self.buffer(b).bytes()).sum::<usize>()
     }
 
     /// Bytes all kernels move at the least (each kernel reads its inputs and writes its outputs once).

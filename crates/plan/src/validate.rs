@@ -7,11 +7,11 @@
 
 use crate::error::{PlanError, Result, Rule};
 use crate::plan::{
-    AttentionBackward, Body, BufferId, BufferRole, Expr, Kernel, KernelKind, MultiPointwise, Plan, ValueId,
+    AttentionBackward, Body, BufferId, BufferRole, Expr, Kernel, KernelKind, MultiPointwise, Plan, RowPart, ValueId,
 };
 use braze_ir::infer::infer;
 use braze_ir::{DType, Op, Shape};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 /// A rule broken inside one kernel, before the kernel is named.
 pub(crate) struct Broken {
@@ -42,6 +42,8 @@ impl Plan {
         self.validate_inputs()?;
         let mut written: Vec<bool> = self.buffers.iter().map(|b| matches!(b.role, BufferRole::Input(_))).collect();
         let mut names = HashSet::new();
+        // The parts written so far of buffers that several kernels (or slots) write side by side.
+        let mut parts: HashMap<usize, Vec<RowPart>> = HashMap::new();
         for (k, kernel) in self.kernels.iter().enumerate() {
             let at = || format!("kernel {k} ({})", kernel.name);
             if !is_c_identifier(&kernel.name) {
@@ -62,15 +64,41 @@ impl Plan {
             if let Some(b) = kernel.inputs.iter().find(|b| !written[b.0]) {
                 return Err(invalid(Rule::ReadBeforeWrite, at(), format!("reads {b} before any kernel writes it")));
             }
-            for &b in &kernel.outputs {
+            for (slot, &b) in kernel.outputs.iter().enumerate() {
                 if matches!(self.buffer(b).role, BufferRole::Input(_)) {
                     return Err(invalid(Rule::SingleWriter, at(), format!("writes {b}, a graph input")));
                 }
-                if std::mem::replace(&mut written[b.0], true) {
+                if written[b.0] {
                     return Err(invalid(Rule::SingleWriter, at(), format!("writes {b}, which is already written")));
                 }
+                let Some(part) = kernel.output_part(slot, self.buffer(b).numel) else {
+                    if parts.contains_key(&b.0) {
+                        return Err(invalid(
+                            Rule::SingleWriter,
+                            at(),
+                            format!("writes all of {b}, part of which is written"),
+                        ));
+                    }
+                    written[b.0] = true;
+                    continue;
+                };
+                let done = parts.entry(b.0).or_default();
+                let same_rows = done.iter().all(|o| o.rows == part.rows && o.row_stride == part.row_stride);
+                let overlaps = done.iter().any(|o| o.first < part.first + part.width && part.first < o.first + o.width);
+                if !same_rows || overlaps {
+                    return Err(invalid(
+                        Rule::SingleWriter,
+                        at(),
+                        format!("writes columns {}..{} of {b} over another part", part.first, part.first + part.width),
+                    ));
+                }
+                done.push(part);
+                written[b.0] = done.iter().map(|p| p.width).sum::<usize>() == part.row_stride;
             }
             self.validate_kernel(kernel).map_err(|e| invalid(e.rule, at(), e.detail))?;
+        }
+        if let Some(b) = parts.keys().copied().filter(|&b| !written[b]).min() {
+            return Err(invalid(Rule::SingleWriter, format!("b{b}"), "is only partly written"));
         }
         self.validate_in_place()?;
         for (j, out) in self.outputs.iter().enumerate() {
@@ -380,7 +408,9 @@ impl Plan {
             ));
         }
         for (slot, (grad, layout)) in back.grads.iter().zip(&back.grad_layouts).enumerate() {
-            self.check_operand(rule, "output", &kernel.outputs, slot, grad.name(), s, layout, true)?;
+            // A gradient written as columns of a shared buffer's rows needs only to lie inside it.
+            let whole = kernel.output_part(slot, self.buffer(kernel.outputs[slot]).numel).is_none();
+            self.check_operand(rule, "output", &kernel.outputs, slot, grad.name(), s, layout, whole)?;
         }
         Ok(())
     }

@@ -1026,6 +1026,56 @@ fn attention_layouts_stay_in_their_buffers_and_results_cover_theirs() {
     );
 }
 
+/// [`attention`] with dk and dv written side by side into one `[3, 16]` buffer (rows of 16,
+/// each gradient 2 heads x 4 columns wide), dk at column `dk_at` and dv at `dv_at`.
+fn side_by_side(dk_at: usize, dv_at: usize) -> Plan {
+    with(attention(), |p| {
+        if let KernelKind::AttentionBackward(back) = &mut p.kernels[1].kind {
+            for (layout, first) in back.grad_layouts.iter_mut().zip([dk_at, dv_at]) {
+                *layout = braze_plan::OperandLayout { offset: first, batch_stride: 48, head_stride: 4, row_stride: 16 };
+            }
+        }
+        p.buffers[7].numel = 48;
+        p.buffers.pop();
+        p.outputs = vec![output(5, &[2, 3, 4]), output(7, &[3, 16])];
+        p.kernels[1].outputs = ids(&[7, 7]);
+    })
+}
+
+#[test]
+fn attention_gradients_may_write_one_buffer_side_by_side() {
+    let plan = side_by_side(0, 8);
+    check(&plan, None);
+    let part = plan.kernels[1].output_part(1, 48).expect("dv writes a part");
+    assert_eq!((part.rows, part.row_stride, part.first, part.width), (3, 16, 8, 8));
+    assert!(part.contains(8) && part.contains(15) && part.contains(47) && !part.contains(7) && !part.contains(48));
+    // The kernel moves each part once, not the whole buffer twice.
+    assert_eq!(plan.kernel_bytes(&plan.kernels[1]), 4 * 24 * 2 + 2 * 6 * 4 + 2 * (3 * 8) * 2);
+    // Overlapping columns, and columns that leave part of the rows unwritten, break the rule.
+    check(&side_by_side(0, 4), Some(Rule::SingleWriter));
+    // Rows that do not fill the buffer: each gradient would write all of it.
+    check(&with(side_by_side(0, 8), |p| p.buffers[7].numel = 64), Some(Rule::SingleWriter));
+    let half = with(side_by_side(0, 8), |p| {
+        if let KernelKind::AttentionBackward(back) = &mut p.kernels[1].kind {
+            back.grads.pop();
+            back.grad_layouts.pop();
+        }
+        p.kernels[1].outputs.pop();
+    });
+    check(&half, Some(Rule::SingleWriter));
+    // A reader of the buffer before every part is written reads unwritten columns.
+    let early = with(half, |p| {
+        let reader = p.kernels[0].clone();
+        p.kernels.push(braze_plan::Kernel {
+            name: "reader".into(),
+            inputs: ids(&[7, 7, 7]),
+            outputs: ids(&[]),
+            ..reader
+        });
+    });
+    check(&early, Some(Rule::ReadBeforeWrite));
+}
+
 /// `b3[i, c] = b0[clamp(b1[i]), c]` over `[3, 4]`: an embedding of a `[5, 4]` table.
 fn gather() -> Plan {
     let mut body = Body::default();

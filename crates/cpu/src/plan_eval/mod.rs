@@ -80,8 +80,21 @@ pub fn eval_plan_observed(
             run_kernel(plan, kernel, &reads, &mut raised)
         };
         observe(k, started, std::time::Instant::now());
-        for (&id, data) in kernel.outputs.iter().zip(outputs) {
-            buffers[id.0] = Some(Cow::Owned(data));
+        for (slot, (&id, data)) in kernel.outputs.iter().zip(outputs).enumerate() {
+            let buffer = plan.buffer(id);
+            let Some(part) = kernel.output_part(slot, buffer.numel) else {
+                buffers[id.0] = Some(Cow::Owned(data));
+                continue;
+            };
+            // One of several writers side by side: only its columns are its own.
+            let mut whole = buffers[id.0].take().map_or_else(|| zeros(buffer.dtype, buffer.numel), Cow::into_owned);
+            for row in 0..part.rows {
+                for column in part.first..part.first + part.width {
+                    let index = row * part.row_stride + column;
+                    store(&mut whole, index, load(&data, index));
+                }
+            }
+            buffers[id.0] = Some(Cow::Owned(whole));
         }
         for (index, reader) in last_reader.iter().enumerate() {
             if *reader == Some(k) && plan.buffers[index].role == BufferRole::Intermediate {

@@ -36,6 +36,7 @@
 mod access;
 mod attention;
 mod column;
+mod concat_in_place;
 mod cycles;
 mod grouping;
 mod in_place;
@@ -138,6 +139,9 @@ fn fuse_with_origins(graph: &Graph, options: &FusionOptions, origins: &Origins) 
         plan = multi_pointwise::group_independent_pointwise(plan, options)?;
     }
     in_place::place(&mut plan, &options.in_place);
+    if options.fuse {
+        concat_in_place::place(&mut plan);
+    }
     if cfg!(debug_assertions) {
         plan.validate()?;
     }
