@@ -298,10 +298,10 @@ fn narrowest_element(unit: &Unit<'_>) -> usize {
         .min(4)
 }
 
-/// Bytes a pointwise body streams in per element: the element size of each input it loads
-/// element by element (a broadcast operand of fewer elements than the domain, such as a bias
-/// row or a device scalar, stays in cache and is not counted).
-fn streamed_bytes(unit: &Unit<'_>, body: &Body, numel: usize) -> usize {
+/// The bytes a pointwise body streams in per element, and the widest element among them: each
+/// input it loads element by element counts (a broadcast operand of fewer elements than the
+/// domain, such as a bias row or a device scalar, stays in cache and does not).
+fn streamed_bytes(unit: &Unit<'_>, body: &Body, numel: usize) -> (usize, usize) {
     let mut slots: Vec<usize> = body
         .values
         .iter()
@@ -315,15 +315,17 @@ fn streamed_bytes(unit: &Unit<'_>, body: &Body, numel: usize) -> usize {
         .collect();
     slots.sort_unstable();
     slots.dedup();
-    slots.iter().map(|&slot| unit.input_dtype(slot).size_bytes()).sum()
+    let sizes = slots.iter().map(|&slot| unit.input_dtype(slot).size_bytes());
+    (sizes.clone().sum(), sizes.max().unwrap_or(0))
 }
 
 /// Elements per thread and step: 16-byte accesses of the narrowest dtype (wider dtypes then take
-/// several per step), then for 16-bit data up to 32 bytes a stream, and fewer where the input
-/// streams together would hold more than 64 bytes a thread. Measured in gpt2_step on the H200:
+/// several per step), then for 16-bit data up to 32 bytes a stream while all the streams
+/// together hold at most 64 bytes a thread, and fewer where wider streams beside a narrow one
+/// would hold more, down to 16-byte accesses of the widest. Measured in gpt2_step on the H200:
 /// the GELU backward (two bf16 streams) ran 96.6 us at 8 elements and 86.0 us at 16; the AdamW
 /// update (three f32 streams and a bf16 one) 627 us at 8 and 488 us at 4.
-fn pointwise_vector(unit: &Unit<'_>, streamed: usize) -> u32 {
+fn pointwise_vector(unit: &Unit<'_>, (streamed, widest): (usize, usize)) -> u32 {
     let narrowest = narrowest_element(unit);
     let mut vec = (16 / narrowest as u32).min(8);
     let streamed = streamed.max(1) as u32;
@@ -332,7 +334,8 @@ fn pointwise_vector(unit: &Unit<'_>, streamed: usize) -> u32 {
             vec *= 2;
         }
     }
-    while vec > 1 && vec * streamed > 64 {
+    let least = (16 / widest.clamp(1, 16) as u32).max(1);
+    while vec > least && vec * streamed > 64 {
         vec /= 2;
     }
     vec
@@ -359,7 +362,7 @@ fn pointwise_candidates(unit: &Unit<'_>) -> Vec<KernelConfig> {
 /// records for large members) that still give every SM two blocks, then smaller and larger ones.
 fn multi_pointwise_candidates(unit: &Unit<'_>, multi: &MultiPointwise) -> Vec<KernelConfig> {
     // A thread works on one member at a time: the member streaming the most sets the vector.
-    let streamed = multi.members.iter().map(|m| streamed_bytes(unit, &m.body, m.shape.numel())).max().unwrap_or(0);
+    let streamed = multi.members.iter().map(|m| streamed_bytes(unit, &m.body, m.shape.numel())).max().unwrap_or((0, 0));
     let vec = pointwise_vector(unit, streamed);
     let numels: Vec<usize> = multi.members.iter().map(|m| m.shape.numel()).collect();
     let tiles = |block: u32, steps: u32| work_list(&numels, vec as usize, (block * steps) as usize).len();

@@ -154,6 +154,39 @@ fn launches_cover_the_work() {
     assert_eq!((kernel.launches[0].grid, kernel.launches[0].block), ([16_384, 1, 1], [256, 1, 1]));
 }
 
+/// Elements a thread takes per step: 16 bytes of the narrowest dtype, then 16-bit data up to 32
+/// bytes a stream while all the streams a thread loads hold at most 64 bytes (broadcast scalars
+/// such as a learning rate not counted), and fewer where wide streams beside a narrow one would
+/// hold more, down to 16-byte accesses of the widest.
+#[test]
+fn default_vectors_follow_the_bytes_each_thread_streams() {
+    let vec = |plan: &Plan, k: usize| match default_config(plan, k, &Target::h200()) {
+        KernelConfig::Pointwise { vec, .. } | KernelConfig::MultiPointwise { vec, .. } => vec,
+        other => panic!("{other}"),
+    };
+    let streams = |dtype: DType, n: usize| vec(&plans::pointwise_streams(dtype, 1 << 20, n), 0);
+    // One or two bf16 streams: 16 elements (32 bytes a stream, the most a thread takes).
+    assert_eq!((streams(DType::BF16, 1), streams(DType::BF16, 2)), (16, 16));
+    // f32: 16-byte vectors, however many streams.
+    assert_eq!((streams(DType::F32, 1), streams(DType::F32, 2), streams(DType::F32, 6)), (4, 4, 4));
+    // Four bf16 streams already fill 64 bytes at 8.
+    assert_eq!(vec(&plans::ew_chain(DType::BF16, 1 << 20), 0), 8);
+    // AdamW: three f32 streams and a bf16 one, 14 bytes an element: 4 (8 would hold 112 bytes).
+    let adam = plans::adam_updates(&[1 << 16, 1 << 17]);
+    assert_eq!(adam.kernels.len(), 1, "{adam}");
+    assert!(matches!(adam.kernels[0].kind, KernelKind::MultiPointwise(_)), "{adam}");
+    assert_eq!(vec(&adam, 0), 4);
+}
+
+/// Large multi-reduces (four waves of 512-thread blocks of 32,768 elements) take those; others
+/// 256 threads over 16,384.
+#[test]
+fn default_multi_reduce_blocks_grow_with_the_elements() {
+    let config = |items: &[usize]| default_config(&plans::multi_sum(items, DType::F32), 0, &Target::h200());
+    assert_eq!(config(&[1 << 20, 3000, 7]), KernelConfig::MultiReduce { block: 256, chunk: 16_384 });
+    assert_eq!(config(&[40_000_000, 40_000_000, 100]), KernelConfig::MultiReduce { block: 512, chunk: 32_768 });
+}
+
 #[test]
 fn default_row_configs_follow_the_row_length() {
     let row = |plan: &Plan| match default_config(plan, 0, &Target::h200()) {

@@ -138,6 +138,54 @@ pub fn sgd_updates() -> Plan {
     g.compile(&outputs)
 }
 
+/// `exp(x0 * x1 * ...)` of `streams` tensors of `dtype` over `[n]`: one pointwise kernel
+/// streaming that many inputs.
+pub fn pointwise_streams(dtype: DType, n: usize, streams: usize) -> Plan {
+    let mut g = GraphBuilder::default();
+    let first = g.input(dtype, &[n]);
+    let product = (1..streams).fold(first, |acc, _| {
+        let x = g.input(dtype, &[n]);
+        g.binary(BinaryOp::Mul, acc, x)
+    });
+    let out = g.unary(UnaryOp::Exp, product);
+    g.compile(&[out])
+}
+
+/// AdamW-shaped updates of two f32 parameters with bf16 gradients: `m' = 0.9 m + 0.1 g`,
+/// `v' = 0.99 v + 0.01 g^2`, `p' = p - lr m' / (sqrt(v') + 1e-8)`, the moments f32 and `lr` a
+/// device scalar. Independent, so fusion makes one multi-pointwise kernel of them.
+pub fn adam_updates(sizes: &[usize]) -> Plan {
+    let mut g = GraphBuilder::default();
+    let lr = g.input(DType::F32, &[]);
+    let mut outputs = Vec::new();
+    for &n in sizes {
+        let (p, grad, m, v) = (
+            g.input(DType::F32, &[n]),
+            g.input(DType::BF16, &[n]),
+            g.input(DType::F32, &[n]),
+            g.input(DType::F32, &[n]),
+        );
+        let g32 = g.cast(grad, DType::F32);
+        let scaled = |g: &mut GraphBuilder, x: NodeId, by: f64| {
+            let c = g.constant(by, DType::F32);
+            g.binary(BinaryOp::Mul, x, c)
+        };
+        let (m_kept, g_part) = (scaled(&mut g, m, 0.9), scaled(&mut g, g32, 0.1));
+        let m_next = g.binary(BinaryOp::Add, m_kept, g_part);
+        let squared = g.binary(BinaryOp::Mul, g32, g32);
+        let (v_kept, sq_part) = (scaled(&mut g, v, 0.99), scaled(&mut g, squared, 0.01));
+        let v_next = g.binary(BinaryOp::Add, v_kept, sq_part);
+        let root = g.unary(UnaryOp::Sqrt, v_next);
+        let eps = g.constant(1e-8, DType::F32);
+        let denominator = g.binary(BinaryOp::Add, root, eps);
+        let ratio = g.binary(BinaryOp::Div, m_next, denominator);
+        let step = g.binary(BinaryOp::Mul, ratio, lr);
+        let p_next = g.binary(BinaryOp::Sub, p, step);
+        outputs.extend([p_next, m_next, v_next]);
+    }
+    g.compile(&outputs)
+}
+
 /// Every unary op and the float binary ops on a bf16 tensor, with casts through f16 and bool.
 pub fn pointwise_every_float_op() -> Plan {
     let n = 1000;
