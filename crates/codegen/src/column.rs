@@ -306,7 +306,12 @@ pub(crate) fn generate(
     let vector_ids: Vec<usize> =
         prologue_ids.iter().copied().filter(|&id| loads[id].as_ref().is_some_and(|l| l.vector)).collect();
     let gathers = prologue_ids.iter().any(|id| loads[*id].as_ref().is_some_and(|l| !l.vector));
-    let loaded = prologue_ids.iter().filter(|id| loads[**id].is_some()).count().max(1);
+    // Registers a row's loads take (a 64-bit element two).
+    let loaded: usize = prologue_ids
+        .iter()
+        .filter_map(|&id| loads[id].as_ref().map(|l| input_dtypes[l.slot].size_bytes().div_ceil(4)))
+        .sum::<usize>()
+        .max(1);
     let accumulators: usize = reductions.iter().map(|&(_, _, acc)| vec * acc.size_bytes().div_ceil(4)).sum();
     // Half the registers a thread of this block may have at two blocks per SM, for the values:
     // the rest holds indices, addresses and the prologue's temporaries.

@@ -177,15 +177,16 @@ pub fn candidate_configs(plan: &Plan, kernel: usize, target: &Target) -> Vec<Ker
         KernelKind::Row(row) => row_candidates(&unit, row),
         KernelKind::MultiReduce(mr) => {
             let default = multi_reduce_default(mr, target);
+            // New candidates go last: a remembered winner is an index into this list.
             [
                 default,
                 (256, 16_384),
                 (256, 8_192),
                 (512, 16_384),
                 (256, 32_768),
+                (128, 4_096),
                 (512, 32_768),
                 (256, 65_536),
-                (128, 4_096),
             ]
             .into_iter()
             .map(|(block, chunk)| KernelConfig::MultiReduce { block, chunk })
@@ -299,8 +300,8 @@ fn narrowest_element(unit: &Unit<'_>) -> usize {
 }
 
 /// The bytes a pointwise body streams in per element, and the widest element among them: each
-/// input it loads element by element counts (a broadcast operand of fewer elements than the
-/// domain, such as a bias row or a device scalar, stays in cache and does not).
+/// input it loads element by element counts (an operand of less than half the domain's
+/// elements, such as a bias row or a device scalar, stays in cache and does not).
 fn streamed_bytes(unit: &Unit<'_>, body: &Body, numel: usize) -> (usize, usize) {
     let mut slots: Vec<usize> = body
         .values
@@ -320,16 +321,16 @@ fn streamed_bytes(unit: &Unit<'_>, body: &Body, numel: usize) -> (usize, usize) 
 }
 
 /// Elements per thread and step: 16-byte accesses of the narrowest dtype (wider dtypes then take
-/// several per step), then for 16-bit data up to 32 bytes a stream while all the streams
-/// together hold at most 64 bytes a thread, and fewer where wider streams beside a narrow one
-/// would hold more, down to 16-byte accesses of the widest. Measured in gpt2_step on the H200:
+/// several per step), then, where every stream is 16-bit, up to 32 bytes a stream while all the
+/// streams together hold at most 64 bytes a thread, and fewer where wider streams beside a
+/// narrow one would hold more, down to 16-byte accesses of the widest. Measured in gpt2_step on the H200:
 /// the GELU backward (two bf16 streams) ran 96.6 us at 8 elements and 86.0 us at 16; the AdamW
 /// update (three f32 streams and a bf16 one) 627 us at 8 and 488 us at 4.
 fn pointwise_vector(unit: &Unit<'_>, (streamed, widest): (usize, usize)) -> u32 {
     let narrowest = narrowest_element(unit);
     let mut vec = (16 / narrowest as u32).min(8);
     let streamed = streamed.max(1) as u32;
-    if narrowest == 2 {
+    if narrowest == 2 && widest == 2 {
         while vec < 16 && 2 * vec * streamed <= 64 {
             vec *= 2;
         }

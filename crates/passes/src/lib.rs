@@ -8,7 +8,8 @@
 //! ([`ReductionPrologues`]); [`fuse`]
 //! groups the ops into kernels of a few families (pointwise, row reduction with prologue and
 //! epilogue, multi-tensor reduction, matmul with epilogue, concat), then groups mutually
-//! independent pointwise kernels into multi-pointwise kernels (one launch each), and writes the
+//! independent pointwise kernels into multi-pointwise kernels (one launch each), writes the
+//! attention gradients a concat joins straight into its buffer (no concat kernel), and writes the
 //! [`braze_plan::Plan`] that codegen and the executors consume. [`compile_to_plan`] does both.
 //! The plan types, their validator, text and JSON forms and the memory plan live in `braze-plan`.
 //!

@@ -29,8 +29,8 @@ impl fmt::Display for BufferId {
 pub enum BufferRole {
     /// Graph input number `n`; owned by the caller, never written.
     Input(usize),
-    /// Written by one kernel and read by later ones; a memory planner may reuse its storage once
-    /// its last reader has run.
+    /// Written by one kernel (or, in parts, by attention gradients: [`crate::Rule::SingleWriter`])
+    /// and read by later ones; a memory planner may reuse its storage once its last reader has run.
     Intermediate,
     /// Read by the caller after the plan ran (possibly also by later kernels).
     Output,
@@ -535,12 +535,19 @@ impl OperandLayout {
     /// its rows are whole buffer rows side by side: heads next to each other in a row, batches
     /// one after another. `None` for other layouts (the dense `[B, H, T, D]` one among them).
     pub fn row_part(&self, s: &AttentionShape) -> Option<RowPart> {
+        // Checked: a plan read from JSON may hold any sizes, and the shape rules run later.
         let heads = s.heads.max(1);
-        let width = heads * s.head_dim;
+        let width = heads.checked_mul(s.head_dim)?;
+        let rows = (s.batch / heads).checked_mul(s.seq)?;
         let heads_side_by_side = heads == 1 || self.head_stride == s.head_dim;
         let fits = self.offset.checked_add(width).is_some_and(|end| end <= self.row_stride);
-        (heads_side_by_side && fits && self.batch_stride == s.seq * self.row_stride && s.batch.is_multiple_of(heads))
-            .then(|| RowPart { rows: s.batch / heads * s.seq, row_stride: self.row_stride, first: self.offset, width })
+        let batches_in_order = s.seq.checked_mul(self.row_stride) == Some(self.batch_stride);
+        (heads_side_by_side && fits && batches_in_order && s.batch.is_multiple_of(heads)).then_some(RowPart {
+            rows,
+            row_stride: self.row_stride,
+            first: self.offset,
+            width,
+        })
     }
 
     /// The element where row `t` of pair `pair` starts.
@@ -752,14 +759,6 @@ pub struct RowPart {
     pub width: usize,
 }
 
-impl RowPart {
-    /// Whether element `index` of the buffer is in the part.
-    pub fn contains(&self, index: usize) -> bool {
-        let column = index % self.row_stride.max(1);
-        index < self.rows * self.row_stride && (self.first..self.first + self.width).contains(&column)
-    }
-}
-
 impl Kernel {
     /// The part of output slot `slot`'s buffer the kernel writes, where it writes only part of
     /// it (the rest is written by other kernels or slots: [`crate::Rule::SingleWriter`]); `None`
@@ -767,7 +766,7 @@ impl Kernel {
     pub fn output_part(&self, slot: usize, buffer_numel: usize) -> Option<RowPart> {
         let KernelKind::AttentionBackward(back) = &self.kind else { return None };
         let part = back.grad_layouts.get(slot)?.row_part(&back.shape)?;
-        (part.width < part.row_stride && part.rows * part.row_stride == buffer_numel).then_some(part)
+        (part.width < part.row_stride && part.rows.checked_mul(part.row_stride) == Some(buffer_numel)).then_some(part)
     }
 
     /// Whether every load of input slot `input` reads, at each point of the domain, exactly the

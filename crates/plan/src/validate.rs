@@ -85,12 +85,16 @@ impl Plan {
                 let done = parts.entry(b.0).or_default();
                 let same_rows = done.iter().all(|o| o.rows == part.rows && o.row_stride == part.row_stride);
                 let overlaps = done.iter().any(|o| o.first < part.first + part.width && part.first < o.first + o.width);
-                if !same_rows || overlaps {
+                let columns = format!("columns {}..{} of {b}", part.first, part.first + part.width);
+                if !same_rows {
                     return Err(invalid(
                         Rule::SingleWriter,
                         at(),
-                        format!("writes columns {}..{} of {b} over another part", part.first, part.first + part.width),
+                        format!("writes {columns} in rows unlike its other parts'"),
                     ));
+                }
+                if overlaps {
+                    return Err(invalid(Rule::SingleWriter, at(), format!("writes {columns} over another part")));
                 }
                 done.push(part);
                 written[b.0] = done.iter().map(|p| p.width).sum::<usize>() == part.row_stride;

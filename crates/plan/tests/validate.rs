@@ -1048,7 +1048,6 @@ fn attention_gradients_may_write_one_buffer_side_by_side() {
     check(&plan, None);
     let part = plan.kernels[1].output_part(1, 48).expect("dv writes a part");
     assert_eq!((part.rows, part.row_stride, part.first, part.width), (3, 16, 8, 8));
-    assert!(part.contains(8) && part.contains(15) && part.contains(47) && !part.contains(7) && !part.contains(48));
     // The kernel moves each part once, not the whole buffer twice.
     assert_eq!(plan.kernel_bytes(&plan.kernels[1]), 4 * 24 * 2 + 2 * 6 * 4 + 2 * (3 * 8) * 2);
     // Overlapping columns, and columns that leave part of the rows unwritten, break the rule.

@@ -6,7 +6,7 @@
 //! the gradients' own buffers go away: each gradient is written once and read once, not twice.
 //! The plan's rules allow several kernels to write one buffer so ([`braze_plan::Rule::SingleWriter`]).
 
-use braze_plan::{BufferId, BufferRole, KernelKind, OperandLayout, Plan};
+use braze_plan::{BufferId, BufferRole, KernelKind, OperandLayout, Plan, RowPart};
 
 /// Rewrites every concat of `plan` that qualifies (see the module docs). The rules check the
 /// plan with all of them rewritten once; should it fail them, each rewrite is checked alone and
@@ -46,23 +46,26 @@ fn rewritten(plan: &Plan, k: usize) -> Option<Plan> {
     let mut new = plan.clone();
     let mut first = 0;
     let mut dropped = Vec::new();
+    let mut last_writer = 0;
     for (&source, &extent) in plan.kernels[k].inputs.iter().zip(&concat.extents) {
         let (writer, slot) = sole_attention_writer(plan, source, k)?;
         let KernelKind::AttentionBackward(back) = &mut new.kernels[writer].kind else { return None };
         let s = &back.shape;
-        let heads = s.heads.max(1);
-        let merged = OperandLayout::heads_merged(heads, s.seq, s.head_dim);
-        // The gradient lies as the concat reads it: `[B, T, H * D]` rows of its extent.
-        if back.grad_layouts[slot] != merged || heads * s.head_dim != extent || s.batch / heads * s.seq != rows {
+        // The gradient lies as the concat reads it: rows of its extent, nothing between them.
+        let dense_rows = RowPart { rows, row_stride: extent, first: 0, width: extent };
+        if back.grad_layouts[slot].row_part(s) != Some(dense_rows) {
             return None;
         }
         back.grad_layouts[slot] =
             OperandLayout { offset: first, batch_stride: s.seq * row_stride, head_stride: s.head_dim, row_stride };
         new.kernels[writer].outputs[slot] = target;
         dropped.push(source);
+        last_writer = last_writer.max(writer);
         first += extent;
     }
-    new.kernels.remove(k);
+    // The concat's ops are now done by the gradients' writers: the last of them names them.
+    let concat = new.kernels.remove(k);
+    new.kernels[last_writer].sources.extend(concat.sources);
     drop_buffers(&mut new, &dropped);
     Some(new)
 }
@@ -100,7 +103,10 @@ fn drop_buffers(plan: &mut Plan, dropped: &[BufferId]) {
         index += 1;
         !dropped.contains(&BufferId(index - 1))
     });
-    let map = |b: &mut BufferId| *b = renumbered[b.0];
+    let map = |b: &mut BufferId| {
+        debug_assert!(!dropped.contains(b), "{b} is dropped but still named");
+        *b = renumbered[b.0];
+    };
     plan.inputs.iter_mut().for_each(map);
     plan.outputs.iter_mut().for_each(|o| map(&mut o.buffer));
     for kernel in &mut plan.kernels {

@@ -16,7 +16,7 @@
 //! | elementwise op on a row group's per-row or element values | row (epilogue) |
 //! | elementwise op of the shape of an operand's pointwise group | pointwise |
 //! | a smaller elementwise group that only this kernel reads | broadcast side values |
-//! | concat | concat |
+//! | concat | concat (none where its inputs are attention gradients written in place) |
 //! | attention, and the attention_lse of the same q, k, mask and scale | attention (flash forward) |
 //! | attention_grad of q; of k and v with the same operands | attention backward (dq; dk and dv) |
 //! | index_select | pointwise: a gather load, which elementwise users join; never a row or column prologue |
@@ -26,7 +26,9 @@
 //! stored narrow and widened by its readers as they load it (`narrow_stores.rs`); pointwise
 //! kernels that are mutually independent (no path between any two, through any kernels) and of
 //! at most `multi_pointwise_limit` elements become one multi-pointwise kernel, one launch, each
-//! keeping its own program (`multi_pointwise.rs`).
+//! keeping its own program (`multi_pointwise.rs`); a concat of attention gradients that nothing
+//! else reads is written in place, each gradient straight into its columns of the concat's rows,
+//! and the concat kernel goes (`concat_in_place.rs`).
 //!
 //! Views (reshape, permute, slice, broadcast_to) get no kernels: they fold into strided loads. A
 //! merge is refused when it would close a cycle through a kernel outside the merged groups, when a
