@@ -11,6 +11,13 @@ use crate::cache::KernelCache;
 use crate::error::{CudaError, Result};
 use crate::nvrtc::CompileOptions;
 
+/// Bytes written before every timed launch to evict the inputs from L2 (the H200's is 50 MB),
+/// as a step's kernels mostly read what earlier kernels wrote long before. Timed back to back,
+/// gpt2_step's 25 MB column sums ran 13.4 us in 144 blocks with one 16-byte load in flight a
+/// thread, which DRAM cannot feed that fast (18-21 us alone, L2 flushed), and max-autotune's
+/// step was no faster than the defaults' (34.52 vs 34.43 ms).
+const L2_FLUSH_BYTES: usize = 128 << 20;
+
 impl PlanExecutable {
     /// Times every CUDA kernel with each candidate configuration on the bound inputs, keeps
     /// the fastest, and remembers the winners on disk for this device. Candidates that fail to
@@ -32,6 +39,13 @@ impl PlanExecutable {
             .collect::<Result<Vec<_>>>()?;
         // One full run so every buffer a kernel reads holds data of the right kind.
         let outputs = self.run(inputs)?;
+        let flush = match self.device.alloc(L2_FLUSH_BYTES) {
+            Ok(buffer) => Some(buffer),
+            Err(err) => {
+                tracing::warn!(target: "braze::autotune", error = %err, "no memory for the L2 flush buffer: candidates timed with warm caches");
+                None
+            }
+        };
         let set_index = self
             .output_sets
             .iter()
@@ -62,7 +76,7 @@ impl PlanExecutable {
                     let mut loader = Loader::default();
                     let candidate = Self::load_kernel(&self.device, &mut loader, code, *config, &module, slots)?;
                     let previous = std::mem::replace(&mut self.kernels[k], ReadyKernel::Cuda(candidate));
-                    let timed = self.time_kernel(k, inputs, set_index);
+                    let timed = self.time_kernel(k, inputs, set_index, flush.as_ref());
                     let ReadyKernel::Cuda(candidate) = std::mem::replace(&mut self.kernels[k], previous) else {
                         unreachable!("the candidate was just installed")
                     };
@@ -110,8 +124,15 @@ impl PlanExecutable {
         Ok(records)
     }
 
-    /// Median time of one kernel over a few runs, in milliseconds.
-    fn time_kernel(&self, k: usize, inputs: &[DeviceBuffer], set_index: usize) -> Result<f32> {
+    /// Median time of one kernel over a few runs, in milliseconds, each after `flush` (when
+    /// given) is written over, outside the timed span.
+    fn time_kernel(
+        &self,
+        k: usize,
+        inputs: &[DeviceBuffer],
+        set_index: usize,
+        flush: Option<&DeviceBuffer>,
+    ) -> Result<f32> {
         let set = &self.output_sets[set_index];
         // Tables may hold pointers for another configuration's layout: the candidate's own
         // input-pointer tables are filled here.
@@ -136,6 +157,9 @@ impl PlanExecutable {
         }
         let mut samples = Vec::new();
         for _ in 0..10 {
+            if let Some(flush) = flush {
+                self.device.memset_d8(flush, 0)?;
+            }
             samples.push(self.device.time_ms(|| self.enqueue_kernel(k, inputs, set))?);
         }
         samples.sort_by(f32::total_cmp);
