@@ -37,7 +37,7 @@ fn rewrite_all(mut plan: Plan, keep: impl Fn(&Plan) -> bool) -> Plan {
 fn rewritten(plan: &Plan, k: usize) -> Option<Plan> {
     let KernelKind::Concat(concat) = &plan.kernels[k].kind else { return None };
     let dims = concat.shape.dims();
-    if concat.axis + 1 != dims.len() {
+    if concat.axis + 1 != dims.len() || plan.kernels[k].inputs.is_empty() {
         return None;
     }
     let row_stride = dims[concat.axis];
