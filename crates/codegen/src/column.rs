@@ -400,8 +400,7 @@ pub(crate) fn generate(
     }
     // A partial tile (or loads that are no vectors): each row's elements loaded where they are
     // used, unrolled so that several rows' loads are in flight.
-    let unroll = [4, 2, 1].into_iter().find(|u| u * loaded * vec + accumulators <= budget).unwrap_or(1);
-    w.line(format!("#pragma unroll {unroll}"));
+    w.line(format!("#pragma unroll {}", batch.min(4)));
     w.open(format!("for (idx_t r = {first_row}; r < row_end; r += {})", lit(ty)));
     emit_row(&mut w, helpers, &|_| None, gathers || !vector_ids.is_empty())?;
     w.close();

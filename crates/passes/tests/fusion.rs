@@ -804,7 +804,7 @@ fn attention_reads_a_fused_projection_and_writes_heads_merged() {
     assert!(targets.iter().all(|&b| b == targets[0] && plan.buffer(b).numel == batch * seq * row_stride), "{plan}");
     let columns: Vec<usize> = backward
         .iter()
-        .flat_map(|k| (0..k.outputs.len()).map(|slot| k.output_part(slot, batch * seq * row_stride).unwrap().first))
+        .flat_map(|k| (0..k.outputs.len()).map(|slot| plan.output_part(k, slot).unwrap().first))
         .collect();
     assert_eq!(columns, [0, width, 2 * width], "{plan}");
 }

@@ -42,7 +42,7 @@ pub enum Rule {
     /// No kernel writes a graph input, and every other buffer is written by at most one kernel
     /// and at most once by it: a plan computes every value in exactly one kernel. The exception:
     /// attention gradients whose layouts are whole rows of a buffer side by side
-    /// ([`crate::Kernel::output_part`]) may write one buffer together, from one kernel or
+    /// ([`crate::Plan::output_part`]) may write one buffer together, from one kernel or
     /// several, each its own columns; the buffer counts as written (readable) once their columns
     /// cover its rows, and a buffer left partly written is an error.
     SingleWriter,
@@ -117,7 +117,7 @@ pub enum Rule {
     /// elements), lse and delta (f32, `batch * seq`) and dout (as q); its grads are `[Query]` or
     /// a nonempty run of `Key`, `Value` in that order, one output slot each, of the dtype and
     /// q's size, each layout covering its buffer once (or, for a gradient written as columns of
-    /// a shared buffer's rows, [`crate::Kernel::output_part`], lying inside it); its dtype is a
+    /// a shared buffer's rows, [`crate::Plan::output_part`], lying inside it); its dtype is a
     /// float and its scale finite and positive.
     AttentionBackward,
     /// A gather appears only in pointwise bodies (of pointwise and multi-pointwise kernels) and

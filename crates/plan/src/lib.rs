@@ -15,7 +15,7 @@
 //! **Invariant:** knows nothing of graphs' passes, devices or kernel source; a plan that
 //! [`Plan::validate`] accepts runs on every backend without an out-of-bounds access or a type
 //! confusion, and computes every value in exactly one kernel (attention gradients may write one
-//! buffer's rows side by side, each its own columns: [`Kernel::output_part`]).
+//! buffer's rows side by side, each its own columns: [`Plan::output_part`]).
 
 mod error;
 mod json;

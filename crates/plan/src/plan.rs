@@ -760,15 +760,6 @@ pub struct RowPart {
 }
 
 impl Kernel {
-    /// The part of output slot `slot`'s buffer the kernel writes, where it writes only part of
-    /// it (the rest is written by other kernels or slots: [`crate::Rule::SingleWriter`]); `None`
-    /// where it writes the whole buffer.
-    pub fn output_part(&self, slot: usize, buffer_numel: usize) -> Option<RowPart> {
-        let KernelKind::AttentionBackward(back) = &self.kind else { return None };
-        let part = back.grad_layouts.get(slot)?.row_part(&back.shape)?;
-        (part.width < part.row_stride && part.rows.checked_mul(part.row_stride) == Some(buffer_numel)).then_some(part)
-    }
-
     /// Whether every load of input slot `input` reads, at each point of the domain, exactly the
     /// element the kernel stores to output slot `output` there, before storing it (so the
     /// output may overwrite the input in place). Only families whose every element is loaded,
@@ -847,15 +838,24 @@ impl Plan {
         self.kernels.len()
     }
 
+    /// The part of output slot `slot`'s buffer that `kernel` writes, where it writes only part of
+    /// it (the rest is written by other kernels or slots: [`crate::Rule::SingleWriter`]); `None`
+    /// where it writes the whole buffer.
+    pub fn output_part(&self, kernel: &Kernel, slot: usize) -> Option<RowPart> {
+        let KernelKind::AttentionBackward(back) = &kernel.kind else { return None };
+        let part = back.grad_layouts.get(slot)?.row_part(&back.shape)?;
+        let numel = self.buffer(*kernel.outputs.get(slot)?).numel;
+        (part.width < part.row_stride && part.rows.checked_mul(part.row_stride) == Some(numel)).then_some(part)
+    }
+
     /// Fewest bytes one kernel must move: each input buffer read once, each output written once
     /// (of a buffer it writes part of, that part).
     pub fn kernel_bytes(&self, kernel: &Kernel) -> usize {
         let mut whole: Vec<BufferId> = kernel.inputs.clone();
         let mut parts = 0;
         for (slot, &b) in kernel.outputs.iter().enumerate() {
-            let buffer = self.buffer(b);
-            match kernel.output_part(slot, buffer.numel) {
-                Some(part) => parts += part.rows * part.width * buffer.dtype.size_bytes(),
+            match self.output_part(kernel, slot) {
+                Some(part) => parts += part.rows * part.width * self.buffer(b).dtype.size_bytes(),
                 None => whole.push(b),
             }
         }

@@ -71,7 +71,7 @@ impl Plan {
                 if written[b.0] {
                     return Err(invalid(Rule::SingleWriter, at(), format!("writes {b}, which is already written")));
                 }
-                let Some(part) = kernel.output_part(slot, self.buffer(b).numel) else {
+                let Some(part) = self.output_part(kernel, slot) else {
                     if parts.contains_key(&b.0) {
                         return Err(invalid(
                             Rule::SingleWriter,
@@ -413,7 +413,7 @@ impl Plan {
         }
         for (slot, (grad, layout)) in back.grads.iter().zip(&back.grad_layouts).enumerate() {
             // A gradient written as columns of a shared buffer's rows needs only to lie inside it.
-            let whole = kernel.output_part(slot, self.buffer(kernel.outputs[slot]).numel).is_none();
+            let whole = self.output_part(kernel, slot).is_none();
             self.check_operand(rule, "output", &kernel.outputs, slot, grad.name(), s, layout, whole)?;
         }
         Ok(())

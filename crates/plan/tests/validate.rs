@@ -1046,7 +1046,7 @@ fn side_by_side(dk_at: usize, dv_at: usize) -> Plan {
 fn attention_gradients_may_write_one_buffer_side_by_side() {
     let plan = side_by_side(0, 8);
     check(&plan, None);
-    let part = plan.kernels[1].output_part(1, 48).expect("dv writes a part");
+    let part = plan.output_part(&plan.kernels[1], 1).expect("dv writes a part");
     assert_eq!((part.rows, part.row_stride, part.first, part.width), (3, 16, 8, 8));
     // The kernel moves each part once, not the whole buffer twice.
     assert_eq!(plan.kernel_bytes(&plan.kernels[1]), 4 * 24 * 2 + 2 * 6 * 4 + 2 * (3 * 8) * 2);

@@ -82,7 +82,7 @@ pub fn eval_plan_observed(
         observe(k, started, std::time::Instant::now());
         for (slot, (&id, data)) in kernel.outputs.iter().zip(outputs).enumerate() {
             let buffer = plan.buffer(id);
-            let Some(part) = kernel.output_part(slot, buffer.numel) else {
+            let Some(part) = plan.output_part(kernel, slot) else {
                 buffers[id.0] = Some(Cow::Owned(data));
                 continue;
             };
