@@ -249,27 +249,43 @@ fn rms_norm_stays_accurate_on_large_means_tiny_variances_and_constant_rows() {
 #[test]
 fn norms_of_rows_past_the_f32_range_are_what_f32_accumulators_give() {
     let cols = 3;
-    // Squares past f32's largest; then a mean past it too (three values near bf16's largest).
-    let x = HostTensor::from_f64(DType::BF16, [2, cols], &[3e19, 1.0, -2.0, 3e38, 3e38, 3e38]).unwrap();
+    // Squares past f32's largest; a mean past it too (three values near bf16's largest); a row of
+    // one huge value, whose rounding residual `x - mean` (about 3e21) squares past it, so that the
+    // corrected two-pass variance meets `inf - inf`; and such a row with a spread.
+    #[rustfmt::skip]
+    let values = [
+        3e19, 1.0, -2.0,
+        3e38, 3e38, 3e38,
+        4.9e28, 4.9e28, 4.9e28,
+        4.9e28, 5.1e28, 4.7e28,
+    ];
+    let rows = values.len() / cols;
+    let x = HostTensor::from_f64(DType::BF16, [rows, cols], &values).unwrap();
     let w = HostTensor::from_f64(DType::BF16, [cols], &[0.5625, 0.75, -1.0]).unwrap();
     let b = HostTensor::from_f64(DType::BF16, [cols], &[0.25, -0.5, 2.0]).unwrap();
-    let graph = rms_norm_graph(DType::BF16, 2, cols);
+    let graph = rms_norm_graph(DType::BF16, rows, cols);
     let (expected, actual) = run_everywhere(&graph, &[x.clone(), w.clone()], |a| Ok(vec![a[0].rms_norm(&a[1], EPS)?]));
-    // Row 0: x / inf = 0 for each finite x (signed as x times w); row 1's squares overflow too.
-    assert_eq!(expected.to_f64_vec(), [0.0; 6]);
+    // Every row's squares overflow: x / inf = 0 for each finite x (signed as x times w).
+    assert_eq!(expected.to_f64_vec(), vec![0.0; values.len()]);
     for (device, actual) in actual {
         assert_eq!(actual.to_f64_vec(), expected.to_f64_vec(), "rms_norm on {device:?}");
     }
-    let graph = layer_norm_graph(DType::BF16, 2, cols);
+    let graph = layer_norm_graph(DType::BF16, rows, cols);
     let (expected, actual) = run_everywhere(&graph, &[x, w, b], |a| Ok(vec![a[0].layer_norm(&a[1], &a[2], EPS)?]));
     let want = expected.to_f64_vec();
-    // Row 0: the variance overflows, so the row is the bias; row 1: the mean does, so NaN.
-    assert_eq!(want[..cols], [0.25, -0.5, 2.0]);
-    assert!(want[cols..].iter().all(|v| v.is_nan()), "{want:?}");
+    // Row 1's mean overflows, so NaN; the others are the bias (an infinite variance, or none).
+    let bias = [0.25, -0.5, 2.0];
+    let row = |v: &[f64], r: usize| v[r * cols..(r + 1) * cols].to_vec();
+    for r in [0, 2, 3] {
+        assert_eq!(row(&want, r), bias, "reference row {r}");
+    }
+    assert!(row(&want, 1).iter().all(|v| v.is_nan()), "{want:?}");
     for (device, actual) in actual {
         let got = actual.to_f64_vec();
-        assert_eq!(got[..cols], want[..cols], "layer_norm on {device:?}");
-        assert!(got[cols..].iter().all(|v| v.is_nan()), "layer_norm on {device:?}: {got:?}");
+        for r in [0, 2, 3] {
+            assert_eq!(row(&got, r), bias, "layer_norm on {device:?}, row {r}: {got:?}");
+        }
+        assert!(row(&got, 1).iter().all(|v| v.is_nan()), "layer_norm on {device:?}: {got:?}");
     }
 }
 

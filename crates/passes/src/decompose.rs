@@ -193,6 +193,12 @@ impl Builder<'_> {
         };
         let centered = self.binary(BinaryOp::Sub, d, residual)?;
         let correction = self.binary(BinaryOp::Mul, s, residual)?;
+        // A row whose squares overflow has `q` and `s * (s / n)` both infinite; capping the
+        // correction at the largest finite value keeps its variance infinite (normalizing to the
+        // bias, as the f32 accumulators of PyTorch do) rather than `inf - inf`. Finite rows have
+        // `s * (s / n) <= q` (Cauchy-Schwarz) and are untouched.
+        let largest = self.constant(f32::MAX as f64, dtype);
+        let correction = self.binary(BinaryOp::Min, correction, largest)?;
         let spread = self.binary(BinaryOp::Sub, q, correction)?;
         let inv_n = self.constant(1.0 / n as f64, dtype);
         let var = self.binary(BinaryOp::Mul, spread, inv_n)?;
