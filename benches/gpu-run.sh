@@ -130,7 +130,7 @@ if [ "$what" = training ]; then
   { echo "== torch_train.py --variants compile"
     timeout 100 python3 .stage/torch_train.py --write "$w/mlp" --variants compile --rep-ms 100 2>&1 | grep -v "^#" | tail -n 5
     echo "== braze bench --only mlp_step"
-    timeout 80 .stage/bin/braze bench --only mlp_step --torch-weights "$w/mlp" --rep-ms 100 2>&1 | grep -vE "^#   +[0-9]" | tail -n 20
+    timeout 160 .stage/bin/braze bench --only mlp_step --torch-weights "$w/mlp" --rep-ms 100 2>&1 | grep -vE "^#   +[0-9]" | tail -n 20
   } > "$out/train.log" 2>&1 || status=1
   tail -n 20 "$out/train.log"
   # The GPU test suites run in `tests` (with them here the call overran its 600 s).

@@ -22,6 +22,9 @@ const CACHED_REGISTER_BUDGET: usize = 64;
 const CACHED_REGISTER_BUDGET_AT_1024: usize = 36;
 /// Elements a thread of a 1024-thread block (64 registers) may hold when a pass folds two values.
 const MAX_HELD_BESIDE_TWO_ACCUMULATORS: usize = 16;
+/// cuBLASLt algorithms max-autotune times for a matmul: the heuristic's first eight picks (its
+/// first is not always the fastest on the real operands).
+const MATMUL_ALGORITHMS: u32 = 8;
 
 /// How one kernel is launched; each variant belongs to one kernel family.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -95,8 +98,11 @@ pub enum KernelConfig {
         chunk: u32,
         columns: u32,
     },
-    /// The kernel is a library call (cuBLASLt); nothing to configure.
-    Library,
+    /// The kernel is a library call (cuBLASLt) run by the algorithm of rank `algorithm` among
+    /// the library's heuristic candidates for the problem (0: the heuristic's own pick).
+    Library {
+        algorithm: u32,
+    },
 }
 
 impl KernelConfig {
@@ -112,7 +118,7 @@ impl KernelConfig {
             KernelConfig::Attention { .. } => "attention",
             KernelConfig::AttentionBackward { .. } => "attention_backward",
             KernelConfig::IndexAdd { .. } => "index_add",
-            KernelConfig::Library => "matmul",
+            KernelConfig::Library { .. } => "matmul",
         }
     }
 }
@@ -152,7 +158,8 @@ impl fmt::Display for KernelConfig {
                 if *tensor_cores { " tensor_cores" } else { "" },
                 if *stages > 1 { format!(" stages={stages}") } else { String::new() }
             ),
-            KernelConfig::Library => write!(f, "library call"),
+            KernelConfig::Library { algorithm: 0 } => write!(f, "library call"),
+            KernelConfig::Library { algorithm } => write!(f, "library call algorithm={algorithm}"),
         }
     }
 }
@@ -193,7 +200,7 @@ pub fn candidate_configs(plan: &Plan, kernel: usize, target: &Target) -> Vec<Ker
             .collect()
         }
         KernelKind::Concat(_) => [256, 128, 512].into_iter().map(|block| KernelConfig::Concat { block }).collect(),
-        KernelKind::MatMul(_) => vec![KernelConfig::Library],
+        KernelKind::MatMul(_) => (0..MATMUL_ALGORITHMS).map(|algorithm| KernelConfig::Library { algorithm }).collect(),
         KernelKind::IndexAdd(ia) => crate::index_add::candidates(ia)
             .into_iter()
             .map(|crate::index_add::Shape { warps, rows_per_warp, chunk, columns }| KernelConfig::IndexAdd {

@@ -162,7 +162,7 @@ pub fn generate(plan: &Plan, kernel: usize, config: &KernelConfig, target: &Targ
         || CodegenError::ConfigMismatch { kernel: k.name.clone(), family: k.kind.family(), config: config.family() };
     let mut unit = Unit { plan, kernel: k, target, helpers: Helpers::for_target(target) };
     let emitted = match (&k.kind, *config) {
-        (KernelKind::MatMul(matmul), KernelConfig::Library) => return Ok(KernelCode::CuBlasLt(matmul.clone())),
+        (KernelKind::MatMul(matmul), KernelConfig::Library { .. }) => return Ok(KernelCode::CuBlasLt(matmul.clone())),
         (KernelKind::Pointwise(pointwise), KernelConfig::Pointwise { block, vec, grid_limit }) => {
             pointwise::generate(&mut unit, pointwise, block, vec, grid_limit)?
         }

@@ -349,10 +349,19 @@ fn concat_copies_16_bytes_at_a_time_where_runs_allow() {
 #[test]
 fn matmul_goes_to_cublaslt() {
     let plan = plans::matmul();
-    assert_eq!(default_config(&plan, 0, &Target::h200()), KernelConfig::Library);
+    assert_eq!(default_config(&plan, 0, &Target::h200()), KernelConfig::Library { algorithm: 0 });
     assert!(
-        matches!(generate(&plan, 0, &KernelConfig::Library, &Target::h200()).unwrap(), KernelCode::CuBlasLt(m) if m.k == 128)
+        matches!(generate(&plan, 0, &KernelConfig::Library { algorithm: 0 }, &Target::h200()).unwrap(), KernelCode::CuBlasLt(m) if m.k == 128)
     );
+    // Max-autotune's candidates are the heuristic's first eight algorithms, its own pick first;
+    // each is the same library call.
+    let candidates = candidate_configs(&plan, 0, &Target::h200());
+    assert_eq!(candidates, (0..8).map(|algorithm| KernelConfig::Library { algorithm }).collect::<Vec<_>>());
+    for config in &candidates {
+        assert!(matches!(generate(&plan, 0, config, &Target::h200()).unwrap(), KernelCode::CuBlasLt(_)));
+    }
+    assert_eq!(candidates[0].to_string(), "library call");
+    assert_eq!(candidates[3].to_string(), "library call algorithm=3");
 }
 
 #[test]
@@ -367,7 +376,7 @@ fn errors_name_the_kernel_and_the_problem() {
         .unwrap_err();
     assert!(matches!(err, CodegenError::InvalidConfig { .. }));
     assert!(matches!(
-        generate(&plan, 3, &KernelConfig::Library, &Target::h200()),
+        generate(&plan, 3, &KernelConfig::Library { algorithm: 0 }, &Target::h200()),
         Err(CodegenError::NoSuchKernel { index: 3, count: 1 })
     ));
     let too_wide = KernelConfig::Row { threads_per_row: 32, rows_per_block: 1, cached: true };

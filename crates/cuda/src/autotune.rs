@@ -45,9 +45,11 @@ impl AutotuneStore {
 
     fn key(target: &Target, plan: &Plan, kernel: usize) -> Option<String> {
         let default = braze_codegen::default_config(plan, kernel, target);
+        // A matmul's algorithm ranks are the library's for the problem, so its key is the
+        // problem and the library's version.
         let source = match braze_codegen::generate(plan, kernel, &default, target).ok()? {
             KernelCode::Cuda(g) => g.source,
-            KernelCode::CuBlasLt(_) => return None,
+            KernelCode::CuBlasLt(matmul) => format!("cuBLASLt {} {matmul:?}", crate::blas::library_version()?),
         };
         let mut hash = Sha256::new();
         hash.update(format!("{target:?}").as_bytes());

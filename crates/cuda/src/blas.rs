@@ -106,6 +106,10 @@ pub struct MatmulSpec {
     pub activation: Option<UnaryOp>,
     /// Add into C (`C = A@B + C ...`) instead of overwriting it.
     pub accumulate: bool,
+    /// Which of cuBLASLt's heuristic candidates for the problem runs it, by rank: 0 is the
+    /// heuristic's own pick, the one to use untimed; max-autotune times the first few. A rank
+    /// past the candidates offered for the operands' alignments falls back to 0.
+    pub algorithm: usize,
 }
 
 impl MatmulSpec {
@@ -125,6 +129,7 @@ impl MatmulSpec {
             allow_tf32: false,
             activation: None,
             accumulate: false,
+            algorithm: 0,
         }
     }
 
@@ -170,7 +175,7 @@ pub struct BlasLt {
 #[derive(Debug)]
 struct BlasState {
     handle: LtHandle,
-    /// Heuristic picks by problem, so repeated shapes skip the heuristic query.
+    /// The algorithm of each problem (with its rank), so repeated shapes skip the heuristic query.
     algorithms: HashMap<AlgoKey, cublasLtMatmulAlgo_t>,
 }
 
@@ -180,6 +185,17 @@ struct LtHandle(lt_sys::cublasLtHandle_t);
 // SAFETY: a cuBLASLt handle is not tied to the thread that created it; `BlasLt` only uses it
 // while holding the `state` mutex, so it is never used from two threads at once.
 unsafe impl Send for LtHandle {}
+
+/// A matmul's operands, resolved to device addresses.
+#[derive(Debug, Clone, Copy)]
+struct Operands {
+    a_ptr: u64,
+    b_ptr: u64,
+    c_ptr: u64,
+    bias_ptr: Option<u64>,
+    /// Alignments (bytes, up to 256) of A, B, C and the bias (256 without one).
+    alignments: [u32; 4],
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct AlgoKey {
@@ -243,40 +259,23 @@ impl BlasLt {
         c: MatrixRef<'_>,
         bias: Option<MatrixRef<'_>>,
     ) -> Result<()> {
-        validate_spec(spec)?;
-        let elem = spec.dtype.size_bytes();
-        let a_ptr = self.operand_address("A", a, spec.batch, spec.stride_a, spec.m * spec.k, elem)?;
-        let b_ptr = self.operand_address("B", b, spec.batch, spec.stride_b, spec.k * spec.n, elem)?;
-        let c_ptr = self.operand_address("C", c, spec.batch, spec.stride_c, spec.m * spec.n, elem)?;
-        let bias_ptr = bias.map(|bias| self.operand_address("bias", bias, 1, 0, spec.n, elem)).transpose()?;
+        let operands = self.resolve(spec, a, b, c, bias)?;
+        let Operands { a_ptr, b_ptr, c_ptr, .. } = operands;
         let workspace_ptr = self.workspace.device_address();
-        let alignments =
-            [alignment_of(a_ptr), alignment_of(b_ptr), alignment_of(c_ptr), bias_ptr.map_or(256, alignment_of)];
-
-        let problem = Problem::describe(spec, bias_ptr)?;
+        let problem = Problem::describe(spec, operands.bias_ptr)?;
         let mut state = lock(&self.state);
         self.device.context().bind_to_thread()?;
-        let key = AlgoKey { spec: *spec, has_bias: bias_ptr.is_some(), alignments };
+        let key = AlgoKey { spec: *spec, has_bias: operands.bias_ptr.is_some(), alignments: operands.alignments };
         let algorithm = match state.algorithms.get(&key) {
             Some(algorithm) => *algorithm,
             None => {
-                let preference = Preference::new(self.workspace.len_bytes(), alignments)?;
-                // SAFETY: the handle, descriptor, layouts and preference are live objects
-                // created above and destroyed only after this call.
-                let heuristic = unsafe {
-                    lt::get_matmul_algo_heuristic(
-                        state.handle.0,
-                        problem.desc.0,
-                        problem.lhs.0,
-                        problem.rhs.0,
-                        problem.out.0,
-                        problem.out.0,
-                        preference.0,
-                    )
-                }
-                .map_err(|err| CudaError::Blas(format!("no cuBLASLt algorithm for {spec:?}: {:?}", err.0)))?;
-                state.algorithms.insert(key, heuristic.algo);
-                heuristic.algo
+                let candidates = self.candidates(&state, &problem, operands.alignments, spec.algorithm + 1)?;
+                let algorithm = match candidates.get(spec.algorithm).or(candidates.first()) {
+                    Some(algorithm) => *algorithm,
+                    None => return Err(CudaError::Blas(format!("no cuBLASLt algorithm for {spec:?}"))),
+                };
+                state.algorithms.insert(key, algorithm);
+                algorithm
             }
         };
 
@@ -317,6 +316,87 @@ impl BlasLt {
         }
         self.device.note_captured_buffer(&self.workspace);
         Ok(())
+    }
+
+    /// How many algorithms (at most `max`) cuBLASLt's heuristic offers for `spec` on these
+    /// operands: the ranks [`MatmulSpec::algorithm`] can take for them.
+    pub fn algorithm_count<'a>(
+        &self,
+        spec: &MatmulSpec,
+        a: MatrixRef<'a>,
+        b: MatrixRef<'a>,
+        c: MatrixRef<'a>,
+        bias: Option<MatrixRef<'a>>,
+        max: usize,
+    ) -> Result<usize> {
+        self.device.gate.shared(|| {
+            let operands = self.resolve(spec, a, b, c, bias)?;
+            let problem = Problem::describe(spec, operands.bias_ptr)?;
+            let state = lock(&self.state);
+            self.device.context().bind_to_thread()?;
+            Ok(self.candidates(&state, &problem, operands.alignments, max)?.len())
+        })
+    }
+
+    /// The operands' device addresses, checked against the spec, and their alignments.
+    fn resolve(
+        &self,
+        spec: &MatmulSpec,
+        a: MatrixRef<'_>,
+        b: MatrixRef<'_>,
+        c: MatrixRef<'_>,
+        bias: Option<MatrixRef<'_>>,
+    ) -> Result<Operands> {
+        validate_spec(spec)?;
+        let elem = spec.dtype.size_bytes();
+        let a_ptr = self.operand_address("A", a, spec.batch, spec.stride_a, spec.m * spec.k, elem)?;
+        let b_ptr = self.operand_address("B", b, spec.batch, spec.stride_b, spec.k * spec.n, elem)?;
+        let c_ptr = self.operand_address("C", c, spec.batch, spec.stride_c, spec.m * spec.n, elem)?;
+        let bias_ptr = bias.map(|bias| self.operand_address("bias", bias, 1, 0, spec.n, elem)).transpose()?;
+        let alignments =
+            [alignment_of(a_ptr), alignment_of(b_ptr), alignment_of(c_ptr), bias_ptr.map_or(256, alignment_of)];
+        Ok(Operands { a_ptr, b_ptr, c_ptr, bias_ptr, alignments })
+    }
+
+    /// The heuristic's first `count` valid algorithms for `problem`, best first (an empty list
+    /// when it has none).
+    fn candidates(
+        &self,
+        state: &BlasState,
+        problem: &Problem,
+        alignments: [u32; 4],
+        count: usize,
+    ) -> Result<Vec<cublasLtMatmulAlgo_t>> {
+        let preference = Preference::new(self.workspace.len_bytes(), alignments)?;
+        let requested = count.clamp(1, 64);
+        let mut results: Vec<lt_sys::cublasLtMatmulHeuristicResult_t> = Vec::with_capacity(requested);
+        let mut returned: std::ffi::c_int = 0;
+        // SAFETY: the handle, descriptor, layouts and preference are live objects destroyed only
+        // after this call; `results` has room for the `requested` entries cuBLASLt may write, and
+        // only the `returned` ones it wrote are kept.
+        unsafe {
+            lt_sys::cublasLtMatmulAlgoGetHeuristic(
+                state.handle.0,
+                problem.desc.0,
+                problem.lhs.0,
+                problem.rhs.0,
+                problem.out.0,
+                problem.out.0,
+                preference.0,
+                requested as std::ffi::c_int,
+                results.as_mut_ptr(),
+                &mut returned,
+            )
+            .result()
+            .map_err(|err| CudaError::Blas(format!("cuBLASLt heuristic query: {:?}", err.0)))?;
+            results.set_len((returned.max(0) as usize).min(requested));
+        }
+        Ok(results
+            .into_iter()
+            .filter(|r| r.state == lt_sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS)
+            .map(|r| r.algo)
+            .take(count)
+            .collect())
     }
 
     /// Checks that `batch` matrices of `elems` elements, `stride` elements apart, fit in the
@@ -367,6 +447,16 @@ impl Drop for BlasLt {
             let _ = unsafe { lt::destroy_handle(handle) };
         });
     }
+}
+
+/// cuBLASLt's version number, when the library is present.
+pub(crate) fn library_version() -> Option<usize> {
+    // SAFETY: only tries to dlopen the candidate library names; touches no cuBLASLt state.
+    if !unsafe { lt_sys::is_culib_present() } {
+        return None;
+    }
+    // SAFETY: a query of a constant with no arguments, from a library known to be loadable.
+    Some(unsafe { lt_sys::cublasLtGetVersion() })
 }
 
 fn validate_spec(spec: &MatmulSpec) -> Result<()> {

@@ -212,6 +212,47 @@ fn f16_batched_with_bias_and_relu() {
     run_case(&device, &blas, &Case { spec, with_bias: true, accumulate_rel: 1e-4, output_rel: 2e-3 }, 30);
 }
 
+/// Max-autotune runs a matmul with any of the heuristic's first algorithms: each must give the
+/// product (with its bias and activation), and a rank past those offered runs the first.
+#[test]
+fn every_offered_algorithm_computes_the_product() {
+    let Some((device, blas)) = blas() else { return };
+    let cases = [
+        Case {
+            spec: MatmulSpec { transpose_b: true, ..MatmulSpec::new(256, 192, 320, MatmulDtype::BF16) },
+            with_bias: true,
+            accumulate_rel: 1e-4,
+            output_rel: 8e-3,
+        },
+        Case {
+            spec: MatmulSpec {
+                transpose_a: true,
+                activation: Some(UnaryOp::GeluTanh),
+                ..MatmulSpec::new(96, 128, 64, MatmulDtype::F32)
+            },
+            with_bias: true,
+            accumulate_rel: 2e-6,
+            output_rel: 0.0,
+        },
+    ];
+    for (seed, case) in cases.iter().enumerate() {
+        let spec = &case.spec;
+        // Operands freshly allocated are 256-byte aligned, as run_case's are.
+        let a = device.alloc(spec.m * spec.k * spec.dtype.size_bytes()).unwrap();
+        let b = device.alloc(spec.k * spec.n * spec.dtype.size_bytes()).unwrap();
+        let c = device.alloc(spec.m * spec.n * spec.dtype.size_bytes()).unwrap();
+        let bias = device.alloc(spec.n * spec.dtype.size_bytes()).unwrap();
+        let offered =
+            blas.algorithm_count(spec, (&a).into(), (&b).into(), (&c).into(), Some((&bias).into()), 8).unwrap();
+        assert!(offered >= 1, "{spec:?}: no algorithm offered");
+        for algorithm in 0..=offered {
+            let spec = MatmulSpec { algorithm, ..*spec };
+            run_case(&device, &blas, &Case { spec, ..*case }, 50 + seed as u64);
+        }
+        println!("{:?} {}x{}x{}: {offered} algorithms checked", spec.dtype, spec.m, spec.n, spec.k);
+    }
+}
+
 #[test]
 fn operands_at_offsets() {
     let Some((device, blas)) = blas() else { return };

@@ -1,8 +1,8 @@
 //! The training workload `mlp_step` (`benches/workloads.md`, "Training"): one compiled step
 //! (forward, loss, backward, AdamW) timed like the forward workloads, with its launches, host
-//! syncs and peak device memory, a 1,000-step learning-rate schedule that must not retrace, and,
-//! given PyTorch's run (`torch_train.py --write DIR`), the first steps' loss and gradients
-//! against PyTorch's.
+//! syncs and peak device memory, then replayed as a CUDA graph and max-autotuned; a 1,000-step
+//! learning-rate schedule that must not retrace; and, given PyTorch's run (`torch_train.py
+//! --write DIR`), the first steps' loss and gradients against PyTorch's.
 
 use super::{ran, Bench};
 use crate::torch_check::{self, mlp_step_shape, TorchRun};
@@ -99,6 +99,27 @@ impl Bench {
             "tflops": flops / (graph_timing.median_us * 1e-6) / 1e12,
         }));
         drop(replayed);
+        // Max-autotune: its first call times every kernel's candidates (cuBLASLt's algorithms for
+        // the matmuls among them) on the step's own operands.
+        let tuned = step.workload.compile().fullgraph(true).mode(Mode::MaxAutotune).name("mlp_step");
+        let start = Instant::now();
+        ran(tuned.call(inputs))?;
+        self.timer.sync()?;
+        let tuning = start.elapsed();
+        for _ in 0..WARM_STEPS {
+            ran(tuned.call(inputs))?;
+        }
+        let tuned_timing = self.bench(&mut || ran(tuned.call(inputs)), self.rep_ms)?;
+        let tuned_loss = tuned.call(inputs)?.remove(0).to_host()?.get_f64(0);
+        if !tuned_loss.is_finite() {
+            self.failures.push(format!("mlp_step {shape} max-autotune: a non-finite loss {tuned_loss}"));
+        }
+        self.emit(json!({
+            "workload": "mlp_step", "shape": shape, "dtype": dtype, "variant": "braze compiled+autotune",
+            "us": tuned_timing.median_us, "gbps": null, "reps": tuned_timing.reps,
+            "tflops": flops / (tuned_timing.median_us * 1e-6) / 1e12, "tuning_s": tuning.as_secs_f64(),
+        }));
+        drop(tuned);
         self.schedule(&step.optimizer, &shape, &dtype, &mut || ran(compiled.call(inputs)), &|| compiled.stats())?;
         if let Some((_, check_row)) = check {
             self.emit(check_row);

@@ -90,7 +90,11 @@ pub struct BuildReport {
 
 enum ReadyKernel {
     Cuda(CudaKernel),
-    Blas(MatMul),
+    /// A cuBLASLt call, with the rank of its algorithm among the heuristic's candidates.
+    Blas {
+        matmul: MatMul,
+        algorithm: usize,
+    },
     /// A kernel over zero elements: nothing to launch.
     Empty,
 }
@@ -325,7 +329,11 @@ impl PlanExecutable {
                         ReadyKernel::Empty
                     } else {
                         report.launches += 1;
-                        ReadyKernel::Blas(m)
+                        let algorithm = match config {
+                            KernelConfig::Library { algorithm } => algorithm as usize,
+                            _ => 0,
+                        };
+                        ReadyKernel::Blas { matmul: m, algorithm }
                     }
                 }
                 (KernelCode::Cuda(_), None) => ReadyKernel::Empty,
@@ -829,27 +837,8 @@ impl PlanExecutable {
                 }
                 Ok(())
             }
-            ReadyKernel::Blas(m) => {
+            ReadyKernel::Blas { matmul: m, .. } => {
                 let blas = self.blas.as_ref().expect("BLAS handle is created before the first run");
-                let batch: usize = m.batch.iter().product();
-                let mut spec = MatmulSpec::new(m.m, m.n, m.k, device_dtype(m.dtype)?);
-                spec.batch = batch;
-                spec.stride_a = m.a_batch_stride;
-                spec.stride_b = m.b_batch_stride;
-                spec.stride_c = m.m * m.n;
-                spec.transpose_a = m.a_transposed;
-                spec.transpose_b = m.b_transposed;
-                spec.allow_tf32 = self.options.allow_tf32;
-                spec.activation = m.activation;
-                let (a, a_off) = self.locate(kernel.inputs[0], inputs, set);
-                let (b, b_off) = self.locate(kernel.inputs[1], inputs, set);
-                let (c, c_off) = self.locate(kernel.outputs[0], inputs, set);
-                let bias = if m.bias {
-                    let (bias, off) = self.locate(kernel.inputs[2], inputs, set);
-                    Some(MatrixRef::at(bias, off))
-                } else {
-                    None
-                };
                 if m.k == 0 {
                     if m.bias || m.activation.is_some() {
                         return Err(CudaError::InvalidArgument(format!(
@@ -857,17 +846,49 @@ impl PlanExecutable {
                             kernel.name
                         )));
                     }
-                    let bytes = batch * m.m * m.n * m.dtype.size_bytes();
+                    let (c, c_off) = self.locate(kernel.outputs[0], inputs, set);
+                    let bytes = m.batch.iter().product::<usize>() * m.m * m.n * m.dtype.size_bytes();
                     return self.device.memset_d8_range(c, c_off, bytes, 0);
                 }
-                blas.matmul(&spec, MatrixRef::at(a, a_off), MatrixRef::at(b, b_off), MatrixRef::at(c, c_off), bias)
+                let (spec, [a, b, c], bias) = self.matmul_call(k, inputs, set)?;
+                blas.matmul(&spec, a, b, c, bias)
             }
         }
     }
 
+    /// The cuBLASLt spec of matmul kernel `k` (with its algorithm) and its operands A, B, C and
+    /// the bias, as bound for `inputs` and `set`.
+    fn matmul_call<'a>(
+        &'a self,
+        k: usize,
+        inputs: &'a [DeviceBuffer],
+        set: &'a OutputSet,
+    ) -> Result<(MatmulSpec, [MatrixRef<'a>; 3], Option<MatrixRef<'a>>)> {
+        let kernel = &self.plan.kernels[k];
+        let ReadyKernel::Blas { matmul: m, algorithm } = &self.kernels[k] else {
+            return Err(CudaError::InvalidArgument(format!("{} is not a matmul", kernel.name)));
+        };
+        let mut spec = MatmulSpec::new(m.m, m.n, m.k, device_dtype(m.dtype)?);
+        spec.batch = m.batch.iter().product();
+        spec.stride_a = m.a_batch_stride;
+        spec.stride_b = m.b_batch_stride;
+        spec.stride_c = m.m * m.n;
+        spec.transpose_a = m.a_transposed;
+        spec.transpose_b = m.b_transposed;
+        spec.allow_tf32 = self.options.allow_tf32;
+        spec.activation = m.activation;
+        spec.algorithm = *algorithm;
+        let operand = |slot: BufferId| {
+            let (buffer, offset) = self.locate(slot, inputs, set);
+            MatrixRef::at(buffer, offset)
+        };
+        let bias = m.bias.then(|| operand(kernel.inputs[2]));
+        Ok((spec, [operand(kernel.inputs[0]), operand(kernel.inputs[1]), operand(kernel.outputs[0])], bias))
+    }
+
     /// Creates what the first run needs outside any capture (the cuBLASLt handle).
     pub fn prepare(&mut self) -> Result<()> {
-        if self.blas.is_none() && self.kernels.iter().any(|k| matches!(k, ReadyKernel::Blas(_))) {
+        if self.blas.is_none() && self.kernels.iter().any(|k| matches!(k, ReadyKernel::Blas { .. })) {
             self.blas = Some(BlasLt::new(&self.device)?);
         }
         Ok(())

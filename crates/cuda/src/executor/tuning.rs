@@ -55,6 +55,12 @@ impl PlanExecutable {
         let target = self.device.target().clone();
         let compile_options = CompileOptions { arch: target.arch(), ..CompileOptions::default() };
         for k in 0..self.kernels.len() {
+            if matches!(self.kernels[k], ReadyKernel::Blas { .. }) {
+                if let Some(record) = self.tune_matmul(k, inputs, set_index, flush.as_ref())? {
+                    records.push(record);
+                }
+                continue;
+            }
             if !matches!(self.kernels[k], ReadyKernel::Cuda(_)) {
                 continue;
             }
@@ -122,6 +128,76 @@ impl PlanExecutable {
         }
         drop(outputs);
         Ok(records)
+    }
+
+    /// Times matmul `k` with each of the first cuBLASLt algorithms the heuristic offers for its
+    /// bound operands and keeps the fastest (the heuristic's pick unless another beats it).
+    /// Algorithms that fail to run are skipped with a warning.
+    fn tune_matmul(
+        &mut self,
+        k: usize,
+        inputs: &[DeviceBuffer],
+        set_index: usize,
+        flush: Option<&DeviceBuffer>,
+    ) -> Result<Option<AutotuneRecord>> {
+        let target = self.device.target().clone();
+        let candidates = braze_codegen::candidate_configs(&self.plan, k, &target);
+        // A matmul with k = 0 is a fill, no library call.
+        if matches!(&self.kernels[k], ReadyKernel::Blas { matmul, .. } if matmul.k == 0) {
+            return Ok(None);
+        }
+        let offered = (|| {
+            let blas = self.blas.as_ref().expect("BLAS handle is created before tuning");
+            let (spec, [a, b, c], bias) = self.matmul_call(k, inputs, &self.output_sets[set_index])?;
+            blas.algorithm_count(&spec, a, b, c, bias, candidates.len())
+        })();
+        let offered = match offered {
+            Ok(offered) => offered,
+            Err(err) => {
+                tracing::warn!(target: "braze::autotune", kernel = %self.plan.kernels[k].name, error = %err,
+                    "no cuBLASLt algorithms to time; the heuristic's pick stays");
+                return Ok(None);
+            }
+        };
+        if offered < 2 {
+            return Ok(None);
+        }
+        let mut timings = Vec::new();
+        let mut best: Option<(f32, usize)> = None;
+        for (rank, config) in candidates.iter().enumerate().take(offered) {
+            self.set_matmul_algorithm(k, rank);
+            match self.time_kernel(k, inputs, set_index, flush) {
+                Ok(ms) => {
+                    timings.push((format!("{config:?}"), ms));
+                    if best.is_none_or(|(b, _)| ms < b) {
+                        best = Some((ms, rank));
+                    }
+                }
+                Err(err) => tracing::warn!(target: "braze::autotune", kernel = %self.plan.kernels[k].name,
+                    config = ?config, error = %err, "autotune candidate failed; skipped"),
+            }
+        }
+        let Some((ms, rank)) = best else {
+            self.set_matmul_algorithm(k, 0);
+            return Ok(None);
+        };
+        self.set_matmul_algorithm(k, rank);
+        tracing::debug!(target: "braze::autotune", kernel = %self.plan.kernels[k].name, best = ?candidates[rank], ms, "autotuned");
+        if let Some(store) = AutotuneStore::open_default() {
+            store.remember(&target, &self.plan, k, rank);
+        }
+        Ok(Some(AutotuneRecord {
+            kernel: self.plan.kernels[k].name.clone(),
+            winner: format!("{:?}", candidates[rank]),
+            winner_index: rank,
+            timings_ms: timings,
+        }))
+    }
+
+    fn set_matmul_algorithm(&mut self, k: usize, rank: usize) {
+        if let ReadyKernel::Blas { algorithm, .. } = &mut self.kernels[k] {
+            *algorithm = rank;
+        }
     }
 
     /// Median time of one kernel over a few runs, in milliseconds, each after `flush` (when
