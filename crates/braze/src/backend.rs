@@ -316,7 +316,11 @@ impl Executable for CudaPlan {
         let buffers = &bound.last_buffers;
         let exe = &mut bound.exe;
         if self.mode == Mode::MaxAutotune && !self.tuned.swap(true, Ordering::Relaxed) {
-            let records = exe.autotune(buffers, crate::cuda::kernel_cache()).map_err(|e| Error::cuda("autotune", e))?;
+            let mut bar = crate::tuning_bar::TuningBar::new();
+            let records = exe
+                .autotune_with_progress(buffers, crate::cuda::kernel_cache(), &mut |p| bar.update(p))
+                .map_err(|e| Error::cuda("autotune", e))?;
+            drop(bar);
             for r in records {
                 tracing::debug!(target: logging::targets::AUTOTUNE, "{}: {} ({:?})", r.kernel, r.winner, r.timings_ms);
             }

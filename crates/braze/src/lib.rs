@@ -68,6 +68,7 @@ mod sync_debug;
 mod tensor;
 pub mod timeline;
 mod trace;
+mod tuning_bar;
 
 pub use autocast::{autocast, autocast_dtype, without_autocast};
 pub use autograd::{is_grad_enabled, no_grad, value_and_grad};

@@ -33,6 +33,7 @@ pub use device::{cuda_available, device_count, driver_available, CudaDevice, Eve
 pub use error::{CudaError, Result};
 pub use executor::{
     compile_kernels, compile_kernels_on, compile_threads, BuildReport, ExecOptions, KernelTime, PlanExecutable,
+    TuningProgress,
 };
 pub use graph::CapturedGraph;
 pub use kernel::{Kernel, LoadedModule};

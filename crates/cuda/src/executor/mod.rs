@@ -36,6 +36,8 @@ use crate::spans::{PendingSpan, SpanStream};
 
 mod tuning;
 
+pub use tuning::TuningProgress;
+
 /// Output sets kept for reuse; beyond this a call gets fresh buffers that are not retained.
 const RETAINED_OUTPUT_SETS: usize = 4;
 /// CUDA graphs kept per output set (one per distinct set of input addresses).

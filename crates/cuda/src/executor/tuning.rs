@@ -18,11 +18,29 @@ use crate::nvrtc::CompileOptions;
 /// step was no faster than the defaults' (34.52 vs 34.43 ms).
 const L2_FLUSH_BYTES: usize = 128 << 20;
 
+/// Where tuning stands: `done` of `total` kernels tuned, `kernel` the next.
+#[derive(Clone, Copy, Debug)]
+pub struct TuningProgress<'a> {
+    pub done: usize,
+    pub total: usize,
+    pub kernel: &'a str,
+}
+
 impl PlanExecutable {
     /// Times every CUDA kernel with each candidate configuration on the bound inputs, keeps
     /// the fastest, and remembers the winners on disk for this device. Candidates that fail to
     /// compile or launch are skipped with a warning.
     pub fn autotune(&mut self, inputs: &[DeviceBuffer], cache: &KernelCache) -> Result<Vec<AutotuneRecord>> {
+        self.autotune_with_progress(inputs, cache, &mut |_| {})
+    }
+
+    /// [`PlanExecutable::autotune`], telling `progress` before each kernel it tunes.
+    pub fn autotune_with_progress(
+        &mut self,
+        inputs: &[DeviceBuffer],
+        cache: &KernelCache,
+        progress: &mut dyn FnMut(TuningProgress<'_>),
+    ) -> Result<Vec<AutotuneRecord>> {
         self.prepare()?;
         // The run below and the timed launches repeat kernels that write inputs in place (an
         // optimizer's update): those inputs are saved first and restored after, so tuning
@@ -54,7 +72,15 @@ impl PlanExecutable {
         let mut records = Vec::new();
         let target = self.device.target().clone();
         let compile_options = CompileOptions { arch: target.arch(), ..CompileOptions::default() };
-        for k in 0..self.kernels.len() {
+        let tunable: Vec<usize> = (0..self.kernels.len())
+            .filter(|&k| match &self.kernels[k] {
+                ReadyKernel::Blas { matmul, .. } => matmul.k > 0,
+                ReadyKernel::Cuda(_) => braze_codegen::candidate_configs(&self.plan, k, &target).len() > 1,
+                ReadyKernel::Empty => false,
+            })
+            .collect();
+        for (done, &k) in tunable.iter().enumerate() {
+            progress(TuningProgress { done, total: tunable.len(), kernel: &self.plan.kernels[k].name });
             if matches!(self.kernels[k], ReadyKernel::Blas { .. }) {
                 if let Some(record) = self.tune_matmul(k, inputs, set_index, flush.as_ref())? {
                     records.push(record);
