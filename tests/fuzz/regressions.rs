@@ -126,6 +126,27 @@ fn regression_cached_rows_in_1024_thread_blocks_do_not_spill() {
     }
 }
 
+/// A cached row of 512 threads, 36 elements held by each, spilled: ptxas held it to 64 registers
+/// (fuzz seed 81,002,660: an rms_norm of 18,431 bf16 columns and the sum of the result).
+#[test]
+fn regression_cached_rows_in_512_thread_blocks_do_not_spill() {
+    let mut b = Builder::new();
+    let x = b.input(DType::BF16, [1, 18_431]);
+    let w = b.input(DType::BF16, [18_431]);
+    let r = b.op(Op::RmsNorm { eps: 1e-6 }, &[x, w]);
+    let s = b.op(Op::Reduce { op: ReduceOp::Sum, axes: vec![1], keepdim: false }, &[r]);
+    let graph = b.finish(vec![s]);
+    let plan = compile_to_plan(&graph, &FusionOptions::default()).unwrap();
+    let config = default_config(&plan, 0, &Target::h200());
+    assert_eq!(config, KernelConfig::Row { threads_per_row: 512, rows_per_block: 1, cached: true });
+    let KernelCode::Cuda(kernel) = generate(&plan, 0, &config, &Target::h200()).unwrap() else { panic!() };
+    assert!(kernel.source.contains("__launch_bounds__(512, 1)"), "{}", kernel.source);
+    if nvrtc_enabled() {
+        compile_for_sm90(&kernel).unwrap_or_else(|e| panic!("{config}: {e}"));
+    }
+    check_fixed(&graph, None);
+}
+
 /// A multi-reduce item that is an empty tensor of rank 2 or more (its zero dims have stride 0)
 /// was not taken for a plain buffer, and fusion asked for a copy of a graph input.
 #[test]
