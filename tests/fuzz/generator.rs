@@ -39,6 +39,8 @@ enum Arg {
     Input(DType, Shape),
     /// A scalar constant.
     Const(f64, DType),
+    /// A new arange of this length (an op of the graph, not an input).
+    Arange(usize, DType),
 }
 
 /// Why a draw was not added.
@@ -142,7 +144,12 @@ impl Generator {
                 let targets = Arg::Input(index, Shape(vec![shape.dims()[0]]));
                 // i32 classes beside i64 targets too (as the frontend passes them).
                 let class_dtype = if index == DType::I64 && self.rng.chance(0.5) { DType::I32 } else { index };
-                let classes = Arg::Input(class_dtype, Shape(vec![shape.dims()[1]]));
+                // Classes from -8..=8 (rows with one class, several, none), or the frontend's 0..V.
+                let classes = if self.rng.chance(0.3) {
+                    Arg::Arange(shape.dims()[1], class_dtype)
+                } else {
+                    Arg::Input(class_dtype, Shape(vec![shape.dims()[1]]))
+                };
                 self.commit(Op::CrossEntropy { ignore_index }, &[Arg::Value(x), targets, classes], None)
             }
             _ => {
@@ -190,13 +197,14 @@ impl Generator {
             Arg::Value(id) => (self.g.node(*id).dtype, self.g.node(*id).shape.clone()),
             Arg::Input(dtype, shape) => (*dtype, shape.clone()),
             Arg::Const(_, dtype) => (*dtype, Shape::scalar()),
+            Arg::Arange(n, dtype) => (*dtype, Shape(vec![*n])),
         }
     }
 
     fn is_exact(&self, arg: &Arg) -> bool {
         match arg {
             Arg::Value(id) => self.exact.contains(id),
-            Arg::Input(..) | Arg::Const(..) => true,
+            Arg::Input(..) | Arg::Const(..) | Arg::Arange(..) => true,
         }
     }
 
@@ -223,6 +231,7 @@ impl Generator {
                 Arg::Value(id) => *id,
                 Arg::Input(dtype, shape) => self.new_input(*dtype, shape.clone()),
                 Arg::Const(value, dtype) => self.g.constant(*value, *dtype),
+                Arg::Arange(n, dtype) => self.g.arange(*n, *dtype).expect("a typed arange"),
             })
             .collect();
         let id = self
@@ -259,9 +268,14 @@ impl Generator {
         Shape(dims)
     }
 
-    /// A second operand for a binary op or where: a constant, a value or a new input.
+    /// A second operand for a binary op or where: a constant, a value, a new input or (in model
+    /// graphs) an arange.
     fn partner(&mut self, x: NodeId) -> Arg {
         let (dtype, shape) = (self.g.node(x).dtype, self.g.node(x).shape.clone());
+        // Model graphs: an arange along the last dim (position ids), broadcast over the rest.
+        if self.model_ops && dtype != DType::Bool && shape.rank() > 0 && self.rng.chance(0.1) {
+            return Arg::Arange(shape.last(), dtype);
+        }
         if self.rng.chance(0.2) {
             let value = match dtype {
                 DType::Bool => self.rng.pick(&[0.0, 1.0]),

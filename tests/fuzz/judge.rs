@@ -188,7 +188,8 @@ fn rounds_differently(graph: &Graph, id: NodeId) -> bool {
 /// sum in f32 grows with their number (as its square root for random signs).
 fn combined(graph: &Graph, id: NodeId) -> usize {
     let node = graph.node(id);
-    let input = graph.node(node.operands[0]).shape.dims();
+    let Some(&first) = node.operands.first() else { return 1 };
+    let input = graph.node(first).shape.dims();
     match &node.op {
         Op::Reduce { axes, .. } => axes.iter().map(|&a| input[a]).product(),
         Op::Softmax { axis } | Op::LogSoftmax { axis } => input[*axis],

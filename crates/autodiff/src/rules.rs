@@ -14,7 +14,7 @@ pub(crate) fn operand_grads(e: &mut Emit<'_>, id: NodeId, grad: NodeId) -> Resul
     let x = node.operands.first().copied().unwrap_or(id);
     let shapes: Vec<Shape> = node.operands.iter().map(|&o| e.shape(o)).collect();
     let grads = match &node.op {
-        Op::Input { .. } | Op::Constant { .. } => vec![],
+        Op::Input { .. } | Op::Constant { .. } | Op::Arange => vec![],
         Op::Cast => {
             let from = e.graph().node(x).dtype;
             if from.is_float() {

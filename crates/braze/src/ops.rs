@@ -285,9 +285,10 @@ impl Tensor {
             check_targets(targets, classes, ignore_index, &loc)?;
         }
         // i32 class ids whatever the targets' width (the IR narrows i64 targets once per row):
-        // the loss's row kernel reads one beside every logit.
+        // the loss's row kernel reads one beside every logit, so they are data (an arange op
+        // would be a pointwise kernel of its own).
         let index_dtype = if classes <= i32::MAX as usize { DType::I32 } else { DType::I64 };
-        let class_ids = Tensor::arange(classes, index_dtype, self.device())?;
+        let class_ids = Tensor::arange_data(classes, index_dtype, self.device(), &loc)?;
         apply("cross_entropy", &[self, targets, &class_ids], loc, |b, x| {
             b.op(Op::CrossEntropy { ignore_index }, &[x[0], x[1], x[2]])
         })

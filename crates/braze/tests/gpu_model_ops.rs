@@ -57,6 +57,20 @@ fn gpu_arange_and_printing() {
     let f = compile(|a: &[Tensor]| Ok(vec![a[0].mul(&Tensor::arange(4, DType::F32, a[0].device())?)?])).fullgraph(true);
     let x = Tensor::ones([4], DType::F32, gpu).unwrap();
     assert_eq!(f.call(&[x]).unwrap()[0].to_vec::<f32>().unwrap(), [0.0, 1.0, 2.0, 3.0]);
+    // Computed in the kernel, vectorized, past bf16's integers, and as i64 position ids: the
+    // same bits as the CPU backend's.
+    let f = compile(|a: &[Tensor]| {
+        let n = a[0].shape().dims()[0];
+        let ids = Tensor::arange(n, DType::BF16, a[0].device())?;
+        Ok(vec![a[0].mul(&ids)?, Tensor::arange(n, DType::I64, a[0].device())?])
+    })
+    .fullgraph(true);
+    let x = randn(&[1_000_003], DType::BF16, 5);
+    let on_cpu = f.call(std::slice::from_ref(&x)).unwrap();
+    let on_gpu = f.call(&[x.to_device(gpu).unwrap()]).unwrap();
+    for (g, c) in on_gpu.iter().zip(&on_cpu) {
+        assert_eq!(g.to_host().unwrap().to_f64_vec(), c.to_host().unwrap().to_f64_vec());
+    }
 }
 
 #[test]

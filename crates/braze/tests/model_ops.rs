@@ -77,6 +77,44 @@ fn arange_counts_from_zero_eagerly_and_inside_a_compiled_function() {
     assert!(err.contains("arange") && err.contains("got bool"), "{err}");
 }
 
+/// Inside a compiled function an arange is an op of the graph, not data captured at trace time:
+/// the graph's only input is the caller's, the values come from the kernel that reads them (one
+/// kernel with the elementwise ops over its shape), and every dtype rounds as a cast would (bf16
+/// past 256, f32 past 2^24), broadcast, as position ids of an embedding, and with no elements.
+#[test]
+fn compiled_aranges_are_graph_ops_computed_in_their_kernels() {
+    for (dtype, n) in [(DType::F32, 4099), (DType::BF16, 1000), (DType::F16, 3000), (DType::I32, 70), (DType::I64, 5)] {
+        let f = compile(move |a: &[Tensor]| {
+            let ids = Tensor::arange(n, dtype, Device::Cpu)?;
+            Ok(vec![ids.clone(), ids.cast(DType::F32)?.mul_scalar(0.5)?.add(&a[0])?])
+        })
+        .fullgraph(true);
+        let x = Tensor::randn(vec![n], DType::F32, 7).unwrap();
+        let explained = f.explain(std::slice::from_ref(&x)).unwrap();
+        assert_eq!(explained.graphs[0].inputs().len(), 1, "{dtype}: the arange is no graph input\n{explained}");
+        assert_eq!(explained.kernels, Some(1), "{dtype}: one pointwise kernel\n{explained}");
+        let out = f.call(std::slice::from_ref(&x)).unwrap();
+        let eager = Tensor::arange(n, dtype, Device::Cpu).unwrap();
+        assert_eq!(out[0].dtype(), dtype);
+        assert_eq!(values(&out[0]), values(&eager), "{dtype}: the values of an eager arange");
+        let want: Vec<f64> = values(&eager).iter().zip(values(&x)).map(|(i, x)| (i * 0.5) as f32 as f64 + x).collect();
+        close(&values(&out[1]), &want, 1e-6, &format!("{dtype}: arange * 0.5 + x"));
+    }
+    // Position embeddings: rows of a table picked by a broadcast arange, beside token rows.
+    let f = compile(|a: &[Tensor]| {
+        let (t, d) = (a[0].shape().dims()[0], a[0].shape().dims()[1]);
+        let positions = a[0].index_select(0, &Tensor::arange(t, DType::I64, Device::Cpu)?)?;
+        let grid = Tensor::arange(d, DType::F32, Device::Cpu)?.reshape([1, d])?;
+        Ok(vec![positions.add(&grid)?, Tensor::arange(0, DType::I32, Device::Cpu)?])
+    })
+    .fullgraph(true);
+    let table = Tensor::randn(vec![6, 3], DType::F32, 9).unwrap();
+    let out = f.call(std::slice::from_ref(&table)).unwrap();
+    let want: Vec<f64> = values(&table).iter().enumerate().map(|(k, v)| v + (k % 3) as f64).collect();
+    close(&values(&out[0]), &want, 1e-6, "table rows plus a broadcast arange");
+    assert_eq!(out[1].shape().dims(), [0]);
+}
+
 /// PyTorch's mean cross entropy and its logit gradient, in f64: `(loss, dlogits)`.
 fn cross_entropy_reference(logits: &[f64], targets: &[i64], classes: usize, ignore: i64) -> (f64, Vec<f64>) {
     let counted = targets.iter().filter(|&&t| t != ignore).count() as f64;

@@ -115,7 +115,8 @@ pub(crate) fn render_value(
     let round = value.expr.observes_rounded_operands();
     let operand = |helpers: &mut Helpers, v: &ValueId| -> String {
         let (dtype, name) = (operand_dtype(v), &names[v.0]);
-        let exact = matches!(body.values[v.0].expr, Expr::Load { .. } | Expr::Gather { .. } | Expr::Cast { .. });
+        let exact =
+            matches!(body.values[v.0].expr, Expr::Load { .. } | Expr::Gather { .. } | Expr::Index | Expr::Cast { .. });
         match dtype {
             DType::BF16 | DType::F16 if round && !exact => cast(helpers, DType::F32, dtype, name),
             _ => name.clone(),
@@ -148,6 +149,7 @@ pub(crate) fn render_value(
             Ok(format!("{cond} ? {} : {}", names[a.0], names[b.0]))
         }
         Expr::Gather { .. } => Err(unsupported(kernel, "gathers".to_string())),
+        Expr::Index => Err(unsupported(kernel, "element indices".to_string())),
         Expr::Load { .. } | Expr::Reduce { .. } => unreachable!("loads and reductions are rendered by the family"),
     }
 }

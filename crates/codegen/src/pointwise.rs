@@ -249,9 +249,17 @@ impl BodyEmit<'_> {
         Some(load_rhs(helpers, self.slots.inputs[*input], dtype, &lvalue))
     }
 
-    /// A load or a gather at flat index `flat`.
+    /// The element index `flat` as value `id`, when `id` is an index (an arange's element).
+    fn index_at(&self, helpers: &mut Helpers, id: usize, flat: &str) -> Option<String> {
+        let value = &self.body.values[id];
+        matches!(value.expr, Expr::Index).then(|| cast(helpers, DType::I64, value.dtype, &format!("(long long){flat}")))
+    }
+
+    /// A load, a gather or an index at flat index `flat`.
     fn read_at(&self, helpers: &mut Helpers, id: usize, flat: &str) -> Option<String> {
-        self.gather_at(helpers, id, flat).or_else(|| self.load_of(id).map(|_| self.gather(helpers, id, flat)))
+        self.gather_at(helpers, id, flat)
+            .or_else(|| self.index_at(helpers, id, flat))
+            .or_else(|| self.load_of(id).map(|_| self.gather(helpers, id, flat)))
     }
 
     fn store_value(&self, helpers: &mut Helpers, id: usize, slot: usize, names: &[String]) -> String {
@@ -334,13 +342,13 @@ impl BodyEmit<'_> {
             }
             w.line("#pragma unroll");
             w.open(format!("for (unsigned k = 0u; k < {vec}u; ++k)"));
-            let gathers = computed.iter().any(|&id| matches!(body.values[id].expr, Expr::Gather { .. }));
+            let gathers = computed.iter().any(|&id| matches!(body.values[id].expr, Expr::Gather { .. } | Expr::Index));
             if gathers || computed.iter().any(|&id| self.is_kind(id, LoadKind::Gather)) {
                 w.line("const idx_t i = i0 + k;");
             }
             emit_values(w, self.kernel, helpers, body, computed.iter().copied(), &mut names, |id, helpers| {
-                if let Some(gather) = self.gather_at(helpers, id, "i") {
-                    return Some(gather);
+                if let Some(read) = self.gather_at(helpers, id, "i").or_else(|| self.index_at(helpers, id, "i")) {
+                    return Some(read);
                 }
                 let info = self.load_of(id)?;
                 Some(match info.kind {

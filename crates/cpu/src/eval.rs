@@ -91,6 +91,13 @@ fn eval_node(node: &Node, operands: &[&HostTensor]) -> Result<HostTensor> {
             push(&mut data, *value);
             data
         }
+        Op::Arange => {
+            let mut data = empty_data(dtype, shape.numel());
+            for i in 0..shape.numel() {
+                push(&mut data, if dtype.is_float() { Scalar::Float(i as f64) } else { Scalar::Int(i as i64) });
+            }
+            data
+        }
         Op::Cast => elementwise(dtype, shape, [operands[0]], |[x]| x),
         Op::Unary { op } => {
             let f = op.def().semantics.f64;

@@ -8,7 +8,7 @@ use crate::Result;
 use braze_ir::{DType, Graph, NodeId, Op};
 use std::collections::HashMap;
 
-/// `graph` with every computed bf16/f16 value computed as f32 instead: inputs and constants keep
+/// `graph` with every computed bf16/f16 value computed as f32 instead: inputs, constants and aranges keep
 /// their (exact) narrow values and are widened where used, explicit casts to bf16/f16 still
 /// round, and each narrow output is rounded to its dtype at the end. Its inputs are `graph`'s,
 /// in the same order, so [`crate::eval_graph`] takes the same input tensors.
@@ -23,6 +23,8 @@ pub fn wide_graph(graph: &Graph) -> Result<Graph> {
         let new = match node.op {
             Op::Input { .. } => g.input(node.dtype, node.shape.clone()),
             Op::Constant { value } => g.literal(value, node.dtype),
+            // A kernel rounds an arange's elements to its dtype, as a cast would.
+            Op::Arange => g.arange(node.shape.numel(), node.dtype)?,
             Op::Cast if g.node(map[&node.operands[0]]).dtype == node.dtype => map[&node.operands[0]],
             Op::Cast => g.cast(map[&node.operands[0]], node.dtype)?,
             _ => {

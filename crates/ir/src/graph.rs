@@ -100,6 +100,11 @@ impl Graph {
         self.push(Node { op: Op::Constant { value }, operands: vec![], dtype, shape: Shape::scalar(), loc: None })
     }
 
+    /// `0, 1, .., n - 1` as a rank-1 node of `dtype` (any number type).
+    pub fn arange(&mut self, n: usize, dtype: DType) -> Result<NodeId> {
+        self.add_declared(Op::Arange, &[], dtype, Shape(vec![n]), None)
+    }
+
     pub fn cast(&mut self, x: NodeId, dtype: DType) -> Result<NodeId> {
         let shape = self.node(x).shape.clone();
         self.add_declared(Op::Cast, &[x], dtype, shape, None)

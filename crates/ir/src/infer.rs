@@ -39,6 +39,19 @@ pub fn infer(op: &Op, operands: &[(DType, &Shape)], declared: Option<Declared<'_
             }
             Ok((d.dtype, Shape::scalar()))
         }
+        Op::Arange => {
+            let d = need_declared()?;
+            if d.shape.rank() != 1 {
+                return Err(IrError::ShapeMismatch {
+                    op: name.into(),
+                    detail: format!("an arange is rank 1, got shape {}", d.shape),
+                });
+            }
+            if d.dtype == DType::Bool {
+                return Err(IrError::UnsupportedDType { op: name.into(), dtype: d.dtype });
+            }
+            Ok((d.dtype, d.shape.clone()))
+        }
         Op::Cast => {
             let d = need_declared()?;
             Ok((d.dtype, operands[0].1.clone()))

@@ -49,6 +49,27 @@ mod tests {
         g
     }
 
+    /// An arange is a rank-1 node of a number dtype with no operands; it prints, round-trips
+    /// through JSON and verifies like any node, and bad declarations are errors naming it.
+    #[test]
+    fn aranges_are_rank_1_numbers() {
+        let mut g = Graph::new();
+        let ids = g.arange(5, DType::I64).unwrap();
+        let x = g.input(DType::I64, [5]);
+        let y = g.add(Op::Binary { op: BinaryOp::Add }, &[ids, x], None).unwrap();
+        g.set_outputs(vec![y]);
+        g.verify().unwrap();
+        assert_eq!(
+            g.to_text(),
+            "graph(%0: i64[5]) {\n  %1 = arange : i64[5]\n  %2 = add %1, %0 : i64[5]\n  return %2\n}\n"
+        );
+        assert_eq!(Graph::from_json(&g.to_json()).unwrap().to_text(), g.to_text());
+        let bool_err = Graph::new().arange(3, DType::Bool).unwrap_err().to_string();
+        assert!(bool_err.contains("arange") && bool_err.contains("bool"), "{bool_err}");
+        let rank_err = Graph::new().add_declared(Op::Arange, &[], DType::F32, Shape(vec![2, 3]), None).unwrap_err();
+        assert!(rank_err.to_string().contains("an arange is rank 1, got shape [2,3]"), "{rank_err}");
+    }
+
     #[test]
     fn text_form_renumbers_topologically() {
         let g = ln_relu_res();

@@ -84,6 +84,9 @@ pub enum Op {
     Constant {
         value: Literal,
     },
+    /// `0, 1, .., n - 1` in the node's dtype (a number type), `n` its one dim (no operands);
+    /// f16/bf16 round the values past their integers as a cast would.
+    Arange,
     /// Converts its operand to the node's dtype.
     Cast,
     Unary {
@@ -167,8 +170,8 @@ pub enum Op {
     /// The mean over rows of `-log_softmax(logits[n])[target[n]]`, as PyTorch's `cross_entropy`;
     /// operands logits `[N, V]` (float), targets `[N]` (i32 or i64) and classes `[V]` of the
     /// targets' dtype or i32 beside i64 targets, the class of each column (the frontend passes
-    /// `0..V` in i32: the IR has no index op; a row's loss sums `-log_softmax` over every column
-    /// whose class is its target, compared as integers of any width). Rows
+    /// `0..V` in i32, as data its row kernel reads; a row's loss sums `-log_softmax` over every
+    /// column whose class is its target, compared as integers of any width). Rows
     /// whose target is `ignore_index` are left out of the sum and the count; a row whose target
     /// is no column's class has a NaN loss (so the mean is NaN), and a mean over no rows is NaN,
     /// as PyTorch's. The result is a scalar of the logits' dtype.
@@ -210,6 +213,7 @@ impl Op {
         match self {
             Op::Input { .. } => "input",
             Op::Constant { .. } => "const",
+            Op::Arange => "arange",
             Op::Cast => "cast",
             Op::Unary { op } => op.name(),
             Op::Binary { op } => op.name(),
@@ -257,7 +261,7 @@ impl Op {
     /// The exact operand count, or `None` for variadic ops (concat, stack: at least one).
     pub fn arity(&self) -> Option<usize> {
         match self {
-            Op::Input { .. } | Op::Constant { .. } => Some(0),
+            Op::Input { .. } | Op::Constant { .. } | Op::Arange => Some(0),
             Op::Cast | Op::Unary { .. } | Op::Reduce { .. } | Op::Reshape | Op::BroadcastTo => Some(1),
             Op::Permute { .. } | Op::Slice { .. } | Op::Softmax { .. } | Op::LogSoftmax { .. } => Some(1),
             Op::Binary { .. } | Op::MatMul | Op::RmsNorm { .. } | Op::AttentionLse { .. } => Some(2),

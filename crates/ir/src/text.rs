@@ -47,8 +47,11 @@ impl Graph {
             if !attrs.is_empty() {
                 args.push(attrs);
             }
-            let _ =
-                write!(out, "  {} = {} {} : {}{}", name(&id), node.op.name(), args.join(", "), node.dtype, node.shape);
+            let _ = write!(out, "  {} = {}", name(&id), node.op.name());
+            if !args.is_empty() {
+                let _ = write!(out, " {}", args.join(", "));
+            }
+            let _ = write!(out, " : {}{}", node.dtype, node.shape);
             if locations {
                 if let Some(loc) = &node.loc {
                     let _ = write!(out, "  @ {loc}");

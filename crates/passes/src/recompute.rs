@@ -98,12 +98,12 @@ fn is_index_or_mask(g: &Graph, id: NodeId) -> bool {
     !node.dtype.is_float() && matches!(node.op, Op::Unary { .. } | Op::Binary { .. } | Op::Where | Op::Cast)
 }
 
-/// Whether `id` is computed by integer and bool elementwise forward ops from graph inputs and
-/// constants alone.
+/// Whether `id` is computed by integer and bool elementwise forward ops from graph inputs,
+/// constants and aranges alone.
 fn from_inputs(g: &Graph, id: NodeId, is_backward: &impl Fn(&Graph, NodeId) -> bool) -> bool {
     let node = g.node(id);
     match node.op {
-        Op::Input { .. } | Op::Constant { .. } => true,
+        Op::Input { .. } | Op::Constant { .. } | Op::Arange => true,
         _ if is_index_or_mask(g, id) && !is_backward(g, id) => {
             node.operands.iter().all(|&operand| from_inputs(g, operand, is_backward))
         }
@@ -114,7 +114,7 @@ fn from_inputs(g: &Graph, id: NodeId, is_backward: &impl Fn(&Graph, NodeId) -> b
 /// The backward's copy of `id` (checked by [`from_inputs`]), copying its chain as needed.
 fn copy_chain(g: &mut Graph, id: NodeId, copies: &mut HashMap<NodeId, NodeId>) -> Result<NodeId> {
     let node = g.node(id).clone();
-    if matches!(node.op, Op::Input { .. } | Op::Constant { .. }) {
+    if matches!(node.op, Op::Input { .. } | Op::Constant { .. } | Op::Arange) {
         return Ok(id);
     }
     if let Some(&copy) = copies.get(&id) {

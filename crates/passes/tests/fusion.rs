@@ -309,6 +309,33 @@ fn reshaped_input_as_output_needs_no_kernel() {
     check("output_reshape_of_input", g, defaults(), 0);
 }
 
+/// An arange is computed in a pointwise kernel over its own shape: with the elementwise ops of
+/// that shape it is one kernel (its values never stored), broadcast into a larger one or into a
+/// reduction it is stored once and read like a buffer (a second kernel).
+#[test]
+fn aranges_compute_in_pointwise_kernels_of_their_own_shape() {
+    let mut g = Graph::new();
+    let x = g.input(DType::F32, [256]);
+    let ids = g.arange(256, DType::F32).unwrap();
+    let scaled = mul(&mut g, ids, x);
+    let y = un(&mut g, UnaryOp::Exp, scaled);
+    g.set_outputs(vec![y]);
+    let plan = check("arange_fused", g, defaults(), 1);
+    let KernelKind::Pointwise(pw) = &plan.kernels[0].kind else { panic!("a pointwise kernel\n{plan}") };
+    assert!(pw.body.values.iter().any(|v| v.expr == Expr::Index), "{plan}");
+    assert_eq!(plan.kernels[0].inputs.len(), 1, "only x is read\n{plan}");
+
+    let mut g = Graph::new();
+    let x = g.input(DType::F32, [64, 256]);
+    let ids = g.arange(256, DType::F32).unwrap();
+    let grid = g.broadcast_to(ids, [64, 256]).unwrap();
+    let y = add(&mut g, x, grid);
+    let weighted = mul(&mut g, ids, ids);
+    let total = sum(&mut g, weighted, &[0], false);
+    g.set_outputs(vec![y, total]);
+    check("arange_broadcast_and_reduced", g, defaults(), 3);
+}
+
 #[test]
 fn unfused_plans_have_one_kernel_per_op() {
     let options = FusionOptions { fuse: false, ..defaults() };

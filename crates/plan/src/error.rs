@@ -125,6 +125,10 @@ pub enum Rule {
     /// `check` names one of the plan's checks with the gather's bound, and which stays inside
     /// its buffer at every index of `0..bound` (with a bound of 0 it reads nothing).
     Gathers,
+    /// An index value (an arange's element) appears only in pointwise bodies (of pointwise and
+    /// multi-pointwise kernels), where it is the element's flat index in the domain, and is of a
+    /// number dtype.
+    Indices,
     /// An index-add reads a src of its dtype (`outer * indices * inner` elements) and
     /// `indices` integers of its index dtype (i32 or i64), and writes `outer * size * inner`
     /// elements of its dtype, a number (not bool).

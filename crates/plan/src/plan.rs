@@ -192,6 +192,9 @@ pub enum Expr {
     Const {
         value: Literal,
     },
+    /// Pointwise kernels only: the element's flat index in the kernel's domain, in the value's
+    /// dtype (an arange; f16/bf16 round it as a cast would).
+    Index,
     /// Converts `x` to the value's dtype.
     Cast {
         x: ValueId,
@@ -223,7 +226,7 @@ pub enum Expr {
 impl Expr {
     pub fn operands(&self) -> Vec<ValueId> {
         match self {
-            Expr::Load { .. } | Expr::Const { .. } => vec![],
+            Expr::Load { .. } | Expr::Const { .. } | Expr::Index => vec![],
             Expr::Cast { x } | Expr::Unary { x, .. } | Expr::Reduce { x, .. } => vec![*x],
             Expr::Gather { index, .. } => vec![*index],
             Expr::Binary { a, b, .. } => vec![*a, *b],
@@ -727,6 +730,7 @@ impl Body {
                 Expr::Load { strides, .. } => reduced(strides).iter().all(|&s| s == 0),
                 Expr::Gather { strides, index, .. } => invariant[index.0] && reduced(strides).iter().all(|&s| s == 0),
                 Expr::Const { .. } | Expr::Reduce { .. } => true,
+                Expr::Index => false,
                 e => e.operands().iter().all(|o| invariant[o.0]),
             };
             invariant.push(r);

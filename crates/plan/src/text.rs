@@ -318,6 +318,7 @@ fn fmt_body(f: &mut impl Write, body: &Body, invariant: Option<(&[bool], &str)>)
                 dims(strides)
             ),
             Expr::Const { value } => format!("const {value}"),
+            Expr::Index => "index".to_string(),
             Expr::Cast { x } => format!("cast {x}"),
             Expr::Unary { op, x } => format!("{} {x}", op.name()),
             Expr::Binary { op, a, b } => format!("{} {a}, {b}", op.name()),

@@ -773,6 +773,11 @@ fn check_value_type(body: &Body, i: usize, reductions_allowed: bool) -> KernelRe
             }
             Ok(())
         }
+        Expr::Index if reductions_allowed => {
+            Err(here(Rule::Indices, "an element index outside a pointwise kernel".into()))
+        }
+        Expr::Index if value.dtype == DType::Bool => Err(here(Rule::Indices, "an element index of bool".into())),
+        Expr::Index => Ok(()),
         Expr::Cast { .. } => Ok(()),
         Expr::Unary { op, x } => typed(Op::Unary { op: *op }, &[*x]),
         Expr::Binary { op, a, b } => typed(Op::Binary { op: *op }, &[*a, *b]),

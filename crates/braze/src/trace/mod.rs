@@ -63,6 +63,12 @@ impl<'g> OpBuilder<'g> {
         id
     }
 
+    pub(crate) fn arange(&mut self, n: usize, dtype: DType) -> braze_ir::Result<NodeId> {
+        let id = self.graph.arange(n, dtype)?;
+        self.graph.set_loc(id, Some(self.loc.clone()));
+        Ok(id)
+    }
+
     pub(crate) fn cast(&mut self, x: NodeId, dtype: DType) -> braze_ir::Result<NodeId> {
         let id = self.graph.cast(x, dtype)?;
         self.graph.set_loc(id, Some(self.loc.clone()));

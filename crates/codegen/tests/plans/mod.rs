@@ -39,6 +39,13 @@ impl GraphBuilder {
         self.graph.constant(value, dtype)
     }
 
+    pub fn arange(&mut self, n: usize, dtype: DType) -> NodeId {
+        let loc = self.loc();
+        let id = self.graph.arange(n, dtype).unwrap();
+        self.graph.set_loc(id, loc);
+        id
+    }
+
     pub fn unary(&mut self, op: UnaryOp, x: NodeId) -> NodeId {
         self.op(Op::Unary { op }, &[x])
     }
@@ -99,6 +106,17 @@ pub fn ew_chain(dtype: DType, n: usize) -> Plan {
     let e = g.unary(UnaryOp::GeluErf, a);
     let o = g.binary(BinaryOp::Mul, e, v[3]);
     g.compile(&[o])
+}
+
+/// `x * arange(n)` in bf16 and the arange itself as f32, in one kernel: each lane's element index
+/// computed where the vector of `x` is loaded (bf16 rounds the indices past 256).
+pub fn pointwise_arange(n: usize) -> Plan {
+    let mut g = GraphBuilder::default();
+    let x = g.input(DType::BF16, &[n]);
+    let ids = g.arange(n, DType::BF16);
+    let y = g.binary(BinaryOp::Mul, x, ids);
+    let wide = g.cast(ids, DType::F32);
+    g.compile(&[y, wide])
 }
 
 /// Three outputs of three dtypes from `x` `[48, 40]` and the transpose of `t` `[40, 48]`:
@@ -603,6 +621,7 @@ pub fn all_plans() -> Vec<(&'static str, Plan)> {
         ("pointwise_int_ops", pointwise_int_ops()),
         ("pointwise_64bit_index", pointwise_huge()),
         ("pointwise_empty", pointwise_empty()),
+        ("pointwise_arange_bf16", pointwise_arange(1_000_003)),
         ("row_ln_relu_res_f32", ln_relu_res(DType::F32, 16_384, 4096)),
         ("row_ln_relu_res_bf16", ln_relu_res(DType::BF16, 16_384, 4096)),
         ("row_ln_relu_res_f32_1024", ln_relu_res(DType::F32, 65_536, 1024)),

@@ -282,8 +282,8 @@ fn compute(body: &Body, expr: &Expr, dtype: DType, arg: impl Fn(ValueId) -> Val)
             Val::Bool(true) => arg(*a),
             _ => arg(*b),
         },
-        Expr::Load { .. } | Expr::Gather { .. } | Expr::Reduce { .. } => {
-            unreachable!("loads, gathers and reductions are evaluated by the kernel loop")
+        Expr::Load { .. } | Expr::Gather { .. } | Expr::Index | Expr::Reduce { .. } => {
+            unreachable!("loads, gathers, indices and reductions are evaluated by the kernel loop")
         }
     };
     settle(value, dtype)
@@ -385,6 +385,7 @@ fn run_pointwise(pointwise: &Pointwise, inputs: &[&HostData], outputs: &mut [Hos
         for value in &body.values {
             let v = match &value.expr {
                 Expr::Load { input, offset, strides } => load(inputs[*input], offset + dot(&coord, strides)),
+                Expr::Index => cast_const(Literal::Int(flat as i64), value.dtype),
                 Expr::Gather { input, offset, strides, index, index_stride, bound, check } => {
                     let Val::Int(i) = values[index.0] else { unreachable!("validated: integer indices") };
                     if i < 0 || i as u64 >= *bound as u64 {

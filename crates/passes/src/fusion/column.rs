@@ -82,7 +82,7 @@ impl Fuser<'_> {
         if let Some(src) = source {
             if matches!(&self.group(src).kind, GroupKind::Pointwise { domain } if *domain == geo.input) {
                 if self.holds_gather(src) {
-                    self.refused(r, src, "a gather stays in a pointwise kernel of its own shape");
+                    self.refused(r, src, "a gather or an arange stays in a pointwise kernel of its own shape");
                 } else if self.prologue_closed(src, home, &geo) {
                     self.absorb(src, home, Some(Space::Element));
                 } else {

@@ -91,7 +91,7 @@ impl Fuser<'_> {
                     self.new_group(GroupKind::Concat { node: n }, n, Space::Element);
                 }
                 Op::Reduce { .. } => self.place_reduce(n),
-                Op::IndexSelect { .. } => {
+                Op::IndexSelect { .. } | Op::Arange => {
                     self.new_group(GroupKind::Pointwise { domain: node.shape.clone() }, n, Space::Element);
                 }
                 Op::IndexAdd { .. } => {
@@ -284,7 +284,7 @@ impl Fuser<'_> {
                 (GroupKind::Pointwise { domain: a }, GroupKind::Pointwise { domain: b }) if a == b
             );
             if !same_pointwise {
-                return Err("a gather stays in a pointwise kernel of its own shape");
+                return Err("a gather or an arange stays in a pointwise kernel of its own shape");
             }
             // Its table and indices are read from buffers: what computes them stays outside.
             let feeds_gather = |from: usize, into: usize| {
@@ -412,7 +412,7 @@ impl Fuser<'_> {
             return;
         }
         if self.holds_gather(src) {
-            self.refused(r, src, "a gather stays in a pointwise kernel of its own shape");
+            self.refused(r, src, "a gather or an arange stays in a pointwise kernel of its own shape");
             return;
         }
         // The elementwise group producing the reduction's input becomes its prologue.

@@ -406,6 +406,8 @@ impl Fuser<'_> {
         let dtype = node.dtype;
         Ok(match &node.op {
             Op::Constant { value } => bb.constant(*value, dtype),
+            // The group's domain is the arange's own shape (it stays in a pointwise kernel of it).
+            Op::Arange => bb.body.push(Expr::Index, dtype),
             op if is_view(op) => {
                 // A materialized view: its kernel reads the folded view.
                 let access = self.view_access[&m].clone();

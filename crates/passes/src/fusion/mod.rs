@@ -292,10 +292,11 @@ impl<'a> Fuser<'a> {
         self.group_of.get(&id) == Some(&gid)
     }
 
-    /// Whether group `gid` computes an index_select: a gather stays in a pointwise kernel over
-    /// its own shape (the only family whose loops check and clamp an index).
+    /// Whether group `gid` computes an index_select or an arange: either stays in a pointwise
+    /// kernel over its own shape (the only family whose loops check and clamp an index, and
+    /// know each element's flat index).
     fn holds_gather(&self, gid: usize) -> bool {
-        self.group(gid).members.iter().any(|&m| matches!(self.node(m).op, Op::IndexSelect { .. }))
+        self.group(gid).members.iter().any(|&m| matches!(self.node(m).op, Op::IndexSelect { .. } | Op::Arange))
     }
 
     /// The plan check of index_select `n`: its place among the graph's index_selects.
