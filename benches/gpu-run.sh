@@ -138,6 +138,9 @@ if [ "$what" = training ]; then
     timeout 60 .stage/bin/braze compile-time gpt2_step 2>&1 | tail -n 16
     echo "== braze bench --only busy"; timeout 60 .stage/bin/braze bench --only busy 2>&1 | grep -vE "^#" | tail -n 12
     echo "== torch_busy.py"; timeout 60 python3 .stage/torch_busy.py 2>&1 | grep '^{' | tail -n 3
+    echo "== braze bench --only busy_gpt2"
+    timeout 180 .stage/bin/braze bench --only busy_gpt2 2>&1 | grep -vE "^#" | tail -n 12
+    echo "== torch_busy.py --model gpt2"; timeout 180 python3 .stage/torch_busy.py --model gpt2 --steps 100 2>&1 | grep '^{' | tail -n 3
     echo "== braze train --autocast bf16"
     timeout 60 .stage/bin/braze train --device cuda --autocast bf16 --n-layer 4 --n-head 4 --n-embd 256 \
       --block-size 64 --batch 64 --steps 400 2>&1 | tail -n 15

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""The PyTorch side of `braze bench --only busy`: the training loop `mlp_step` written two ways.
+"""The PyTorch side of `braze bench --only busy,busy_gpt2`: a training loop written two ways, on
+`mlp_step` (`--model mlp`, the default) or nanoGPT's `gpt2_step` (`--model gpt2`).
 
 The naive loop reads its metric with a host copy every step (`loss.item()`), checks for NaN in an
 `if` (another sync), uploads each batch from pageable memory and runs the step eagerly. The tuned
@@ -8,10 +9,14 @@ loop is what braze's loop does, in PyTorch: the forward and loss through
 of NaN losses kept on the device and copied into pinned memory every `--read-every` steps without
 waiting, and batches copied from pinned memory on a second stream while the previous step runs
 (double-buffered, ordered by events). The model, sizes, batches and optimizer are those of
-torch_train.py and braze's `busy` section (crates/cli/src/bench/busy_loops.rs).
+torch_train.py and braze's `busy` section (crates/cli/src/bench/busy_loops.rs). For gpt2 they
+are torch_gpt2.py's (GPT-2 124M, B=16, T=1024, bf16 autocast, clipping 1.0, fused AdamW) and
+braze's `busy_gpt2` section; the tuned loop compiles the model in torch.compile's default mode,
+as torch_gpt2.py times it (at 34 ms a step, CUDA graphs save nothing worth their memory).
 
     python3 benches/torch_busy.py --json torch_busy.json
     python3 benches/torch_busy.py --rows 256 --hidden 256 --steps 100    # a quick run
+    python3 benches/torch_busy.py --model gpt2 --steps 100 --json torch_busy_gpt2.json
 
 Each loop runs untimed for warm-up steps, then `--steps` steps timed on the host clock (steps/s),
 then again under torch.profiler for GPU busy %: the union of the GPU kernels' and copies' time
@@ -27,18 +32,27 @@ import torch
 
 from torch_train import LAYERS, adamw, init_params, loss_fn
 
-WORKLOAD = "busy"
 BATCHES = 4
 WARMUP_STEPS = 2
 
 
+def workload(a):
+    return "busy_gpt2" if a.model == "gpt2" else "busy"
+
+
 def shape_key(a):
-    return f"[{a.rows},{a.hidden}] x{a.steps}"
+    """braze's key: the batch's shape, or the model's."""
+    if a.model == "gpt2":
+        return f"L{a.layers} B{a.batch} T{a.seq} C{a.width}"
+    return f"[{a.rows},{a.hidden}]"
 
 
 def host_batches(a, dtype):
-    """BATCHES pageable host batches (x, target), cycled by both loops."""
+    """BATCHES pageable host batches (x, target) or (idx, targets), cycled by both loops."""
     generator = torch.Generator().manual_seed(a.seed + 7000)
+    if a.model == "gpt2":
+        return [(torch.randint(0, a.vocab, (a.batch, a.seq), generator=generator),
+                 torch.randint(0, a.vocab, (a.batch, a.seq), generator=generator)) for _ in range(BATCHES)]
     return [
         (torch.randn(a.rows, a.hidden, generator=generator).to(dtype),
          torch.randn(a.rows, a.hidden, generator=generator).to(dtype))
@@ -46,9 +60,53 @@ def host_batches(a, dtype):
     ]
 
 
+class Gpt2Step:
+    """nanoGPT's training step as torch_gpt2.py times it: the forward and loss under bf16
+    autocast (the model compiled or not), backward, clipping at 1.0, fused AdamW."""
+
+    def __init__(self, a, compiled):
+        from torch_gpt2 import GPT, optimizer
+        torch.manual_seed(a.seed)
+        self.model = GPT(a).cuda()
+        self.opt = optimizer(self.model)
+        self.forward = torch.compile(self.model) if compiled else self.model
+
+    def __call__(self, idx, targets):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            _, loss = self.forward(idx, targets)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        return loss
+
+
+class MlpStep:
+    """mlp_step as torch_train.py defines it; `compiled`: the forward and loss through
+    torch.compile(fullgraph=True, mode="reduce-overhead")."""
+
+    def __init__(self, a, dtype, compiled):
+        self.params = init_params(a.rows, a.hidden, dtype, "cuda", a.seed)
+        self.opt = adamw(self.params, "cuda")
+        self.loss = torch.compile(loss_fn, fullgraph=True, mode="reduce-overhead") if compiled else loss_fn
+        self.compiled = compiled
+
+    def __call__(self, x, target):
+        if self.compiled:
+            torch.compiler.cudagraph_mark_step_begin()
+        loss = self.loss(self.params, x, target)
+        loss.backward()
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        return loss
+
+
+def make_step(a, dtype, compiled):
+    return Gpt2Step(a, compiled) if a.model == "gpt2" else MlpStep(a, dtype, compiled)
+
+
 def naive_loop(a, dtype):
-    params = init_params(a.rows, a.hidden, dtype, "cuda", a.seed)
-    opt = adamw(params, "cuda")
+    step = make_step(a, dtype, compiled=False)
     batches = host_batches(a, dtype)
 
     def run(steps, first):
@@ -56,10 +114,7 @@ def naive_loop(a, dtype):
         for i in range(first, first + steps):
             x, target = batches[i % BATCHES]
             x, target = x.to("cuda"), target.to("cuda")  # pageable: staged, overlaps nothing
-            loss = loss_fn(params, x, target)
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
+            loss = step(x, target)
             total += loss.item()  # the metric, a host copy every step
             if torch.isnan(loss):  # a NaN check in an `if`: another sync
                 raise RuntimeError(f"the loss is NaN at step {i}")
@@ -138,19 +193,13 @@ class DeviceMetric:
 
 
 def tuned_loop(a, dtype):
-    params = init_params(a.rows, a.hidden, dtype, "cuda", a.seed)
-    opt = adamw(params, "cuda")
+    step = make_step(a, dtype, compiled=True)
     batches = host_batches(a, dtype)
-    compiled_loss = torch.compile(loss_fn, fullgraph=True, mode="reduce-overhead")
 
     def run(steps, first):
         loss_sum, nan_sum = DeviceMetric(a.read_every), DeviceMetric(a.read_every)
         for i, (x, target) in enumerate(Prefetcher(batches[first % BATCHES:] + batches[:first % BATCHES], steps)):
-            torch.compiler.cudagraph_mark_step_begin()
-            loss = compiled_loss(params, x, target)
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
+            loss = step(x, target)
             loss_sum.add(loss)
             nan_sum.add(torch.isnan(loss))
             reading = nan_sum.poll()
@@ -215,10 +264,10 @@ def measure(name, make, a, dtype):
     busy = busy_percent(run, a.steps)
     steps_per_s = a.steps / seconds
     row = {
-        "workload": WORKLOAD, "shape": shape_key(a), "dtype": "bf16", "variant": name,
-        "us": 1e6 / steps_per_s, "gbps": None, "steps_per_s": steps_per_s, "busy_percent": busy,
+        "workload": workload(a), "shape": shape_key(a), "dtype": "bf16", "variant": name,
+        "us": 1e6 / steps_per_s, "gbps": None, "steps": a.steps, "steps_per_s": steps_per_s, "busy_percent": busy,
         "syncs_per_step": syncs / a.steps, "mean_loss": mean_loss,
-        "note": f"{steps_per_s:.1f} steps/s, GPU busy {'-' if busy is None else f'{busy:.1f}%'}, "
+        "note": f"{a.steps} steps: {steps_per_s:.1f} steps/s, GPU busy {'-' if busy is None else f'{busy:.1f}%'}, "
                 f"{syncs / a.steps:.2f} syncs/step, mean loss {mean_loss:.5f}",
     }
     print(json.dumps(row), flush=True)
@@ -227,16 +276,25 @@ def measure(name, make, a, dtype):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", choices=("mlp", "gpt2"), default="mlp")
     p.add_argument("--rows", type=int, default=2048)
     p.add_argument("--hidden", type=int, default=1024)
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--read-every", type=int, default=50)
     p.add_argument("--seed", type=int, default=0)
+    # gpt2: torch_gpt2.py's sizes (GPT-2 124M at B=16, T=1024)
+    p.add_argument("--layers", type=int, default=12)
+    p.add_argument("--heads", type=int, default=12)
+    p.add_argument("--width", type=int, default=768)
+    p.add_argument("--vocab", type=int, default=50304)
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--seq", type=int, default=1024)
     p.add_argument("--json", help="write {env, rows} here")
     a = p.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("torch_busy.py needs a CUDA GPU")
-    env = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "layers": LAYERS,
+    env = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "model": a.model,
+           "layers": a.layers if a.model == "gpt2" else LAYERS,
            "timing": f"host clock over {a.steps} steps after {WARMUP_STEPS} warm-up steps; busy % from torch.profiler"}
     print(json.dumps(env), flush=True)
     rows = [measure("torch naive loop", naive_loop, a, torch.bfloat16),

@@ -1,15 +1,18 @@
-//! Keeping the GPU busy: one training loop (`mlp_step`) written two ways, each run with a
-//! timeline. The naive loop reads its metric with a host copy every step, checks for NaN in an
-//! `if`, uploads each batch from pageable memory and launches op by op; the braze loop calls a
-//! strict compiled step in reduce-overhead mode (CUDA graph replays, where the executor finds
-//! the inputs' addresses again), keeps its metrics on the device (read every
-//! `read_every` steps) and takes its batches from a pinned prefetcher. `braze demo` shows both
-//! side by side; `braze bench --only busy` measures them at a real size.
+//! Keeping the GPU busy: one training loop written two ways, each run with a timeline, for
+//! either model the loops train (`mlp_step`, or nanoGPT's `gpt2_step`). The naive loop reads its
+//! metric with a host copy every step, checks for NaN in an `if`, uploads each batch from
+//! pageable memory and launches op by op; the braze loop calls a strict compiled step in
+//! reduce-overhead mode (CUDA graph replays, where the executor finds the inputs' addresses
+//! again), keeps its metrics on the device (read every `read_every` steps) and takes its batches
+//! from a pinned prefetcher. `braze demo` shows both side by side; `braze bench --only busy`
+//! (`mlp_step`) and `--only busy_gpt2` measure them at a real size.
 
 use anyhow::{bail, Result};
 use braze::timeline::{self, Summary, Trace, Track};
 use braze::{pageable_copy_count, sync_count, DType, Device, DeviceMetric, HostTensor, Mode, Prefetcher, Tensor};
-use braze_workloads::{mlp_training_step, Sizes};
+use braze_workloads::gpt2::{gpt2_training_step, random_token_ids, Gpt2Sizes};
+use braze_workloads::{mlp_training_step, Sizes, Workload};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// This file's text, to print the source line of each sync the naive loop had.
@@ -20,14 +23,67 @@ const BATCHES: usize = 4;
 /// Steps run before the measured ones (tracing, compiling, first launches).
 const WARMUP_STEPS: u64 = 2;
 
+/// What the loops train.
+#[derive(Clone, Debug)]
+pub enum LoopModel {
+    /// `mlp_step` on batches `x` and `target` of `[rows, hidden]`.
+    Mlp { rows: usize, hidden: usize, dtype: DType },
+    /// `gpt2_step` (nanoGPT's step: f32 parameters, the forward autocast to the sizes' dtype when
+    /// it is 16-bit) on batches of token ids `idx` and `targets`, `[batch, seq]` i64.
+    Gpt2(Gpt2Sizes),
+}
+
 #[derive(Clone, Debug)]
 pub struct LoopSizes {
-    pub rows: usize,
-    pub hidden: usize,
-    pub dtype: DType,
+    pub model: LoopModel,
     pub steps: u64,
     /// The braze loop reads its device metrics every this many steps.
     pub read_every: u64,
+}
+
+impl LoopModel {
+    /// The step on fresh seeded parameters (the same for both loops): inputs a batch, first
+    /// output the loss.
+    fn workload(&self, device: Device) -> Result<Workload> {
+        Ok(match self {
+            LoopModel::Mlp { rows, hidden, dtype } => {
+                let sizes = Sizes { rows: *rows, hidden: *hidden, dtype: *dtype, ..Sizes::default() };
+                mlp_training_step(&sizes, device)?.workload
+            }
+            LoopModel::Gpt2(sizes) => gpt2_training_step(sizes, device)?.0,
+        })
+    }
+
+    /// The same host batches for both loops.
+    fn batches(&self) -> Result<Vec<Vec<HostTensor>>> {
+        (0..BATCHES as u64)
+            .map(|b| match self {
+                LoopModel::Mlp { rows, hidden, dtype } => Ok(vec![
+                    braze_cpu::random_tensor(*dtype, [*rows, *hidden], 7000 + b),
+                    braze_cpu::random_tensor(*dtype, [*rows, *hidden], 8000 + b),
+                ]),
+                LoopModel::Gpt2(sizes) => {
+                    Ok(vec![random_token_ids(sizes, 7000 + b)?, random_token_ids(sizes, 8000 + b)?])
+                }
+            })
+            .collect()
+    }
+
+    /// The batch's shape (`[2048,1024]`) or the model's (`L12 B16 T1024 C768`).
+    pub fn shape(&self) -> String {
+        match self {
+            LoopModel::Mlp { rows, hidden, .. } => format!("[{rows},{hidden}]"),
+            LoopModel::Gpt2(sizes) => sizes.shape("gpt2_step"),
+        }
+    }
+
+    /// The dtype the step computes in.
+    pub fn dtype(&self) -> DType {
+        match self {
+            LoopModel::Mlp { dtype, .. } => *dtype,
+            LoopModel::Gpt2(sizes) => sizes.dtype,
+        }
+    }
 }
 
 /// One loop's run.
@@ -55,21 +111,6 @@ impl LoopRun {
     pub fn syncs_per_step(&self) -> f64 {
         self.syncs as f64 / self.steps as f64
     }
-}
-
-/// The same host batches for both loops.
-fn batches(sizes: &LoopSizes) -> Vec<(HostTensor, HostTensor)> {
-    (0..BATCHES as u64)
-        .map(|b| {
-            let x = braze_cpu::random_tensor(sizes.dtype, [sizes.rows, sizes.hidden], 7000 + b);
-            let target = braze_cpu::random_tensor(sizes.dtype, [sizes.rows, sizes.hidden], 8000 + b);
-            (x, target)
-        })
-        .collect()
-}
-
-fn workload_sizes(sizes: &LoopSizes) -> Sizes {
-    Sizes { rows: sizes.rows, hidden: sizes.hidden, dtype: sizes.dtype, ..Sizes::default() }
 }
 
 /// Runs `body` over the measured steps, with a timeline when `traced`; counts its syncs and
@@ -119,23 +160,20 @@ fn measure(name: &'static str, traced: bool, steps: u64, body: &mut dyn FnMut() 
 
 /// The loop as it is usually first written.
 pub fn naive_loop(device: Device, sizes: &LoopSizes, traced: bool) -> Result<LoopRun> {
-    let training = mlp_training_step(&workload_sizes(sizes), device)?;
-    let step = training.workload.function.clone();
-    let batches = batches(sizes);
+    let step = sizes.model.workload(device)?.function;
+    let batches = sizes.model.batches()?;
     let upload = |host: &HostTensor| -> Result<Tensor> {
         let tensor = Tensor::from_host(host.clone());
         // On the CPU backend the batch is where it is used: no copy, and no sync.
         Ok(if device == Device::Cpu { tensor } else { tensor.to_device(device)? })
     };
     let run_step = |i: u64| -> Result<f64> {
-        let (x, target) = &batches[i as usize % BATCHES];
         // Pageable batches: each upload is staged by the driver and overlaps nothing.
-        let x = upload(x)?;
-        let target = upload(target)?;
+        let batch = batches[i as usize % BATCHES].iter().map(upload).collect::<Result<Vec<_>>>()?;
         // Eager: every op is its own launch.
-        let loss = step(&[x, target])?.remove(0);
-        // The metric read with a host copy every step (in the loss's own dtype, bf16 at the
-        // bench's size).
+        let loss = step(&batch)?.remove(0);
+        // The metric read with a host copy every step (in the loss's own dtype: bf16 for the
+        // bf16 mlp_step).
         let value = loss.to_host()?.get_f64(0);
         // A NaN check in an `if`: another sync.
         if loss.any_nan()?.to_bool()? {
@@ -158,12 +196,10 @@ pub fn naive_loop(device: Device, sizes: &LoopSizes, traced: bool) -> Result<Loo
 
 /// The same loop with braze: strict compiled step (graph replay), device metrics, pinned prefetch.
 pub fn braze_loop(device: Device, sizes: &LoopSizes, traced: bool) -> Result<LoopRun> {
-    let training = mlp_training_step(&workload_sizes(sizes), device)?;
-    let step = training.workload.compile().fullgraph(true).mode(Mode::ReduceOverhead);
+    let step = sizes.model.workload(device)?.compile().fullgraph(true).mode(Mode::ReduceOverhead);
     // Prepared once and shared with the prefetcher (as the PyTorch loop pins its batches once):
     // each step stages a batch into pinned memory, with no copy of its own before that.
-    let batches: Vec<std::sync::Arc<Vec<HostTensor>>> =
-        batches(sizes).into_iter().map(|(x, target)| std::sync::Arc::new(vec![x, target])).collect();
+    let batches: Vec<Arc<Vec<HostTensor>>> = sizes.model.batches()?.into_iter().map(Arc::new).collect();
     let source = |count: u64| {
         let batches = batches.clone();
         (0..count).map(move |i| batches[i as usize % BATCHES].clone())
@@ -243,4 +279,38 @@ pub fn report(naive: &LoopRun, braze: &LoopRun) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Both loops train the small GPT-2 from the same weights on the same batches: the same
+    /// losses, the naive loop's syncs at their lines, none in the braze loop.
+    #[test]
+    fn both_gpt2_loops_train_alike_and_only_the_naive_one_syncs() -> Result<()> {
+        let sizes = LoopSizes { model: LoopModel::Gpt2(Gpt2Sizes::small()), steps: 4, read_every: 2 };
+        let naive = naive_loop(Device::Cpu, &sizes, true)?;
+        let fast = braze_loop(Device::Cpu, &sizes, true)?;
+        assert!(
+            naive.mean_loss.is_finite() && naive.mean_loss > 1.0,
+            "a small GPT's first losses: {}",
+            naive.mean_loss
+        );
+        let difference = (naive.mean_loss - fast.mean_loss).abs();
+        assert!(difference < 1e-4 * naive.mean_loss, "mean loss {} vs {}", naive.mean_loss, fast.mean_loss);
+        // Eagerly, the embedding and the cross-entropy read their indices on the host to check
+        // their range: two syncs a step beside the loop's own two.
+        assert_eq!((naive.syncs_per_step(), fast.syncs_per_step()), (4.0, 0.0));
+        let ops: Vec<&str> = naive.sync_sites.iter().map(|(_, op, _)| op.as_str()).collect();
+        assert_eq!(ops, ["sync `embedding`", "sync `cross_entropy`", "sync `to_host`", "sync `to_bool`"]);
+        assert!(naive.sync_sites.iter().all(|(_, _, count)| *count == 4));
+        assert_eq!(naive.sync_sites.iter().filter(|(site, _, _)| source_line(site).is_some()).count(), 2);
+        for run in [&naive, &fast] {
+            let summary = run.summary.as_ref().expect("traced");
+            assert_eq!(summary.steps, 4);
+            assert!(summary.busy_us > 0.0 && summary.busy_us <= summary.window_us);
+        }
+        Ok(())
+    }
 }

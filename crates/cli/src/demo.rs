@@ -64,13 +64,13 @@ pub fn run(asked: Option<Device>) -> Result<()> {
 /// A training loop written the naive way beside the same loop with braze, each with a timeline.
 fn keeping_busy(device: Device) -> Result<()> {
     let sizes = match device {
-        Device::Cuda(_) => busy::LoopSizes { rows: 1024, hidden: 512, dtype: DType::F32, steps: 200, read_every: 50 },
-        Device::Cpu => busy::LoopSizes { rows: 8, hidden: 16, dtype: DType::F32, steps: 100, read_every: 50 },
+        Device::Cuda(_) => (1024, 512, 200),
+        Device::Cpu => (8, 16, 100),
     };
-    println!(
-        "== keeping the GPU busy: mlp_step [{}, {}] x {} steps on {device} ==",
-        sizes.rows, sizes.hidden, sizes.steps
-    );
+    let (rows, hidden, steps) = sizes;
+    let sizes =
+        busy::LoopSizes { model: busy::LoopModel::Mlp { rows, hidden, dtype: DType::F32 }, steps, read_every: 50 };
+    println!("== keeping the GPU busy: mlp_step [{rows}, {hidden}] x {steps} steps on {device} ==");
     println!(
         "naive: a metric read with a host copy every step, a NaN check in an `if`, pageable batches, eager launches"
     );

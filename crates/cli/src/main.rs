@@ -70,9 +70,9 @@ enum Command {
         #[arg(long)]
         json: Option<std::path::PathBuf>,
         /// Comma-separated subset: copy, ln_relu_res, ew_chain, multisum, tiny_block, mlp_block,
-        /// attention, mlp_step, block_fwd, block_step, gpt2_step, busy, coldstart, overhead. With --sweep: workloads of the
-        /// sweep (ln_gelu_res,
-        /// rms_silu_res, softmax_mask; pw_row, pw_col, pw_outer, pw_scalar).
+        /// attention, mlp_step, block_fwd, block_step, gpt2_step, busy, busy_gpt2, coldstart,
+        /// overhead. With --sweep: workloads of the sweep (ln_gelu_res, rms_silu_res,
+        /// softmax_mask; pw_row, pw_col, pw_outer, pw_scalar).
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
         /// Comma-separated sections to leave out.

@@ -5,7 +5,7 @@
 //! the functions; the inputs are `x` (`[B, T, C]`) or the token ids and targets (`[B, T]`, i64).
 
 use crate::Workload;
-use braze::{DType, Device, Error, Result, Tensor};
+use braze::{DType, Device, Error, HostData, HostTensor, Result, Tensor};
 use braze_nn::{Block, Gpt2, Gpt2Config, Init, Module, OptimizerConfig, Trainer};
 use std::sync::Arc;
 
@@ -75,6 +75,11 @@ fn nn(e: braze_nn::Error) -> Error {
 
 /// Uniform token ids in `0..vocab` as i64 `[batch, seq]` (a seeded LCG, the same everywhere).
 pub fn random_tokens(sizes: &Gpt2Sizes, seed: u64, device: Device) -> Result<Tensor> {
+    Tensor::from_host(random_token_ids(sizes, seed)?).to_device(device)
+}
+
+/// [`random_tokens`] as host data (a batch for a prefetcher to stage).
+pub fn random_token_ids(sizes: &Gpt2Sizes, seed: u64) -> Result<HostTensor> {
     let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
     let ids: Vec<i64> = (0..sizes.batch * sizes.seq)
         .map(|_| {
@@ -82,7 +87,11 @@ pub fn random_tokens(sizes: &Gpt2Sizes, seed: u64, device: Device) -> Result<Ten
             ((state >> 33) % sizes.vocab_size as u64) as i64
         })
         .collect();
-    Tensor::from_vec(ids, [sizes.batch, sizes.seq])?.to_device(device)
+    HostTensor::new([sizes.batch, sizes.seq], HostData::I64(ids)).map_err(|e| Error::InvalidArgument {
+        op: "random_token_ids".into(),
+        loc: None,
+        detail: e.to_string(),
+    })
 }
 
 /// `block_fwd` (`backward: false`) or `block_step`: one GPT-2 block on `x` `[B, T, C]`; the step

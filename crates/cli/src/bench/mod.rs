@@ -31,7 +31,7 @@ pub use sweep::SweepKind;
 pub const REP_MS: f64 = 200.0;
 pub const SWEEP_REP_MS: f64 = 40.0;
 
-const SECTIONS: [&str; 14] = [
+const SECTIONS: [&str; 15] = [
     "copy",
     "ln_relu_res",
     "ew_chain",
@@ -44,6 +44,7 @@ const SECTIONS: [&str; 14] = [
     "block_step",
     "gpt2_step",
     "busy",
+    "busy_gpt2",
     "coldstart",
     "overhead",
 ];
@@ -165,7 +166,8 @@ pub fn run(options: &Options) -> Result<()> {
             ("block_fwd", Box::new(|b| b.gpt2_workload("block_fwd"))),
             ("block_step", Box::new(|b| b.gpt2_workload("block_step"))),
             ("gpt2_step", Box::new(|b| b.gpt2_workload("gpt2_step"))),
-            ("busy", Box::new(|b| b.busy())),
+            ("busy", Box::new(|b| b.busy(&busy_loops::busy_sizes()))),
+            ("busy_gpt2", Box::new(|b| b.busy(&busy_loops::busy_gpt2_sizes()))),
             ("coldstart", Box::new(|b| b.coldstart())),
             ("overhead", Box::new(|b| b.host_overhead())),
         ],
