@@ -72,6 +72,22 @@ pub fn allow_tf32() -> bool {
     ALLOW_TF32.load(Ordering::Relaxed)
 }
 
+static DETERMINISTIC: AtomicBool = AtomicBool::new(false);
+
+/// Makes functions compiled from now on give results with the same bits on every run, where a
+/// faster kernel would not: the gradients of attention then take two kernels (dq summed over
+/// query tiles, dk and dv over key tiles) instead of one that computes the scores once and adds
+/// each block's part of dq as it arrives. Off by default; like PyTorch's
+/// `torch.use_deterministic_algorithms`, a process-wide setting.
+pub fn set_deterministic_algorithms(deterministic: bool) {
+    DETERMINISTIC.store(deterministic, Ordering::Relaxed);
+}
+
+/// Whether functions compiled now give the same bits on every run.
+pub fn deterministic_algorithms() -> bool {
+    DETERMINISTIC.load(Ordering::Relaxed)
+}
+
 /// Makes a one-op eager graph runnable on `target`: the CPU reference on the CPU; on a GPU a
 /// fused plan of one kernel, cached by the graph's structure so each op compiles once per process.
 pub fn compile_graph(graph: &Graph, target: Target) -> Result<Arc<dyn Executable>> {
@@ -109,7 +125,11 @@ pub fn compile_fused_in_place(
 }
 
 fn fuse(graph: &Graph, in_place: &[(usize, usize)]) -> Result<Plan> {
-    let options = FusionOptions { in_place: in_place.to_vec(), ..FusionOptions::default() };
+    let options = FusionOptions {
+        in_place: in_place.to_vec(),
+        deterministic: deterministic_algorithms(),
+        ..FusionOptions::default()
+    };
     braze_passes::compile_to_plan(graph, &options)
         .map_err(|e| Error::Compile { context: "fusion".into(), passes: Box::new(e) })
 }

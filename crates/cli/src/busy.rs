@@ -133,8 +133,12 @@ fn measure(name: &'static str, traced: bool, steps: u64, body: &mut dyn FnMut() 
         _ => None,
     };
     let mean_loss = mean_loss?;
+    // The loop's own syncs: those on the thread that ran its steps (a timeline records every
+    // thread of the process).
+    let spans = trace.iter().flat_map(|t| &t.spans);
+    let loop_thread = spans.clone().find(|s| s.category == "step").map(|s| s.track);
     let mut sync_sites: Vec<(String, String, usize)> = Vec::new();
-    for span in trace.iter().flat_map(|t| &t.spans).filter(|s| s.category == "sync") {
+    for span in spans.filter(|s| s.category == "sync" && Some(s.track) == loop_thread) {
         let site = span.detail.clone().unwrap_or_default();
         match sync_sites.iter_mut().find(|(s, op, _)| *s == site && *op == span.name) {
             Some(entry) => entry.2 += 1,

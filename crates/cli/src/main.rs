@@ -97,6 +97,9 @@ enum Command {
         /// Print the sweep's cases (shapes, dtypes, bytes) and exit; needs no GPU.
         #[arg(long)]
         list: bool,
+        /// Leave out the max-autotune rows (tuning every kernel of gpt2_step takes minutes).
+        #[arg(long)]
+        no_autotune: bool,
     },
     /// braze's mlp_step from PyTorch's initial weights (`benches/torch_train.py --write DIR`),
     /// compiled and run on PyTorch's inputs; each step's loss and gradients compared with
@@ -279,7 +282,7 @@ fn main() -> ExitCode {
         Command::Kernels { workload, common } => kernels(&workload, &common),
         Command::Demo { device } => demo::run(device),
         Command::Timeline { trace } => timeline(&trace),
-        Command::Bench { json, only, skip, rep_ms, torch_weights, sweep, sweep_max_mb, list } => {
+        Command::Bench { json, only, skip, rep_ms, torch_weights, sweep, sweep_max_mb, list, no_autotune } => {
             bench::run(&bench::Options {
                 json: json.as_deref(),
                 only: &only,
@@ -289,6 +292,7 @@ fn main() -> ExitCode {
                 sweep,
                 sweep_max_mb,
                 list,
+                autotune: !no_autotune,
             })
         }
         Command::TrainCheck { torch_weights, device, mode, json } => {

@@ -48,7 +48,7 @@ impl Bench {
         let inputs = &workload.inputs;
         // Default first (with each kernel's time in one step), then max-autotune: what tuning
         // every kernel's launch config on these shapes buys, and how long it takes.
-        for mode in [Mode::Default, Mode::MaxAutotune] {
+        for mode in self.modes(&[Mode::Default, Mode::MaxAutotune]) {
             let compiled = workload.compile().fullgraph(true).mode(mode).name(name);
             let start = std::time::Instant::now();
             let explained = compiled.explain(inputs)?;

@@ -46,7 +46,7 @@ impl Bench {
         let inputs = &case.pair.dev.inputs;
         let dtype = dtype_name(case.dtype);
         let reference = Reference::new(case)?;
-        for &mode in &case.modes {
+        for mode in self.modes(&case.modes) {
             let variant = mode_variant(mode);
             // The checked call runs on its own instance with poisoned outputs (NaN-filled before
             // each run, as in the conformance suite), so an element no kernel wrote cannot pass;

@@ -65,6 +65,8 @@ pub struct Options<'a> {
     pub sweep_max_mb: Option<f64>,
     /// Print the sweep's cases and exit: no GPU needed.
     pub list: bool,
+    /// Measure the max-autotune rows too.
+    pub autotune: bool,
 }
 
 /// `--list`: the cases of the sweep (those of the workloads in `only`, if any), one a line, and
@@ -84,7 +86,7 @@ pub fn sweep_listing(kind: SweepKind, max_mb: Option<f64>, only: &[String]) -> S
 }
 
 pub fn run(options: &Options) -> Result<()> {
-    let Options { json: json_path, only, skip, rep_ms, torch_weights, sweep, sweep_max_mb, list } = *options;
+    let Options { json: json_path, only, skip, rep_ms, torch_weights, sweep, sweep_max_mb, list, autotune } = *options;
     if let Some(mb) = sweep_max_mb {
         if sweep.is_none() {
             bail!("--sweep-max-mb sizes a sweep: give --sweep rows|pointwise");
@@ -141,7 +143,7 @@ pub fn run(options: &Options) -> Result<()> {
     });
     println!("{env}");
     let save_to = json_path.map(|path| (path.to_path_buf(), env));
-    let mut bench = Bench { timer, rows: Vec::new(), rep_ms, copy_gbps: None, failures: Vec::new(), save_to };
+    let mut bench = Bench { timer, rows: Vec::new(), rep_ms, copy_gbps: None, failures: Vec::new(), save_to, autotune };
     let want = |name: &str| (only.is_empty() || only.iter().any(|o| o == name)) && !skip.iter().any(|s| s == name);
     if torch_weights.is_some() && !want("mlp_step") {
         bail!("--torch-weights checks mlp_step, which --only/--skip leave out");
@@ -204,6 +206,8 @@ struct Bench {
     /// `--json`'s file and the run's environment: rewritten after each section (and sweep
     /// case), so a run stopped by a time limit keeps the rows it measured.
     save_to: Option<(PathBuf, Value)>,
+    /// Measure the max-autotune rows (`--no-autotune` leaves them out).
+    autotune: bool,
 }
 
 fn mode_variant(mode: Mode) -> &'static str {
@@ -231,6 +235,11 @@ impl Bench {
                 .with_context(|| format!("writing {}", path.display()))?;
         }
         Ok(())
+    }
+
+    /// `modes` less max-autotune where the run leaves it out.
+    fn modes(&self, modes: &[Mode]) -> Vec<Mode> {
+        modes.iter().copied().filter(|&m| self.autotune || m != Mode::MaxAutotune).collect()
     }
 
     fn bench(&self, f: &mut dyn FnMut() -> Result<()>, rep_ms: f64) -> Result<Timing> {

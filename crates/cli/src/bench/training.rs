@@ -9,7 +9,7 @@ use crate::torch_check::{self, mlp_step_shape, TorchRun};
 use anyhow::Result;
 use braze::optim::Optimizer;
 use braze::{DType, Mode};
-use braze_workloads::{mlp_training_step, Sizes, MLP_STEP_LAYERS, MLP_STEP_LR};
+use braze_workloads::{mlp_training_step, Sizes, TrainingStep, MLP_STEP_LAYERS, MLP_STEP_LR};
 use serde_json::{json, Value};
 use std::path::Path;
 use std::time::Instant;
@@ -99,8 +99,20 @@ impl Bench {
             "tflops": flops / (graph_timing.median_us * 1e-6) / 1e12,
         }));
         drop(replayed);
-        // Max-autotune: its first call times every kernel's candidates (cuBLASLt's algorithms for
-        // the matmuls among them) on the step's own operands.
+        if self.autotune {
+            self.mlp_step_autotuned(&step, &shape, &dtype, flops)?;
+        }
+        self.schedule(&step.optimizer, &shape, &dtype, &mut || ran(compiled.call(inputs)), &|| compiled.stats())?;
+        if let Some((_, check_row)) = check {
+            self.emit(check_row);
+        }
+        Ok(())
+    }
+
+    /// mlp_step in max-autotune mode: its first call times every kernel's candidates
+    /// (cuBLASLt's algorithms for the matmuls among them) on the step's own operands.
+    fn mlp_step_autotuned(&mut self, step: &TrainingStep, shape: &str, dtype: &str, flops: f64) -> Result<()> {
+        let inputs = &step.workload.inputs;
         let tuned = step.workload.compile().fullgraph(true).mode(Mode::MaxAutotune).name("mlp_step");
         let start = Instant::now();
         ran(tuned.call(inputs))?;
@@ -120,10 +132,6 @@ impl Bench {
             "tflops": flops / (tuned_timing.median_us * 1e-6) / 1e12, "tuning_s": tuning.as_secs_f64(),
         }));
         drop(tuned);
-        self.schedule(&step.optimizer, &shape, &dtype, &mut || ran(compiled.call(inputs)), &|| compiled.stats())?;
-        if let Some((_, check_row)) = check {
-            self.emit(check_row);
-        }
         Ok(())
     }
 
