@@ -73,18 +73,25 @@ pub fn allow_tf32() -> bool {
 }
 
 static DETERMINISTIC: AtomicBool = AtomicBool::new(false);
+static DETERMINISTIC_FROM_ENV: std::sync::Once = std::sync::Once::new();
 
 /// Makes functions compiled from now on give results with the same bits on every run, where a
 /// faster kernel would not: the gradients of attention then take two kernels (dq summed over
 /// query tiles, dk and dv over key tiles) instead of one that computes the scores once and adds
-/// each block's part of dq as it arrives. Off by default; like PyTorch's
-/// `torch.use_deterministic_algorithms`, a process-wide setting.
+/// each block's part of dq as it arrives. Off by default (`BRAZE_DETERMINISTIC=1` turns it on
+/// from the start); like PyTorch's `torch.use_deterministic_algorithms`, a process-wide setting.
 pub fn set_deterministic_algorithms(deterministic: bool) {
+    DETERMINISTIC_FROM_ENV.call_once(|| {});
     DETERMINISTIC.store(deterministic, Ordering::Relaxed);
 }
 
 /// Whether functions compiled now give the same bits on every run.
 pub fn deterministic_algorithms() -> bool {
+    DETERMINISTIC_FROM_ENV.call_once(|| {
+        if std::env::var_os("BRAZE_DETERMINISTIC").is_some_and(|v| v == "1") {
+            DETERMINISTIC.store(true, Ordering::Relaxed);
+        }
+    });
     DETERMINISTIC.load(Ordering::Relaxed)
 }
 
