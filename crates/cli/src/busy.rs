@@ -200,7 +200,13 @@ pub fn naive_loop(device: Device, sizes: &LoopSizes, traced: bool) -> Result<Loo
 
 /// The same loop with braze: strict compiled step (graph replay), device metrics, pinned prefetch.
 pub fn braze_loop(device: Device, sizes: &LoopSizes, traced: bool) -> Result<LoopRun> {
-    let step = sizes.model.workload(device)?.compile().fullgraph(true).mode(Mode::ReduceOverhead);
+    braze_loop_in(device, sizes, traced, Mode::ReduceOverhead)
+}
+
+/// [`braze_loop`] with the step compiled in `mode` (`Mode::Default`: its kernels launched one by
+/// one instead of replayed as a CUDA graph).
+pub fn braze_loop_in(device: Device, sizes: &LoopSizes, traced: bool, mode: Mode) -> Result<LoopRun> {
+    let step = sizes.model.workload(device)?.compile().fullgraph(true).mode(mode);
     // Prepared once and shared with the prefetcher (as the PyTorch loop pins its batches once):
     // each step stages a batch into pinned memory, with no copy of its own before that.
     let batches: Vec<Arc<Vec<HostTensor>>> = sizes.model.batches()?.into_iter().map(Arc::new).collect();
@@ -211,7 +217,8 @@ pub fn braze_loop(device: Device, sizes: &LoopSizes, traced: bool) -> Result<Loo
     for batch in Prefetcher::new(device, source(WARMUP_STEPS))? {
         step.call(&batch?)?;
     }
-    measure("braze loop", traced, sizes.steps, &mut || {
+    let name = if mode == Mode::ReduceOverhead { "braze loop" } else { "braze loop, direct launches" };
+    measure(name, traced, sizes.steps, &mut || {
         let mut loss = DeviceMetric::new("loss", device).read_every(sizes.read_every);
         let mut non_finite = DeviceMetric::new("NaN losses", device).read_every(sizes.read_every);
         for (i, batch) in Prefetcher::new(device, source(sizes.steps))?.enumerate() {

@@ -6,7 +6,7 @@
 use super::Bench;
 use crate::busy::{self, LoopModel, LoopRun, LoopSizes};
 use anyhow::Result;
-use braze::DType;
+use braze::{DType, Mode};
 use braze_workloads::gpt2::Gpt2Sizes;
 use serde_json::json;
 
@@ -30,13 +30,29 @@ impl Bench {
             LoopModel::Gpt2(_) => LoopSizes { steps: NAIVE_GPT2_STEPS.min(sizes.steps), ..sizes.clone() },
             LoopModel::Mlp { .. } => sizes.clone(),
         };
-        let runs = [
+        let mut runs = vec![
             (busy::naive_loop(device, &naive_sizes, false)?, busy::naive_loop(device, &naive_sizes, true)?),
             (busy::braze_loop(device, sizes, false)?, busy::braze_loop(device, sizes, true)?),
         ];
+        if let LoopModel::Gpt2(_) = sizes.model {
+            // The same loop with the step's kernels launched one by one: what graph replay adds.
+            let direct = |traced| busy::braze_loop_in(device, sizes, traced, Mode::Default);
+            runs.push((direct(false)?, direct(true)?));
+        }
         let workload = workload_name(&sizes.model);
         for (timed, traced) in &runs {
             self.busy_row(workload, &sizes.model, timed, traced);
+            if let Some(summary) = &traced.summary {
+                // Where the GPU waited, and what the host was doing meanwhile.
+                let gaps: Vec<String> = summary
+                    .gaps
+                    .iter()
+                    .take(3)
+                    .map(|g| format!("{:.3} ms ({})", g.dur_us / 1e3, g.host.join("; ")))
+                    .collect();
+                let note = format!("{}: largest gaps {}", traced.name, gaps.join(", "));
+                self.info(workload, &sizes.model.shape(), &sizes.model.dtype().to_string(), "info gaps", None, &note);
+            }
         }
         let naive = &runs[0].1;
         for (site, op, count) in &naive.sync_sites {
