@@ -30,8 +30,7 @@ pub fn available() -> bool {
 }
 
 /// Helper functions whose bodies are inline PTX the prelude emulates as a whole.
-const EMULATED_HELPERS: [&str; 6] =
-    ["mma_16816", "ldmatrix_x4", "ldmatrix_x4_trans", "cp_async_16", "pack_half2", "red_add_f32x2"];
+const EMULATED_HELPERS: [&str; 5] = ["mma_16816", "ldmatrix_x4", "ldmatrix_x4_trans", "cp_async_16", "pack_half2"];
 
 /// The operand expressions of an inline `asm` statement's operand lists, in order.
 fn asm_operands(statement: &str) -> Vec<String> {

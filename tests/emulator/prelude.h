@@ -182,8 +182,6 @@ template <class T>
 static inline T atomicCAS(T* p, T cmp, T v) { std::lock_guard<std::mutex> g(emu_atomic_mutex); T old = *p; if (old == cmp) *p = v; return old; }
 template <class T>
 static inline T atomicOr(T* p, T v) { std::lock_guard<std::mutex> g(emu_atomic_mutex); T old = *p; *p = old | v; return old; }
-// red.global.add.v2.f32: two adjacent floats added to as one reduction.
-static inline void red_add_f32x2(float* p, float a, float b) { std::lock_guard<std::mutex> g(emu_atomic_mutex); p[0] += a; p[1] += b; }
 
 // Conversions as the PTX cvt instructions do them: round to nearest even, NaN to the canonical
 // quiet NaN.

@@ -72,29 +72,6 @@ pub fn allow_tf32() -> bool {
     ALLOW_TF32.load(Ordering::Relaxed)
 }
 
-static DETERMINISTIC: AtomicBool = AtomicBool::new(false);
-static DETERMINISTIC_FROM_ENV: std::sync::Once = std::sync::Once::new();
-
-/// Makes functions compiled from now on give results with the same bits on every run, where a
-/// faster kernel would not: the gradients of attention then take two kernels (dq summed over
-/// query tiles, dk and dv over key tiles) instead of one that computes the scores once and adds
-/// each block's part of dq as it arrives. Off by default (`BRAZE_DETERMINISTIC=1` turns it on
-/// from the start); like PyTorch's `torch.use_deterministic_algorithms`, a process-wide setting.
-pub fn set_deterministic_algorithms(deterministic: bool) {
-    DETERMINISTIC_FROM_ENV.call_once(|| {});
-    DETERMINISTIC.store(deterministic, Ordering::Relaxed);
-}
-
-/// Whether functions compiled now give the same bits on every run.
-pub fn deterministic_algorithms() -> bool {
-    DETERMINISTIC_FROM_ENV.call_once(|| {
-        if std::env::var_os("BRAZE_DETERMINISTIC").is_some_and(|v| v == "1") {
-            DETERMINISTIC.store(true, Ordering::Relaxed);
-        }
-    });
-    DETERMINISTIC.load(Ordering::Relaxed)
-}
-
 /// Makes a one-op eager graph runnable on `target`: the CPU reference on the CPU; on a GPU a
 /// fused plan of one kernel, cached by the graph's structure so each op compiles once per process.
 pub fn compile_graph(graph: &Graph, target: Target) -> Result<Arc<dyn Executable>> {
@@ -132,11 +109,7 @@ pub fn compile_fused_in_place(
 }
 
 fn fuse(graph: &Graph, in_place: &[(usize, usize)]) -> Result<Plan> {
-    let options = FusionOptions {
-        in_place: in_place.to_vec(),
-        deterministic: deterministic_algorithms(),
-        ..FusionOptions::default()
-    };
+    let options = FusionOptions { in_place: in_place.to_vec(), ..FusionOptions::default() };
     braze_passes::compile_to_plan(graph, &options)
         .map_err(|e| Error::Compile { context: "fusion".into(), passes: Box::new(e) })
 }

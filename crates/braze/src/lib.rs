@@ -72,7 +72,7 @@ mod tuning_bar;
 
 pub use autocast::{autocast, autocast_dtype, without_autocast};
 pub use autograd::{is_grad_enabled, no_grad, value_and_grad};
-pub use backend::{allow_tf32, deterministic_algorithms, set_allow_tf32, set_deterministic_algorithms};
+pub use backend::{allow_tf32, set_allow_tf32};
 pub use braze_cuda::KernelTime;
 pub use braze_ir::{DType, Graph, HostData, HostTensor, Shape, SourceLoc};
 pub use breaks::{BreakKind, GraphBreak};

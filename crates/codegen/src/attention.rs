@@ -13,11 +13,11 @@
 //! - forward: scores in the base-2 domain (`scale * log2(e)` folded in), an online softmax per
 //!   row (running max, rescaled sum and accumulator); stores `out = acc / sum` and the lse
 //!   `(max + log2(sum)) * ln 2`.
-//! - backward, two sides, an entry each (two launches of one kernel where the plan's
-//!   `attention_backward` has both): dq over query tiles, dk and dv over key tiles. Each
-//!   recomputes `p = exp2(s - lse * log2(e))` and `ds = p (dout . v - delta)`; splitting them
-//!   lets every gradient element be summed by one thread in one order, with no atomics, so
-//!   gradients have the same bits on every run.
+//! - backward, two kernels (the plan's two `attention_backward` sides): dq over query tiles,
+//!   dk and dv over key tiles. Each recomputes `p = exp2(s - lse * log2(e))` and
+//!   `ds = p (dout . v - delta)`; splitting them lets every gradient element be summed by one
+//!   thread in one order, with no atomics, so gradients have the same bits on every run (one
+//!   kernel would have to add dq across key tiles atomically).
 //!
 //! These kernels are the portable path for every dtype and target; for bf16/f16 on sm_80+ the
 //! tensor-core kernels (`attention_mma.rs`, `attention_mma_backward.rs`) come first among the
@@ -301,43 +301,124 @@ pub(crate) fn generate_backward(
     check_dtypes(unit, &s, &[d, d, d, DType::F32, DType::F32, d], &vec![d; back.grads.len()])?;
     let width = IndexWidth::for_largest(unit.largest_buffer());
     let (declared, params) = unit.buffer_params();
+    let queries = back.grads == [AttentionInput::Query];
     let slot = |g: AttentionInput| back.grads.iter().position(|&x| x == g);
-    let (dq, dk, dv) = (slot(AttentionInput::Query), slot(AttentionInput::Key), slot(AttentionInput::Value));
     let shared_words = 2 * l.rows * s.head_dim + 2 * TILE * (s.head_dim + 1) + 2 * TILE;
     check_shared(unit, shared_words)?;
     let scale = f32_literal(s.scale as f32);
 
-    // One entry a side: dk/dv over key tiles (the kernel's name), dq over query tiles (the
-    // name, or `{name}_dq` beside dk/dv).
-    let mut sides: Vec<(String, &str, Option<usize>)> = Vec::new();
-    if dk.is_some() || dv.is_some() {
-        sides.push((name.clone(), "dk/dv over key tiles", None));
-    }
-    if let Some(q) = dq {
-        let entry = if sides.is_empty() { name.clone() } else { format!("{name}_dq") };
-        sides.push((entry, "dq over query tiles", Some(q)));
-    }
     let mut w = CodeWriter::new();
-    for (entry, _, queries) in &sides {
-        w.line(format!(
-            "extern \"C\" __global__ void __launch_bounds__({}) {entry}({})",
-            warps * 32,
-            declared.join(", ")
-        ));
-        w.open("");
-        prologue(&mut w, &s, &l, &backward_operands(back));
-        w.line(format!("const float LOG2E = {};", f32_literal(std::f32::consts::LOG2_E)));
-        match queries {
-            Some(q) => dq_side(&mut w, d, &format!("out{q}"), &scale),
-            None => key_side(&mut w, d, dk, dv, &scale),
+    w.line(format!("extern \"C\" __global__ void __launch_bounds__({}) {name}({})", warps * 32, declared.join(", ")));
+    w.open("");
+    prologue(&mut w, &s, &l, &backward_operands(back));
+    w.line(format!("const float LOG2E = {};", f32_literal(std::f32::consts::LOG2_E)));
+    if queries {
+        w.line("float* qs = smem;                  // ROWS x DIM: the block's query rows");
+        w.line("float* dos = qs + ROWS * DIM;      // ROWS x DIM: their output gradients");
+        w.line("float* ks = dos + ROWS * DIM;      // TILE x PAD: a key tile");
+        w.line("float* vs = ks + TILE * PAD;       // TILE x PAD: its values");
+        stage(&mut w, d, "qs", "in0", "row0", "ROWS", "DIM");
+        stage(&mut w, d, "dos", "in5", "row0", "ROWS", "DIM");
+        w.line("float lse2[RPW], delta[RPW], dq[RPW][CHUNKS];");
+        w.line("#pragma unroll");
+        w.open("for (int r = 0; r < RPW; ++r)");
+        w.line("const int i = min(row0 + warp * RPW + r, SEQ - 1);");
+        w.line("lse2[r] = in3[bh * SEQ + i] * LOG2E;");
+        w.line("delta[r] = in4[bh * SEQ + i];");
+        w.line("#pragma unroll");
+        w.line("for (int c = 0; c < CHUNKS; ++c) dq[r][c] = 0.0f;");
+        w.close();
+        w.line("const int key_end = CAUSAL ? min(SEQ, row0 + ROWS) : SEQ;");
+        w.open("for (int k0 = 0; k0 < key_end; k0 += TILE)");
+        w.line("__syncthreads();");
+        stage(&mut w, d, "ks", "in1", "k0", "TILE", "PAD");
+        stage(&mut w, d, "vs", "in2", "k0", "TILE", "PAD");
+        w.line("__syncthreads();");
+        w.line("const int j = k0 + lane;");
+        w.line("#pragma unroll");
+        w.open("for (int r = 0; r < RPW; ++r)");
+        w.line("const int i = row0 + warp * RPW + r;");
+        w.line("if (i >= SEQ) continue;  // warp-uniform");
+        dot(&mut w, "score", "(qs + (warp * RPW + r) * DIM)", "(ks + lane * PAD)");
+        dot(&mut w, "dp", "(dos + (warp * RPW + r) * DIM)", "(vs + lane * PAD)");
+        w.line("const bool valid = j < SEQ && (!CAUSAL || j <= i);");
+        w.line("const float p = valid ? exp2f(score * SCALE_LOG2 - lse2[r]) : 0.0f;");
+        w.line("const float ds = p * (dp - delta[r]);");
+        fold(&mut w, &[("dq", "ds", "ks")]);
+        w.close();
+        w.close();
+        w.line("#pragma unroll");
+        w.open("for (int r = 0; r < RPW; ++r)");
+        w.line("const int i = row0 + warp * RPW + r;");
+        w.line("if (i >= SEQ) continue;");
+        store_rows(&mut w, d, "out0", "dq", &scale);
+        w.close();
+    } else {
+        let (dk, dv) = (slot(AttentionInput::Key), slot(AttentionInput::Value));
+        w.line("float* ks = smem;                  // ROWS x DIM: the block's key rows");
+        w.line("float* vs = ks + ROWS * DIM;       // ROWS x DIM: their values");
+        w.line("float* qs = vs + ROWS * DIM;       // TILE x PAD: a query tile");
+        w.line("float* dos = qs + TILE * PAD;      // TILE x PAD: its output gradients");
+        w.line("float* lse2s = dos + TILE * PAD;   // TILE: its lse * log2(e)");
+        w.line("float* deltas = lse2s + TILE;      // TILE: its rowsum(dout * out)");
+        stage(&mut w, d, "ks", "in1", "row0", "ROWS", "DIM");
+        stage(&mut w, d, "vs", "in2", "row0", "ROWS", "DIM");
+        w.line("float dk[RPW][CHUNKS], dv[RPW][CHUNKS];");
+        w.line("#pragma unroll");
+        w.open("for (int r = 0; r < RPW; ++r)");
+        w.line("#pragma unroll");
+        w.line("for (int c = 0; c < CHUNKS; ++c) { dk[r][c] = 0.0f; dv[r][c] = 0.0f; }");
+        w.close();
+        w.line("// Under the mask, query tiles before the block's first key row are never visited.");
+        w.line("const int query_start = CAUSAL ? row0 / TILE * TILE : 0;");
+        w.open("for (int q0 = query_start; q0 < SEQ; q0 += TILE)");
+        w.line("__syncthreads();");
+        stage(&mut w, d, "qs", "in0", "q0", "TILE", "PAD");
+        stage(&mut w, d, "dos", "in5", "q0", "TILE", "PAD");
+        w.open("if (threadIdx.x < TILE)");
+        w.line("const int t = min(q0 + (int)threadIdx.x, SEQ - 1);");
+        w.line("lse2s[threadIdx.x] = in3[bh * SEQ + t] * LOG2E;");
+        w.line("deltas[threadIdx.x] = in4[bh * SEQ + t];");
+        w.close();
+        w.line("__syncthreads();");
+        w.line("const int i = q0 + lane;");
+        w.line("#pragma unroll");
+        w.open("for (int r = 0; r < RPW; ++r)");
+        w.line("const int j = row0 + warp * RPW + r;");
+        w.line("if (j >= SEQ) continue;  // warp-uniform");
+        dot(&mut w, "score", "(qs + lane * PAD)", "(ks + (warp * RPW + r) * DIM)");
+        dot(&mut w, "dp", "(dos + lane * PAD)", "(vs + (warp * RPW + r) * DIM)");
+        w.line("const bool valid = i < SEQ && (!CAUSAL || j <= i);");
+        w.line("const float p = valid ? exp2f(score * SCALE_LOG2 - lse2s[lane]) : 0.0f;");
+        w.line("const float ds = p * (dp - deltas[lane]);");
+        let mut folds = Vec::new();
+        if dk.is_some() {
+            folds.push(("dk", "ds", "qs"));
+        }
+        if dv.is_some() {
+            folds.push(("dv", "p", "dos"));
+        }
+        fold(&mut w, &folds);
+        w.close();
+        w.close();
+        w.line("#pragma unroll");
+        w.open("for (int r = 0; r < RPW; ++r)");
+        w.line("const int i = row0 + warp * RPW + r;  // the key row");
+        w.line("if (i >= SEQ) continue;");
+        if let Some(k) = dk {
+            store_rows(&mut w, d, &format!("out{k}"), "dk", &scale);
+        }
+        if let Some(v) = dv {
+            store_rows(&mut w, d, &format!("out{v}"), "dv", "1.0f");
         }
         w.close();
     }
+    w.close();
 
+    let side = if queries { "dq over query tiles" } else { "dk/dv over key tiles" };
     Ok(Emitted {
         summary: format!(
-            "flash attention backward ({}), {} x [{}, {}] {}{}",
-            sides.iter().map(|(_, side, _)| *side).collect::<Vec<_>>().join("; "),
+            "flash attention backward ({side}), {} x [{}, {}] {}{}",
             s.batch,
             s.seq,
             s.head_dim,
@@ -353,116 +434,8 @@ pub(crate) fn generate_backward(
         )],
         width: Some(width),
         code: w.finish(),
-        launches: sides
-            .iter()
-            .flat_map(|(entry, _, _)| launches(entry, &s, &l, shared_words, params.clone()))
-            .collect(),
+        launches: launches(&name, &s, &l, shared_words, params),
         scratch: Vec::new(),
         tables: Vec::new(),
     })
-}
-
-/// dq over query tiles, into `out`.
-fn dq_side(w: &mut CodeWriter, d: DType, out: &str, scale: &str) {
-    w.line("float* qs = smem;                  // ROWS x DIM: the block's query rows");
-    w.line("float* dos = qs + ROWS * DIM;      // ROWS x DIM: their output gradients");
-    w.line("float* ks = dos + ROWS * DIM;      // TILE x PAD: a key tile");
-    w.line("float* vs = ks + TILE * PAD;       // TILE x PAD: its values");
-    stage(w, d, "qs", "in0", "row0", "ROWS", "DIM");
-    stage(w, d, "dos", "in5", "row0", "ROWS", "DIM");
-    w.line("float lse2[RPW], delta[RPW], dq[RPW][CHUNKS];");
-    w.line("#pragma unroll");
-    w.open("for (int r = 0; r < RPW; ++r)");
-    w.line("const int i = min(row0 + warp * RPW + r, SEQ - 1);");
-    w.line("lse2[r] = in3[bh * SEQ + i] * LOG2E;");
-    w.line("delta[r] = in4[bh * SEQ + i];");
-    w.line("#pragma unroll");
-    w.line("for (int c = 0; c < CHUNKS; ++c) dq[r][c] = 0.0f;");
-    w.close();
-    w.line("const int key_end = CAUSAL ? min(SEQ, row0 + ROWS) : SEQ;");
-    w.open("for (int k0 = 0; k0 < key_end; k0 += TILE)");
-    w.line("__syncthreads();");
-    stage(w, d, "ks", "in1", "k0", "TILE", "PAD");
-    stage(w, d, "vs", "in2", "k0", "TILE", "PAD");
-    w.line("__syncthreads();");
-    w.line("const int j = k0 + lane;");
-    w.line("#pragma unroll");
-    w.open("for (int r = 0; r < RPW; ++r)");
-    w.line("const int i = row0 + warp * RPW + r;");
-    w.line("if (i >= SEQ) continue;  // warp-uniform");
-    dot(w, "score", "(qs + (warp * RPW + r) * DIM)", "(ks + lane * PAD)");
-    dot(w, "dp", "(dos + (warp * RPW + r) * DIM)", "(vs + lane * PAD)");
-    w.line("const bool valid = j < SEQ && (!CAUSAL || j <= i);");
-    w.line("const float p = valid ? exp2f(score * SCALE_LOG2 - lse2[r]) : 0.0f;");
-    w.line("const float ds = p * (dp - delta[r]);");
-    fold(w, &[("dq", "ds", "ks")]);
-    w.close();
-    w.close();
-    w.line("#pragma unroll");
-    w.open("for (int r = 0; r < RPW; ++r)");
-    w.line("const int i = row0 + warp * RPW + r;");
-    w.line("if (i >= SEQ) continue;");
-    store_rows(w, d, out, "dq", scale);
-    w.close();
-}
-
-/// dk and/or dv over key tiles, into the given output slots.
-fn key_side(w: &mut CodeWriter, d: DType, dk: Option<usize>, dv: Option<usize>, scale: &str) {
-    w.line("float* ks = smem;                  // ROWS x DIM: the block's key rows");
-    w.line("float* vs = ks + ROWS * DIM;       // ROWS x DIM: their values");
-    w.line("float* qs = vs + ROWS * DIM;       // TILE x PAD: a query tile");
-    w.line("float* dos = qs + TILE * PAD;      // TILE x PAD: its output gradients");
-    w.line("float* lse2s = dos + TILE * PAD;   // TILE: its lse * log2(e)");
-    w.line("float* deltas = lse2s + TILE;      // TILE: its rowsum(dout * out)");
-    stage(w, d, "ks", "in1", "row0", "ROWS", "DIM");
-    stage(w, d, "vs", "in2", "row0", "ROWS", "DIM");
-    w.line("float dk[RPW][CHUNKS], dv[RPW][CHUNKS];");
-    w.line("#pragma unroll");
-    w.open("for (int r = 0; r < RPW; ++r)");
-    w.line("#pragma unroll");
-    w.line("for (int c = 0; c < CHUNKS; ++c) { dk[r][c] = 0.0f; dv[r][c] = 0.0f; }");
-    w.close();
-    w.line("// Under the mask, query tiles before the block's first key row are never visited.");
-    w.line("const int query_start = CAUSAL ? row0 / TILE * TILE : 0;");
-    w.open("for (int q0 = query_start; q0 < SEQ; q0 += TILE)");
-    w.line("__syncthreads();");
-    stage(w, d, "qs", "in0", "q0", "TILE", "PAD");
-    stage(w, d, "dos", "in5", "q0", "TILE", "PAD");
-    w.open("if (threadIdx.x < TILE)");
-    w.line("const int t = min(q0 + (int)threadIdx.x, SEQ - 1);");
-    w.line("lse2s[threadIdx.x] = in3[bh * SEQ + t] * LOG2E;");
-    w.line("deltas[threadIdx.x] = in4[bh * SEQ + t];");
-    w.close();
-    w.line("__syncthreads();");
-    w.line("const int i = q0 + lane;");
-    w.line("#pragma unroll");
-    w.open("for (int r = 0; r < RPW; ++r)");
-    w.line("const int j = row0 + warp * RPW + r;");
-    w.line("if (j >= SEQ) continue;  // warp-uniform");
-    dot(w, "score", "(qs + lane * PAD)", "(ks + (warp * RPW + r) * DIM)");
-    dot(w, "dp", "(dos + lane * PAD)", "(vs + (warp * RPW + r) * DIM)");
-    w.line("const bool valid = i < SEQ && (!CAUSAL || j <= i);");
-    w.line("const float p = valid ? exp2f(score * SCALE_LOG2 - lse2s[lane]) : 0.0f;");
-    w.line("const float ds = p * (dp - deltas[lane]);");
-    let mut folds = Vec::new();
-    if dk.is_some() {
-        folds.push(("dk", "ds", "qs"));
-    }
-    if dv.is_some() {
-        folds.push(("dv", "p", "dos"));
-    }
-    fold(w, &folds);
-    w.close();
-    w.close();
-    w.line("#pragma unroll");
-    w.open("for (int r = 0; r < RPW; ++r)");
-    w.line("const int i = row0 + warp * RPW + r;  // the key row");
-    w.line("if (i >= SEQ) continue;");
-    if let Some(k) = dk {
-        store_rows(w, d, &format!("out{k}"), "dk", scale);
-    }
-    if let Some(v) = dv {
-        store_rows(w, d, &format!("out{v}"), "dv", "1.0f");
-    }
-    w.close();
 }

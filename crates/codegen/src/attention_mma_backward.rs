@@ -13,19 +13,11 @@
 //! - dk/dv: a warp owns its key rows; per query tile it computes the transposed scores `S^T = K
 //!   Q^T` and `dP^T = V dO^T`, so that `P^T` and `dS^T` sit in the accumulator layout, which
 //!   is the A layout of `P^T dO` into `dv` and `dS^T Q` into `dk`.
-//! - dq beside dk/dv (a plan kernel of all three gradients): the dk/dv kernel also puts each
-//!   query tile's `dS^T` into shared memory, and after a barrier the block's warps compute that
-//!   tile's `dS K` over the block's keys (`dS` read with `ldmatrix.trans`, each warp a part of
-//!   the tile's rows and columns) and add it into an f32 copy of dq with vector reductions
-//!   (`red.global.add.v2.f32`); a second launch writes dq, scaled and rounded, and zeroes the
-//!   copy for the next run. The scores are computed once, not once per kernel: five products
-//!   per tile pair instead of seven.
 //!
 //! `P` and `dS` are rounded to the operand dtype as mma operands (as flash-attention does);
-//! every sum is f32. In the dq and dk/dv kernels each gradient element is summed by one thread
-//! in one order, so the results have the same bits on every run; the dq added by the blocks of
-//! a fused kernel is summed in the order they arrive. Under a causal mask a warp skips the
-//! tiles wholly on the far side of the diagonal from its rows.
+//! every sum is f32. Each gradient element is summed by one thread in one order, so the results
+//! have the same bits on every run (the reason for two kernels, see `attention.rs`). Under a
+//! causal mask a warp skips the tiles wholly on the far side of the diagonal from its rows.
 //! Without a GPU, `tests/emulated.rs` runs these kernels (and the forward) on the CPU against
 //! the reference.
 
@@ -36,9 +28,9 @@ use crate::cuda::f32_literal;
 use crate::error::{invalid_config, Result};
 use crate::index::IndexWidth;
 use crate::writer::CodeWriter;
-use crate::{grid_for, Emitted, Launch, Param, ScratchSpec, Unit};
+use crate::{Emitted, Launch, Unit};
 use braze_ir::{AttentionInput, DType};
-use braze_plan::{AttentionBackward, AttentionShape};
+use braze_plan::AttentionBackward;
 
 /// Rows of the walked side (keys for dq, queries for dk/dv) per step: 64 for one block of 16
 /// rows a warp at head dims up to 64; 32 for two blocks or wider heads, whose accumulators take
@@ -49,42 +41,6 @@ fn walk_tile(head_dim: usize, rows_per_warp: u32) -> usize {
     } else {
         64
     }
-}
-
-/// How a fused kernel's warps share one query tile's `dS K`: each takes `m_blocks` blocks of 16
-/// query rows from `first_m` (`m_blocks` per warp, or one block shared by several warps) and
-/// `n_pairs` pairs of 8 columns from `first_n` (expressions of `warp`).
-struct DqSplit {
-    m_blocks: usize,
-    n_pairs: usize,
-    first_m: String,
-    first_n: String,
-}
-
-/// The split of a `walk x head_dim` dq tile over `warps` warps, if one is even: whole blocks of
-/// rows a warp, or the column pairs of a block shared evenly.
-fn dq_split(walk: usize, head_dim: usize, warps: usize) -> Option<DqSplit> {
-    let (blocks, pairs) = (walk / 16, head_dim / 16);
-    if blocks.is_multiple_of(warps) {
-        let m_blocks = blocks / warps;
-        return Some(DqSplit { m_blocks, n_pairs: pairs, first_m: format!("warp * {m_blocks}"), first_n: "0".into() });
-    }
-    let sharing = warps / blocks;
-    (warps.is_multiple_of(blocks) && pairs.is_multiple_of(sharing)).then(|| {
-        let n_pairs = pairs / sharing;
-        DqSplit {
-            m_blocks: 1,
-            n_pairs,
-            first_m: format!("warp / {sharing}"),
-            first_n: format!("warp % {sharing} * {n_pairs}"),
-        }
-    })
-}
-
-/// Whether a kernel of all three gradients can run on tensor cores with `warps` warps of
-/// `rows_per_warp` rows (its dq tiles split evenly over the warps).
-pub(crate) fn fused_dq_fits(head_dim: usize, warps: u32, rows_per_warp: u32) -> bool {
-    dq_split(walk_tile(head_dim, rows_per_warp), head_dim, warps as usize).is_some()
 }
 
 pub(crate) fn generate(
@@ -99,40 +55,21 @@ pub(crate) fn generate(
     check_config(unit, &s, &back.layouts(), warps, rows_per_warp, stages)?;
     let d = s.dtype;
     check_dtypes(unit, &s, &[d, d, d, DType::F32, DType::F32, d], &vec![d; back.grads.len()])?;
-    let slot = |g: AttentionInput| back.grads.iter().position(|&x| x == g);
-    let (dq, dk, dv) = (slot(AttentionInput::Query), slot(AttentionInput::Key), slot(AttentionInput::Value));
-    let queries = dk.is_none() && dv.is_none();
-    // dq beside dk/dv: added by the key tiles' blocks into an f32 copy.
-    let fused = if queries { None } else { dq };
+    let queries = back.grads == [AttentionInput::Query];
     let rows = (rows_per_warp * warps) as usize;
     let walk = walk_tile(s.head_dim, rows_per_warp);
-    let split = match fused {
-        Some(_) => Some(dq_split(walk, s.head_dim, warps as usize).ok_or_else(|| {
-            invalid_config(&name, format!("{walk} x {} dq tiles do not split evenly over {warps} warps", s.head_dim))
-        })?),
-        None => None,
-    };
     let stride = s.head_dim + 8;
     let per_stage = 2 * walk * stride * 2 + if queries { 0 } else { 2 * walk * 4 };
-    let ds_bytes = if fused.is_some() { rows * (walk + 8) * 2 } else { 0 };
-    let shared_bytes = 2 * rows * stride * 2 + stages as usize * per_stage + ds_bytes;
+    let shared_bytes = 2 * rows * stride * 2 + stages as usize * per_stage;
     if shared_bytes > unit.target.shared_memory_per_block_optin as usize {
         return Err(invalid_config(&name, format!("{shared_bytes} bytes of shared memory a block")));
     }
     let width = IndexWidth::for_largest(unit.largest_buffer());
-    let (mut declared, mut params) = unit.buffer_params();
-    if fused.is_some() {
-        declared.push("float* __restrict__ scratch0".into());
-        params.push(Param::Scratch(0));
-    }
+    let (declared, params) = unit.buffer_params();
     let tiles = s.seq.div_ceil(rows);
-    let dq_elements = s.batch * s.seq * s.head_dim;
 
     let mut w = CodeWriter::new();
     device_helpers(&mut w, d);
-    if fused.is_some() {
-        reduction_helper(&mut w, unit.target.compute_capability >= (9, 0));
-    }
     w.line(format!("extern \"C\" __global__ void __launch_bounds__({}) {name}({})", warps * 32, declared.join(", ")));
     w.open("");
     w.line(format!(
@@ -158,48 +95,26 @@ pub(crate) fn generate(
     declare_rows(&mut w, &s, &backward_operands(back));
     w.line("extern __shared__ uint4 smem_words[];");
     let tiling = Tiles { stages, staging: Staging::new(warps, &s), rows, walk };
-    match dq {
-        Some(q) if queries => dq_body(&mut w, tiling, q),
-        _ => dkdv_body(&mut w, tiling, Grads { dk, dv, dq: split }),
+    if queries {
+        dq_body(&mut w, tiling);
+    } else {
+        let slot = |g: AttentionInput| back.grads.iter().position(|&x| x == g);
+        dkdv_body(&mut w, tiling, slot(AttentionInput::Key), slot(AttentionInput::Value));
     }
     w.close();
-    if let Some(q) = fused {
-        dq_from_copy(&mut w, &name, &s, back, q, &declared);
-    }
 
-    let mut launches = Vec::new();
-    if s.batch * tiles > 0 {
-        launches.push(Launch {
+    let launches = if s.batch * tiles == 0 {
+        Vec::new()
+    } else {
+        vec![Launch {
             entry: name.clone(),
             grid: [(s.batch * tiles) as u32, 1, 1],
             block: [warps * 32, 1, 1],
             shared_bytes: shared_bytes as u32,
-            params: params.clone(),
-        });
-        if fused.is_some() {
-            launches.push(Launch {
-                entry: format!("{name}_dq"),
-                grid: [grid_for(dq_elements / 8, COPY_BLOCK, unit.target.sm_count * 16), 1, 1],
-                block: [COPY_BLOCK, 1, 1],
-                shared_bytes: 0,
-                params,
-            });
-        }
-    }
-    let side = match (queries, fused.is_some()) {
-        (true, _) => "dq over query tiles",
-        (false, true) => "dk/dv over key tiles, dq added from them",
-        (false, false) => "dk/dv over key tiles",
+            params,
+        }]
     };
-    let mut notes = vec![format!(
-        "{rows} rows a block ({warps} warps x {rows_per_warp}), tiles of {walk} of the other side ({stages} in shared memory at once), {shared_bytes} bytes of shared memory; mma.sync m16n8k16, ldmatrix, cp.async"
-    )];
-    if fused.is_some() {
-        notes.push(
-            "dq: each query tile's dS K added into scratch0 (f32, zero between runs) by every key tile's block; `_dq` writes it scaled and zeroes it"
-                .into(),
-        );
-    }
+    let side = if queries { "dq over query tiles" } else { "dk/dv over key tiles" };
     Ok(Emitted {
         summary: format!(
             "flash attention backward ({side}) on tensor cores, {} x [{}, {}] {}{}",
@@ -209,70 +124,15 @@ pub(crate) fn generate(
             s.dtype,
             if s.causal { ", causal" } else { "" }
         ),
-        notes,
+        notes: vec![format!(
+            "{rows} rows a block ({warps} warps x {rows_per_warp}), tiles of {walk} of the other side ({stages} in shared memory at once), {shared_bytes} bytes of shared memory; mma.sync m16n8k16, ldmatrix, cp.async"
+        )],
         width: Some(width),
         code: w.finish(),
         launches,
-        scratch: if fused.is_some() {
-            vec![ScratchSpec { bytes: 4 * dq_elements, zero_init: true }]
-        } else {
-            Vec::new()
-        },
+        scratch: Vec::new(),
         tables: Vec::new(),
     })
-}
-
-/// Threads a block of the launch that writes dq from its f32 copy.
-const COPY_BLOCK: u32 = 256;
-
-/// `red_add_f32x2(p, a, b)`: `p[0] += a`, `p[1] += b` in global memory, as one vector
-/// reduction on sm_90 (two scalar ones before it).
-fn reduction_helper(w: &mut CodeWriter, vector: bool) {
-    w.open("__device__ __forceinline__ void red_add_f32x2(float* p, float a, float b)");
-    if vector {
-        w.line("asm volatile(\"red.global.add.v2.f32 [%0], {%1, %2};\" :: \"l\"(p), \"f\"(a), \"f\"(b) : \"memory\");");
-    } else {
-        w.line("atomicAdd(p, a);");
-        w.line("atomicAdd(p + 1, b);");
-    }
-    w.close();
-    w.line("");
-}
-
-/// The second launch of a fused kernel: dq (`out{slot}`, placed by its layout) from its f32
-/// copy in `scratch0` (`[batch, seq, head_dim]`), scaled and rounded, 8 elements a thread and
-/// step; the copy is left zeroed for the next run.
-fn dq_from_copy(
-    w: &mut CodeWriter,
-    name: &str,
-    s: &AttentionShape,
-    back: &AttentionBackward,
-    slot: usize,
-    declared: &[String],
-) {
-    w.line("");
-    w.line(format!("extern \"C\" __global__ void __launch_bounds__({COPY_BLOCK}) {name}_dq({})", declared.join(", ")));
-    w.open("");
-    w.line(format!("constexpr int SEQ = {}, DIM = {};", s.seq, s.head_dim));
-    w.line(format!("constexpr float SCALE = {};", f32_literal(s.scale as f32)));
-    w.line(format!("const idx_t groups = (idx_t){} / 8;", s.batch * s.seq * s.head_dim));
-    w.open(
-        "for (idx_t e = (idx_t)blockIdx.x * blockDim.x + threadIdx.x; e < groups; e += (idx_t)gridDim.x * blockDim.x)",
-    );
-    w.line("const idx_t i = e * 8, bh = i / ((idx_t)SEQ * DIM), row = i / DIM % SEQ;");
-    w.line("const int d = (int)(i % DIM);");
-    declare_rows(w, s, &[(format!("out{slot}"), back.grad_layouts[slot])]);
-    w.line("float4* copy = reinterpret_cast<float4*>(scratch0 + i);");
-    w.line("const float4 a = copy[0], b = copy[1];");
-    w.line("copy[0] = copy[1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);");
-    w.line("uint4 packed;");
-    w.line("packed.x = pack_half2(a.x * SCALE, a.y * SCALE);");
-    w.line("packed.y = pack_half2(a.z * SCALE, a.w * SCALE);");
-    w.line("packed.z = pack_half2(b.x * SCALE, b.y * SCALE);");
-    w.line("packed.w = pack_half2(b.z * SCALE, b.w * SCALE);");
-    w.line(format!("*reinterpret_cast<uint4*>(out{slot} + out{slot}_at + row * out{slot}_row + d) = packed;"));
-    w.close();
-    w.close();
 }
 
 /// A kernel's tiling: its stages, its copies, the rows a block owns and the walked tile.
@@ -356,8 +216,8 @@ fn store(w: &mut CodeWriter, out: &str, acc: &str, factor: &str) {
     w.close();
 }
 
-/// dq: inputs q, k, v, lse, delta, dout; output `slot`.
-fn dq_body(w: &mut CodeWriter, tiles: Tiles, slot: usize) {
+/// dq: inputs q, k, v, lse, delta, dout; output 0.
+fn dq_body(w: &mut CodeWriter, tiles: Tiles) {
     let stages = tiles.stages;
     w.line("unsigned short* qs = reinterpret_cast<unsigned short*>(smem_words);  // ROWS x STRIDE");
     w.line("unsigned short* dos = qs + ROWS * STRIDE;                            // ROWS x STRIDE");
@@ -441,33 +301,16 @@ fn dq_body(w: &mut CodeWriter, tiles: Tiles, slot: usize) {
     w.close();
     w.close();
     w.close();
-    store(w, &format!("out{slot}"), "dq", "SCALE");
+    store(w, "out0", "dq", "SCALE");
 }
 
-/// The gradients a kernel over key tiles writes: dk and dv at their output slots, and dq added
-/// into its f32 copy, split over the warps so.
-struct Grads {
-    dk: Option<usize>,
-    dv: Option<usize>,
-    dq: Option<DqSplit>,
-}
-
-/// dk and/or dv (and dq's parts): inputs q, k, v, lse, delta, dout; outputs at the given slots.
-fn dkdv_body(w: &mut CodeWriter, tiles: Tiles, grads: Grads) {
-    let Grads { dk, dv, dq } = grads;
-    // dS^T: for dk, and for dq's parts.
-    let ds = dk.is_some() || dq.is_some();
+/// dk and/or dv: inputs q, k, v, lse, delta, dout; outputs at the given slots.
+fn dkdv_body(w: &mut CodeWriter, tiles: Tiles, dk: Option<usize>, dv: Option<usize>) {
     let stages = tiles.stages;
     w.line("unsigned short* ks = reinterpret_cast<unsigned short*>(smem_words);  // ROWS x STRIDE");
     w.line("unsigned short* vs = ks + ROWS * STRIDE;                             // ROWS x STRIDE");
     w.line(format!("unsigned short* qdo = vs + ROWS * STRIDE;  // {stages} x (a query tile, its output gradients): WT x STRIDE each"));
     w.line(format!("float* stats = reinterpret_cast<float*>(qdo + {stages} * 2 * WT * STRIDE);  // {stages} x (lse * log2(e), rowsum(dout * out)): WT each"));
-    if dq.is_some() {
-        w.line("constexpr int DSTRIDE = WT + 8;");
-        w.line(format!(
-            "unsigned short* dss = reinterpret_cast<unsigned short*>(stats + {stages} * 2 * WT);  // ROWS x DSTRIDE: the tile's dS^T"
-        ));
-    }
     stage_rows(w, tiles.staging, "ks", "in1", "row0", tiles.rows);
     stage_rows(w, tiles.staging, "vs", "in2", "row0", tiles.rows);
     if dk.is_some() {
@@ -498,28 +341,21 @@ fn dkdv_body(w: &mut CodeWriter, tiles: Tiles, grads: Grads) {
     );
     w.line(if stages == 1 { "const float* lse2s = stats;" } else { "const float* lse2s = stats + slot * 2 * WT;" });
     w.line("const float* deltas = lse2s + WT;");
-    if dq.is_some() {
-        // The block meets at a barrier below: a warp whose keys all follow the tile's queries
-        // leaves its dS^T rows unwritten instead of leaving the step (dq's parts never read them).
-        w.line("// Some query of the tile sees the warp's keys:");
-        w.open("if (!CAUSAL || q0 + WT - 1 >= warp_row0)");
-    } else {
-        w.line("if (CAUSAL && q0 + WT - 1 < warp_row0) continue;  // every query of the tile before the warp's keys");
-    }
+    w.line("if (CAUSAL && q0 + WT - 1 < warp_row0) continue;  // every query of the tile before the warp's keys");
     zeroed(w, "st", "WT / 8");
-    if ds {
+    if dk.is_some() {
         zeroed(w, "dpt", "WT / 8");
     }
     w.line("#pragma unroll");
     w.open("for (int kk = 0; kk < KSTEPS; ++kk)");
     w.line("unsigned kf[MT][4];  // the warp's keys, dims 16 kk .. 16 kk + 15");
-    if ds {
+    if dk.is_some() {
         w.line("unsigned vf[MT][4];");
     }
     w.line("#pragma unroll");
     w.open("for (int mi = 0; mi < MT; ++mi)");
     a_fragment(w, "kf[mi]", "ks", "warp * RW + mi * 16", "kk * 16");
-    if ds {
+    if dk.is_some() {
         a_fragment(w, "vf[mi]", "vs", "warp * RW + mi * 16", "kk * 16");
     }
     w.close();
@@ -528,14 +364,14 @@ fn dkdv_body(w: &mut CodeWriter, tiles: Tiles, grads: Grads) {
     w.line("unsigned qb[4];  // shared by the warp's row blocks");
     b_fragments(w, "qb", "qs", "np * 16", "kk * 16");
     mma_pair(w, "st", "np", "kf[mi]", "qb");
-    if ds {
+    if dk.is_some() {
         w.line("unsigned db[4];");
         b_fragments(w, "db", "dos", "np * 16", "kk * 16");
         mma_pair(w, "dpt", "np", "vf[mi]", "db");
     }
     w.close();
     w.close();
-    w.line(if ds {
+    w.line(if dk.is_some() {
         "// P^T in place of the scores, dS^T = P^T (dP^T - delta) in place of dP^T; only tiles past"
     } else {
         "// P^T in place of the scores; only tiles past"
@@ -552,36 +388,20 @@ fn dkdv_body(w: &mut CodeWriter, tiles: Tiles, grads: Grads) {
     w.line("float p = fast_exp2(fmaf(st[mi][j][c], SCALE_LOG2, -lse2s[ql]));");
     w.line("if (edge && (q >= SEQ || (CAUSAL && key > q))) p = 0.0f;");
     w.line("st[mi][j][c] = p;");
-    if ds {
+    if dk.is_some() {
         w.line("dpt[mi][j][c] = p * (dpt[mi][j][c] - deltas[ql]);");
     }
     w.close();
     w.close();
     w.close();
-    w.line(match dq {
-        Some(_) => {
-            "// dv += P^T dO and dk += dS^T Q: two tiles are one A fragment of 16 queries; dS^T to shared memory."
-        }
-        None => "// dv += P^T dO and dk += dS^T Q: two tiles are one A fragment of 16 queries.",
-    });
+    w.line("// dv += P^T dO and dk += dS^T Q: two tiles are one A fragment of 16 queries.");
     w.line("#pragma unroll");
     w.open("for (int kk = 0; kk < WT / 16; ++kk)");
     if dv.is_some() {
         packed(w, "pf", "st");
     }
-    if ds {
+    if dk.is_some() {
         packed(w, "sf", "dpt");
-    }
-    if dq.is_some() {
-        // The A fragment's registers: rows g and g + 8 of the row block, columns 2t and 8 + 2t.
-        w.line("#pragma unroll");
-        w.open("for (int mi = 0; mi < MT; ++mi)");
-        w.line("unsigned short* at = dss + (warp * RW + mi * 16 + g) * DSTRIDE + kk * 16 + 2 * t;");
-        w.line("*reinterpret_cast<unsigned*>(at) = sf[mi][0];");
-        w.line("*reinterpret_cast<unsigned*>(at + 8 * DSTRIDE) = sf[mi][1];");
-        w.line("*reinterpret_cast<unsigned*>(at + 8) = sf[mi][2];");
-        w.line("*reinterpret_cast<unsigned*>(at + 8 * DSTRIDE + 8) = sf[mi][3];");
-        w.close();
     }
     w.line("#pragma unroll");
     w.open("for (int dn = 0; dn < DTILES / 2; ++dn)");
@@ -597,10 +417,6 @@ fn dkdv_body(w: &mut CodeWriter, tiles: Tiles, grads: Grads) {
     }
     w.close();
     w.close();
-    if let Some(split) = &dq {
-        w.close();
-        dq_parts(w, split);
-    }
     w.close();
     if let Some(slot) = dk {
         store(w, &format!("out{slot}"), "dk", "SCALE");
@@ -608,57 +424,4 @@ fn dkdv_body(w: &mut CodeWriter, tiles: Tiles, grads: Grads) {
     if let Some(slot) = dv {
         store(w, &format!("out{slot}"), "dv", "1.0f");
     }
-}
-
-/// A fused kernel's dq parts of one query tile: after a barrier (every warp's dS^T in shared
-/// memory), each warp multiplies its rows and columns of `dS K` over the block's keys (under
-/// the mask only the keys up to its last query) and adds them into the f32 copy of dq.
-fn dq_parts(w: &mut CodeWriter, split: &DqSplit) {
-    let DqSplit { m_blocks, n_pairs, first_m, first_n } = split;
-    w.line("__syncthreads();  // the tile's dS^T from every warp");
-    w.line(format!(
-        "// dq rows += dS K: {m_blocks} block(s) of 16 query rows and {n_pairs} pair(s) of 8 columns a warp."
-    ));
-    w.line(format!("constexpr int QM = {m_blocks}, NP = {n_pairs};"));
-    w.line(format!("const int qm0 = {first_m}, np0 = {first_n};"));
-    w.line("const int q_last = q0 + (qm0 + QM) * 16 - 1;  // the warp's last query row");
-    w.line("// Else every dS the warp would read is masked:");
-    w.open("if (!CAUSAL || q_last >= row0)");
-    w.line("float dqa[QM][2 * NP][4];");
-    w.line("#pragma unroll");
-    w.line("for (int mi = 0; mi < QM; ++mi)");
-    w.line("    #pragma unroll");
-    w.line(
-        "    for (int j = 0; j < 2 * NP; ++j) dqa[mi][j][0] = dqa[mi][j][1] = dqa[mi][j][2] = dqa[mi][j][3] = 0.0f;",
-    );
-    w.line("#pragma unroll");
-    w.open("for (int kk = 0; kk < ROWS / 16; ++kk)");
-    w.line("if (CAUSAL && row0 + kk * 16 > q_last) break;  // keys after the warp's queries");
-    w.line("unsigned af[QM][4];  // dS of 16 queries x these 16 keys, from dS^T");
-    w.line("#pragma unroll");
-    w.line("for (int mi = 0; mi < QM; ++mi)");
-    w.line("    ldmatrix_x4_trans(af[mi], dss + (kk * 16 + (lane & 7) + (m >> 1) * 8) * DSTRIDE + (qm0 + mi) * 16 + (m & 1) * 8);");
-    w.line("#pragma unroll");
-    w.open("for (int dn = 0; dn < NP; ++dn)");
-    w.line("unsigned kb[4];");
-    b_fragments_trans(w, "kb", "ks", "kk * 16", "(np0 + dn) * 16");
-    w.line("#pragma unroll");
-    w.open("for (int mi = 0; mi < QM; ++mi)");
-    w.line("mma_16816(dqa[mi][2 * dn], af[mi], kb[0], kb[1]);");
-    w.line("mma_16816(dqa[mi][2 * dn + 1], af[mi], kb[2], kb[3]);");
-    w.close();
-    w.close();
-    w.close();
-    w.line("#pragma unroll");
-    w.open("for (int mi = 0; mi < QM; ++mi)");
-    w.line("#pragma unroll");
-    w.open("for (int h = 0; h < 2; ++h)");
-    w.line("const int q = q0 + (qm0 + mi) * 16 + g + 8 * h;");
-    w.line("if (q >= SEQ) continue;");
-    w.line("float* row = scratch0 + (bh * SEQ + q) * DIM + np0 * 16 + 2 * t;");
-    w.line("#pragma unroll");
-    w.line("for (int j = 0; j < 2 * NP; ++j) red_add_f32x2(row + j * 8, dqa[mi][j][2 * h], dqa[mi][j][2 * h + 1]);");
-    w.close();
-    w.close();
-    w.close();
 }

@@ -257,8 +257,6 @@ fn attention_backward_candidates(unit: &Unit<'_>, back: &AttentionBackward) -> V
         // two row blocks a warp in two stages (151 us; one block in one stage 167 us), dk/dv with
         // one row block (240-244 us in one or two stages; two blocks 265 us).
         let queries = back.grads == [AttentionInput::Query];
-        // dq added from the key tiles' blocks: its tiles must split evenly over the warps.
-        let fused = !queries && back.grads.contains(&AttentionInput::Query);
         let narrow = back.shape.head_dim <= 64;
         let mut shapes: Vec<(u32, u32, u32)> = Vec::new();
         if queries && narrow {
@@ -270,11 +268,7 @@ fn attention_backward_candidates(unit: &Unit<'_>, back: &AttentionBackward) -> V
         if narrow {
             shapes.extend([(4, 32, 2), (4, 32, 1)]);
         }
-        let head_dim = back.shape.head_dim;
         for (warps, rows_per_warp, stages) in shapes {
-            if fused && !crate::attention_mma_backward::fused_dq_fits(head_dim, warps, rows_per_warp) {
-                continue;
-            }
             candidates.push(KernelConfig::AttentionBackward { warps, rows_per_warp, tensor_cores: true, stages });
         }
     }

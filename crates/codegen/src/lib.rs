@@ -24,8 +24,7 @@
 //!
 //! Families, one module each: `pointwise`, `row`, `multi_reduce`, `multi_pointwise`
 //! (independent pointwise programs in one launch, a block per tile of one member), `concat`,
-//! `attention` (flash-attention forward and backward: dq, dk and dv in one kernel, or a dq and
-//! a dk/dv kernel), `index_add`
+//! `attention` (flash-attention forward, and a dq and a dk/dv backward kernel), `index_add`
 //! (an index_select's gradient, each output row summed by the warp that owns it);
 //! matmuls are [`KernelCode::CuBlasLt`].
 //!

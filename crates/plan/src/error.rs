@@ -114,8 +114,8 @@ pub enum Rule {
     /// `batch * seq` elements; its scale is finite and positive.
     Attention,
     /// An attention backward kernel reads q, k, v (the dtype, `batch * seq * head_dim`
-    /// elements), lse and delta (f32, `batch * seq`) and dout (as q); its grads are a nonempty
-    /// subset of `Query`, `Key`, `Value` in that order, one output slot each, of the dtype and
+    /// elements), lse and delta (f32, `batch * seq`) and dout (as q); its grads are `[Query]` or
+    /// a nonempty run of `Key`, `Value` in that order, one output slot each, of the dtype and
     /// q's size, each layout covering its buffer once (or, for a gradient written as columns of
     /// a shared buffer's rows, [`crate::Plan::output_part`], lying inside it); its dtype is a
     /// float and its scale finite and positive.

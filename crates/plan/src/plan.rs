@@ -640,15 +640,10 @@ pub struct Attention {
 }
 
 /// Flash-attention backward: inputs q, k, v, lse, delta (`rowsum(dout * out)`, f32 `[batch,
-/// seq]`) and dout; each output slot holds the gradient of one of `grads`, a nonempty subset
-/// of `Query`, `Key`, `Value` in that order. A kernel of `Key` and/or `Value` walks query
-/// tiles for each tile of keys, one of `[Query]` key tiles for each tile of queries: each
-/// gradient element is summed by one thread in one order, and the results have the same bits
-/// on every run. A kernel with `Query` beside `Key` or `Value` computes the scores and their
-/// gradients once, over key tiles, and adds each key tile's part of dq into the query rows
-/// from every block that reaches them: fewer products (the two-kernel form computes the
-/// scores twice), but dq is summed in the order the blocks arrive, so its low bits may differ
-/// between runs (fusion makes such kernels unless asked for deterministic results).
+/// seq]`) and dout; each output slot holds the gradient of one of `grads`: either `[Query]`
+/// (a kernel over query tiles) or `Key` and/or `Value` in that order (a kernel over key tiles).
+/// Two kernels rather than one so that every gradient element is summed by one thread in one
+/// order (no atomics: the results have the same bits on every run).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct AttentionBackward {
     pub shape: AttentionShape,

@@ -964,22 +964,10 @@ fn attention_rules() {
     check(&with(attention(), |p| p.buffers[6].dtype = DType::BF16), Some(Rule::Attention));
     check(&with(attention(), |p| attention_shape(p, 0).scale = f64::NAN), Some(Rule::Attention));
     check(&with(attention(), |p| attention_shape(p, 0).scale = 0.0), Some(Rule::Attention));
-    // The backward: a nonempty subset of dq, dk, dv in that order, one output slot each.
+    // The backward: dq alone, or dk and/or dv in that order.
     check(&with(attention(), |p| set_grads(p, vec![Value, Key])), Some(Rule::AttentionBackward));
-    check(&with(attention(), |p| set_grads(p, vec![Key, Query])), Some(Rule::AttentionBackward));
-    check(&with(attention(), |p| set_grads(p, vec![Key, Key])), Some(Rule::AttentionBackward));
-    check(&with(attention(), |p| set_grads(p, vec![Query, Key])), None);
+    check(&with(attention(), |p| set_grads(p, vec![Query, Key])), Some(Rule::AttentionBackward));
     check(&with(attention(), |p| set_grads(p, vec![Key])), Some(Rule::AttentionBackward));
-    check(&with(attention(), |p| set_grads(p, vec![])), Some(Rule::AttentionBackward));
-    check(
-        &with(attention(), |p| {
-            set_grads(p, vec![Query, Key, Value]);
-            p.buffers.push(buffer(DType::BF16, 24, BufferRole::Output));
-            p.kernels[1].outputs.push(BufferId(9));
-            p.outputs.push(output(9, &[2, 3, 4]));
-        }),
-        None,
-    );
     check(
         &with(attention(), |p| {
             set_grads(p, vec![Value]);

@@ -1,14 +1,13 @@
 //! `--only attention`: causal scaled dot-product attention at GPT-2 small's shape (B=16, H=12,
 //! T=1024, D=64, bf16), forward and forward+backward, as `torch_baseline.py`'s `attention`
-//! rows time PyTorch's `scaled_dot_product_attention` (flash backend); the backward also with
-//! deterministic algorithms (a dq and a dk/dv kernel, `attention_fwd_bwd_deterministic`).
+//! rows time PyTorch's `scaled_dot_product_attention` (flash backend).
 
 use super::cases::random_host;
 use super::measure::{Case, Scope};
 use super::Bench;
 use crate::common::Pair;
 use anyhow::Result;
-use braze::{value_and_grad, DType, HostTensor, Mode, Tensor};
+use braze::{value_and_grad, DType, Mode, Tensor};
 use braze_workloads::Workload;
 use std::sync::Arc;
 
@@ -34,27 +33,32 @@ impl Bench {
             inputs: host[..3].iter().cloned().map(Tensor::from_host).collect(),
             function: Arc::new(|a: &[Tensor]| Ok(vec![a[0].scaled_dot_product_attention(&a[1], &a[2], true, None)?])),
         };
+        // The gradients of sum(out * dout): what `out.backward(dout)` computes, plus one
+        // product-sum over the output.
+        let fwd_bwd = Workload {
+            name: "attention_fwd_bwd",
+            input_names: ["q", "k", "v", "dout"].iter().map(|s| s.to_string()).collect(),
+            inputs: host.into_iter().map(Tensor::from_host).collect(),
+            function: Arc::new(|a: &[Tensor]| {
+                let dout = a[3].clone();
+                let (_, grads) = value_and_grad(
+                    |x| x[0].scaled_dot_product_attention(&x[1], &x[2], true, None)?.mul(&dout)?.sum_all(),
+                    &a[..3],
+                )?;
+                Ok(grads)
+            }),
+        };
         let flops = forward_flops(b, h, t, d);
         let rel_l2 = Some((
             1e-2,
             "bf16 outputs of sums over up to 1024 keys, against the f64 reference rounded once: a few elements near \
              zero differ by more than bf16's relative tolerance",
         ));
-        // The backward both ways: one kernel of the three gradients (dq added from the key
-        // tiles' blocks), and the deterministic dq and dk/dv kernels.
-        for (workload, pair, flops, launches, deterministic) in [
-            ("attention_fwd", Pair::from_host(fwd, self.device())?, flops, Some((1, 0)), false),
-            ("attention_fwd_bwd", Pair::from_host(fwd_bwd(&host), self.device())?, 3.5 * flops, None, false),
-            (
-                "attention_fwd_bwd_deterministic",
-                Pair::from_host(fwd_bwd(&host), self.device())?,
-                3.5 * flops,
-                None,
-                true,
-            ),
+        for (workload, pair, flops, launches) in [
+            ("attention_fwd", Pair::from_host(fwd, self.device())?, flops, Some((1, 0))),
+            ("attention_fwd_bwd", Pair::from_host(fwd_bwd, self.device())?, 3.5 * flops, None),
         ] {
-            braze::set_deterministic_algorithms(deterministic);
-            let measured = self.measure(&Case {
+            self.measure(&Case {
                 workload,
                 shape: shape(b, h, t, d),
                 dtype,
@@ -67,28 +71,8 @@ impl Bench {
                 launch_target: launches,
                 rel_l2_ok: rel_l2,
                 host_clock: false,
-            });
-            braze::set_deterministic_algorithms(false);
-            measured?;
+            })?;
         }
         Ok(())
-    }
-}
-
-/// The gradients of sum(out * dout) for q, k, v and dout in `host`: what `out.backward(dout)`
-/// computes, plus one product-sum over the output.
-fn fwd_bwd(host: &[HostTensor]) -> Workload {
-    Workload {
-        name: "attention_fwd_bwd",
-        input_names: ["q", "k", "v", "dout"].iter().map(|s| s.to_string()).collect(),
-        inputs: host.iter().cloned().map(Tensor::from_host).collect(),
-        function: Arc::new(|a: &[Tensor]| {
-            let dout = a[3].clone();
-            let (_, grads) = value_and_grad(
-                |x| x[0].scaled_dot_product_attention(&x[1], &x[2], true, None)?.mul(&dout)?.sum_all(),
-                &a[..3],
-            )?;
-            Ok(grads)
-        }),
     }
 }

@@ -165,50 +165,6 @@ pub struct PlanExecutable {
     /// The plan's check words (two `u64` per check, zero between runs), when it has checks,
     /// and the pinned slots they are copied into after each run.
     checks: Option<(DeviceBuffer, Arc<CheckRing>)>,
-    /// The kernels' zeroed workspaces, shared.
-    zeroed: ZeroedScratch,
-}
-
-/// Zeroed workspaces shared by the kernels of one plan: each kernel leaves its zeroed
-/// workspaces zeroed after every run, and the kernels run one after another on one stream (a
-/// call at a time), so a kernel's `i`-th zeroed workspace can be any other kernel's `i`-th. A
-/// plan whose attention gradients each add dq into a 50 MB f32 copy holds one copy, not one a
-/// layer.
-#[derive(Default)]
-struct ZeroedScratch {
-    buffers: Vec<DeviceBuffer>,
-}
-
-impl ZeroedScratch {
-    /// A pool sized for every zeroed workspace of `codes`.
-    fn for_codes(device: &CudaDevice, codes: &[KernelCode]) -> Result<ZeroedScratch> {
-        let mut sizes: Vec<usize> = Vec::new();
-        for code in codes {
-            let KernelCode::Cuda(g) = code else { continue };
-            for (i, spec) in g.scratch.iter().filter(|s| s.zero_init).enumerate() {
-                match sizes.get_mut(i) {
-                    Some(size) => *size = (*size).max(spec.bytes),
-                    None => sizes.push(spec.bytes),
-                }
-            }
-        }
-        let buffers = sizes.into_iter().map(|bytes| device.alloc_zeroed(bytes)).collect::<Result<_>>()?;
-        Ok(ZeroedScratch { buffers })
-    }
-
-    /// The `index`-th zeroed workspace, at least `bytes` long (a larger one replaces it in the
-    /// pool where it is too small; kernels that hold the old one keep it).
-    fn take(&mut self, device: &CudaDevice, index: usize, bytes: usize) -> Result<DeviceBuffer> {
-        if let Some(buffer) = self.buffers.get(index).filter(|b| b.len_bytes() >= bytes) {
-            return Ok(buffer.clone());
-        }
-        let buffer = device.alloc_zeroed(bytes)?;
-        match self.buffers.get_mut(index) {
-            Some(slot) => *slot = buffer.clone(),
-            None => self.buffers.push(buffer.clone()),
-        }
-        Ok(buffer)
-    }
 }
 
 fn device_dtype(dtype: DType) -> Result<MatmulDtype> {
@@ -366,7 +322,6 @@ impl PlanExecutable {
         let compile_options = CompileOptions { arch: target.arch(), ..CompileOptions::default() };
         let compiled = compile_kernels(&codes, cache, &compile_options)?;
         let mut loader = Loader::default();
-        let mut zeroed = ZeroedScratch::for_codes(device, &codes)?;
         let mut report = BuildReport { kernels: plan.kernels.len(), ..BuildReport::default() };
         let mut kernels = Vec::with_capacity(codes.len());
         for (k, ((code, module), config)) in codes.into_iter().zip(compiled).zip(configs).enumerate() {
@@ -388,15 +343,7 @@ impl PlanExecutable {
                     report.resources.extend(crate::unit::resources_as(&code.name, &module.resources));
                     report.launches += code.launches.len();
                     let slots = plan.kernels[k].inputs.len();
-                    ReadyKernel::Cuda(Self::load_kernel(
-                        device,
-                        &mut loader,
-                        &mut zeroed,
-                        code,
-                        config,
-                        &module,
-                        slots,
-                    )?)
+                    ReadyKernel::Cuda(Self::load_kernel(device, &mut loader, code, config, &module, slots)?)
                 }
             };
             kernels.push(ready);
@@ -431,14 +378,12 @@ impl PlanExecutable {
             blas: None,
             options,
             report,
-            zeroed,
         })
     }
 
     fn load_kernel(
         device: &Arc<CudaDevice>,
         loader: &mut Loader,
-        zeroed: &mut ZeroedScratch,
         code: GeneratedKernel,
         config: KernelConfig,
         module: &Arc<CompiledModule>,
@@ -449,16 +394,11 @@ impl PlanExecutable {
             .iter()
             .map(|l| loader.function(device, module, &crate::unit::unit_entry(&code.name, &l.entry)))
             .collect::<Result<Vec<_>>>()?;
-        let mut zeroed_index = 0;
-        let mut scratch = Vec::with_capacity(code.scratch.len());
-        for spec in &code.scratch {
-            scratch.push(if spec.zero_init {
-                zeroed_index += 1;
-                zeroed.take(device, zeroed_index - 1, spec.bytes)?
-            } else {
-                device.alloc(spec.bytes)?
-            });
-        }
+        let scratch = code
+            .scratch
+            .iter()
+            .map(|s| if s.zero_init { device.alloc_zeroed(s.bytes) } else { device.alloc(s.bytes) })
+            .collect::<Result<Vec<_>>>()?;
         let mut tables = Vec::with_capacity(code.tables.len());
         for spec in &code.tables {
             tables.push(match spec {

@@ -106,8 +106,7 @@ impl PlanExecutable {
                     let module = cache.get_or_compile(&unit, crate::unit::UNIT_NAME, &compile_options)?;
                     let slots = self.plan.kernels[k].inputs.len();
                     let mut loader = Loader::default();
-                    let candidate =
-                        Self::load_kernel(&self.device, &mut loader, &mut self.zeroed, code, *config, &module, slots)?;
+                    let candidate = Self::load_kernel(&self.device, &mut loader, code, *config, &module, slots)?;
                     let previous = std::mem::replace(&mut self.kernels[k], ReadyKernel::Cuda(candidate));
                     let timed = self.time_kernel(k, inputs, set_index, flush.as_ref());
                     let ReadyKernel::Cuda(candidate) = std::mem::replace(&mut self.kernels[k], previous) else {

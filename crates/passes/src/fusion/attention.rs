@@ -1,8 +1,7 @@
 //! Attention ops into attention kernels: an `attention` and the `attention_lse` of the same
 //! q, k, mask and scale share one forward kernel (the lse is the forward's own row statistic),
-//! and the `attention_grad`s of one backward share one kernel (over key tiles, dq added from
-//! every block that reaches its rows), or, where the options ask for deterministic results, a
-//! kernel per side: dq alone (over query tiles), dk with dv (over key tiles).
+//! and the `attention_grad`s of one backward share a kernel per side: dq alone (over query
+//! tiles), dk with dv (over key tiles).
 
 use super::access::{self, Access};
 use super::lower::BodyBuilder;
@@ -19,6 +18,11 @@ const LAYOUT_ALIGNMENT: usize = 8;
 /// The permute that turns `[B, H, T, D]` attention results into the `[B, T, H, D]` order of the
 /// projection after them.
 const HEADS_LAST: [usize; 4] = [0, 2, 1, 3];
+
+/// Which of the two backward kernels an `attention_grad` belongs to.
+fn backward_side(wrt: AttentionInput) -> bool {
+    wrt == AttentionInput::Query
+}
 
 impl Fuser<'_> {
     /// Stores an attention output or gradient as `[B, T, H, D]` where it is read through
@@ -93,9 +97,7 @@ impl Fuser<'_> {
                 Some((causal, scale.to_bits(), node.operands[..2].to_vec(), None))
             }
             Op::AttentionGrad { causal, scale, wrt } => {
-                // Deterministic: dq in a kernel of its own, apart from dk and dv.
-                let side = self.options.deterministic && wrt == AttentionInput::Query;
-                Some((causal, scale.to_bits(), node.operands.clone(), Some(side)))
+                Some((causal, scale.to_bits(), node.operands.clone(), Some(backward_side(wrt))))
             }
             _ => None,
         }

@@ -84,22 +84,11 @@ pub struct FusionOptions {
     /// ones into a multi-pointwise kernel. Above it a kernel streams long enough that its own
     /// launch costs a few percent at most, and a specialised kernel of its own is simplest.
     pub multi_pointwise_limit: usize,
-    /// Results with the same bits on every run: the gradients of an attention become two
-    /// kernels (dq over query tiles, dk/dv over key tiles), each element summed in one order,
-    /// instead of one kernel that computes the scores once and adds dq from several blocks
-    /// ([`braze_plan::AttentionBackward`]).
-    pub deterministic: bool,
 }
 
 impl Default for FusionOptions {
     fn default() -> FusionOptions {
-        FusionOptions {
-            row_cache_limit: 16384,
-            fuse: true,
-            in_place: Vec::new(),
-            multi_pointwise_limit: 1 << 24,
-            deterministic: false,
-        }
+        FusionOptions { row_cache_limit: 16384, fuse: true, in_place: Vec::new(), multi_pointwise_limit: 1 << 24 }
     }
 }
 
