@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call: where the braze gpt2_step loop's GPU waits (the largest gaps of its timeline
+# One device call (build with the pinned pool taking a new buffer before a busy one): where the braze gpt2_step loop's GPU waits (the largest gaps of its timeline
 # and the host spans during them), beside the same loop with direct launches, and PyTorch's
 # naive and tuned gpt2_step loops.
 set -u
