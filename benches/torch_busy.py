@@ -30,6 +30,7 @@ import warnings
 
 import torch
 
+from torch_gpt2 import add_size_args
 from torch_train import LAYERS, adamw, init_params, loss_fn
 
 BATCHES = 4
@@ -291,13 +292,7 @@ def main():
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--read-every", type=int, default=50)
     p.add_argument("--seed", type=int, default=0)
-    # gpt2: torch_gpt2.py's sizes (GPT-2 124M at B=16, T=1024)
-    p.add_argument("--layers", type=int, default=12)
-    p.add_argument("--heads", type=int, default=12)
-    p.add_argument("--width", type=int, default=768)
-    p.add_argument("--vocab", type=int, default=50304)
-    p.add_argument("--batch", type=int, default=16)
-    p.add_argument("--seq", type=int, default=1024)
+    add_size_args(p)  # --model gpt2: torch_gpt2.py's sizes
     p.add_argument("--json", help="write {env, rows} here")
     a = p.parse_args()
     if not torch.cuda.is_available():

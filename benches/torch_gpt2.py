@@ -223,16 +223,21 @@ def block(a, backward):
         emit(name, shape, variant, time_steps(step, a.steps), a.batch * a.seq, {"cold_s": time.perf_counter() - t0})
 
 
-def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--json")
-    p.add_argument("--only", default="block_fwd,block_step,gpt2_step")
+def add_size_args(p):
+    """The model's and the batch's sizes (GPT-2 124M at B=16, T=1024 by default)."""
     p.add_argument("--layers", type=int, default=12)
     p.add_argument("--heads", type=int, default=12)
     p.add_argument("--width", type=int, default=768)
     p.add_argument("--vocab", type=int, default=50304)
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--seq", type=int, default=1024)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--json")
+    p.add_argument("--only", default="block_fwd,block_step,gpt2_step")
+    add_size_args(p)
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--device", default="cuda")
     p.add_argument("--write", help="write the check files for braze gpt2-check here")
