@@ -60,6 +60,22 @@ fn seeded_random() {
     assert!(Tensor::rand_uniform([2], DType::F32, 1.0, 1.0, 1).is_err());
 }
 
+/// `randn_std` gives the bits of the eager ops it stands for, in every float dtype, at scales
+/// whose f32 rounding matters (0.02 is not an f32) and at the ones models use.
+#[test]
+fn randn_std_is_randn_times_std_in_f32_rounded_to_the_dtype() {
+    for dtype in [DType::F32, DType::BF16, DType::F16] {
+        for (std, seed) in [(0.02, 3), (0.02 / (24f64).sqrt(), 4), (1.0, 5), (3.7e-3, 6)] {
+            let fast = Tensor::randn_std([4099], dtype, std, seed).unwrap();
+            let eager = Tensor::randn([4099], DType::F32, seed).unwrap().mul_scalar(std).unwrap().cast(dtype).unwrap();
+            assert_eq!(fast.dtype(), dtype);
+            assert_eq!(fast.to_host().unwrap(), eager.to_host().unwrap(), "{dtype} std {std} seed {seed}");
+        }
+    }
+    assert!(Tensor::randn_std([2], DType::I32, 1.0, 0).is_err());
+    assert_eq!(Tensor::randn_std([0, 3], DType::F32, 1.0, 0).unwrap().shape().dims(), [0, 3]);
+}
+
 #[test]
 fn elementwise_and_operators() {
     let a = v(&[1.0, -2.0, 4.0], &[3]);

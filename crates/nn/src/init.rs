@@ -22,8 +22,7 @@ impl Init {
     pub fn normal(&mut self, shape: &[usize], std: f64) -> Result<Tensor> {
         let seed = self.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(self.drawn);
         self.drawn += 1;
-        let values = Tensor::randn(shape.to_vec(), DType::F32, seed)?.mul_scalar(std)?.cast(self.dtype)?;
-        self.param(values)
+        self.param(Tensor::randn_std(shape.to_vec(), self.dtype, std, seed)?)
     }
 
     pub fn zeros(&mut self, shape: &[usize]) -> Result<Tensor> {
