@@ -111,10 +111,21 @@ impl HostTensor {
         HostTensor::new(shape, data)
     }
 
+    /// `value` everywhere, converted to `dtype` as [`HostTensor::from_f64`] converts it (once, not
+    /// once an element: optimizer states of a 124M-parameter model are a few such tensors).
     pub fn full(dtype: DType, shape: impl Into<Shape>, value: f64) -> HostTensor {
         let shape = shape.into();
-        let values = vec![value; shape.numel()];
-        HostTensor::from_f64(dtype, shape, &values).expect("length matches by construction")
+        let n = shape.numel();
+        let one = HostTensor::from_f64(dtype, [1], &[value]).expect("one value for one element");
+        let data = match one.data {
+            HostData::F32(v) => HostData::F32(vec![v[0]; n]),
+            HostData::F16(v) => HostData::F16(vec![v[0]; n]),
+            HostData::BF16(v) => HostData::BF16(vec![v[0]; n]),
+            HostData::I32(v) => HostData::I32(vec![v[0]; n]),
+            HostData::I64(v) => HostData::I64(vec![v[0]; n]),
+            HostData::Bool(v) => HostData::Bool(vec![v[0]; n]),
+        };
+        HostTensor::new(shape, data).expect("length matches by construction")
     }
 
     pub fn shape(&self) -> &Shape {
