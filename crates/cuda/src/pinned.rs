@@ -115,13 +115,18 @@ impl PinnedPool {
     }
 
     /// A buffer of `bytes` in use: an idle one from the pool when one is large enough, else a
-    /// busy one (its host accessors wait for its copy), else a new allocation.
+    /// new allocation while the pool has pinned fewer than it keeps, else a busy one (its host
+    /// accessors wait for its copy). A busy buffer is the last resort because its copy may be
+    /// ordered after all the compute work enqueued before it (an upload waits for that work):
+    /// waiting for it would let the compute stream drain before the host enqueues more.
     pub fn take(&self, bytes: usize) -> Result<PinnedBuffer> {
         let reused = {
             let mut free = lock(&self.free);
             let fits: Vec<usize> = (0..free.len()).filter(|&i| free[i].capacity() >= bytes).collect();
             let idle = fits.iter().copied().find(|&i| free[i].is_idle().unwrap_or(false));
-            idle.or(fits.first().copied()).map(|i| free.swap_remove(i))
+            let pinned_enough = self.allocations.load(Ordering::Relaxed) >= POOL_CAPACITY as u64;
+            let busy = fits.first().copied().filter(|_| pinned_enough);
+            idle.or(busy).map(|i| free.swap_remove(i))
         };
         if let Some(mut buffer) = reused {
             buffer.len = bytes;
