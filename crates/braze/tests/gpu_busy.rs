@@ -197,3 +197,57 @@ fn gpu_alternating_input_buffers_replay_as_graphs() -> Result<()> {
     assert_eq!(graph_spans, 6, "{:?}", trace.spans);
     Ok(())
 }
+
+/// Staging the next batch never waits for the queued steps: a pinned buffer whose copy is ordered
+/// after them is not taken back while the pool may pin another, so the host enqueues a loop's
+/// steps far ahead of the GPU (a prefetcher that waited would drain the queue every step).
+#[test]
+fn prefetching_never_waits_for_the_queued_steps() -> Result<()> {
+    let Some(device) = gpu() else { return Ok(()) };
+    let _exclusive = exclusive();
+    let slow = compile(|a: &[Tensor]| {
+        let mut w = a[2].clone();
+        for _ in 0..24 {
+            w = w.matmul(&a[2])?.mul_scalar(0.02)?;
+        }
+        Ok(vec![w, a[0].mul_scalar(2.0)?, a[1].sum(&[0], false)?])
+    })
+    .fullgraph(true)
+    .name("slow_step");
+    let w = Tensor::randn([2048, 2048], DType::F32, 7)?.to_device(device)?;
+    let two = |index: u64| {
+        vec![
+            braze_cpu::random_tensor(DType::F32, [256, 512], 300 + index),
+            braze_cpu::random_tensor(DType::F32, [512, 64], 400 + index),
+        ]
+    };
+    // One step alone, compiled and warm, timed to its end.
+    let warm: Vec<Tensor> =
+        two(0).into_iter().map(|h| Tensor::from_host(h).to_device(device)).collect::<Result<_>>()?;
+    slow.call(&[warm[0].clone(), warm[1].clone(), w.clone()])?[0].to_host()?;
+    let started = Instant::now();
+    slow.call(&[warm[0].clone(), warm[1].clone(), w.clone()])?[0].to_host()?;
+    let one_step = started.elapsed();
+
+    let steps = 10;
+    let started = Instant::now();
+    let mut last = None;
+    for (index, batch) in Prefetcher::new(device, (0..steps).map(two))?.enumerate() {
+        let batch = batch?;
+        let out = slow.call(&[batch[0].clone(), batch[1].clone(), w.clone()])?;
+        if index as u64 == steps - 1 {
+            last = Some(out);
+        }
+    }
+    let enqueued = started.elapsed();
+    let out = last.expect("ten steps");
+    let want = two(steps - 1)[0].to_f64_vec();
+    let doubled = out[1].to_host()?.to_f64_vec();
+    assert!(doubled.iter().zip(&want).all(|(g, w)| (g - 2.0 * w).abs() <= 1e-6 * w.abs().max(1.0)), "the last batch");
+    let finished = started.elapsed();
+    assert!(
+        enqueued.as_secs_f64() < 0.5 * finished.as_secs_f64() && enqueued < one_step * 5,
+        "the host enqueued {steps} steps of {one_step:?} each in {enqueued:?}; the GPU finished them in {finished:?}"
+    );
+    Ok(())
+}

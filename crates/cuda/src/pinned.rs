@@ -33,6 +33,9 @@ pub struct PinnedBuffer {
     len: usize,
     /// Recorded after the last copy that uses the memory; unrecorded means idle.
     last_copy: CudaEvent,
+    /// When the buffer was last given back to its pool (the pool's count of returns): among busy
+    /// buffers the one returned first has the copy enqueued first.
+    returned: u64,
 }
 
 impl PinnedBuffer {
@@ -81,7 +84,7 @@ impl PinnedBuffer {
         // host itself) wrote first. Flags 0 (not write-combined): the host both writes and reads it.
         let host = outside_capture(|| unsafe { ctx.alloc_pinned_with_flags::<u8>(capacity, 0) })?;
         let last_copy = ctx.new_event(None)?;
-        Ok(PinnedBuffer { host: DropOutsideCapture::new(host), len: bytes, last_copy })
+        Ok(PinnedBuffer { host: DropOutsideCapture::new(host), len: bytes, last_copy, returned: 0 })
     }
 
     /// The bytes in use once the last copy has completed, waiting for that copy (only that
@@ -107,25 +110,33 @@ pub struct PinnedPool {
     device: Arc<CudaDevice>,
     free: Mutex<Vec<PinnedBuffer>>,
     allocations: AtomicU64,
+    returns: AtomicU64,
 }
 
 impl PinnedPool {
     pub fn new(device: &Arc<CudaDevice>) -> PinnedPool {
-        PinnedPool { device: device.clone(), free: Mutex::new(Vec::new()), allocations: AtomicU64::new(0) }
+        PinnedPool {
+            device: device.clone(),
+            free: Mutex::new(Vec::new()),
+            allocations: AtomicU64::new(0),
+            returns: AtomicU64::new(0),
+        }
     }
 
     /// A buffer of `bytes` in use: an idle one from the pool when one is large enough, else a
-    /// new allocation while the pool has pinned fewer than it keeps, else a busy one (its host
-    /// accessors wait for its copy). A busy buffer is the last resort because its copy may be
-    /// ordered after all the compute work enqueued before it (an upload waits for that work):
-    /// waiting for it would let the compute stream drain before the host enqueues more.
+    /// new allocation while the pool has pinned fewer than it keeps, else the busy one given back
+    /// first (its host accessors wait for its copy). A busy buffer is the last resort because its
+    /// copy may be ordered after all the compute work enqueued before it (an upload waits for
+    /// that work): waiting for the newest would let the compute stream drain before the host
+    /// enqueues more, while the oldest is as many steps back as the pool holds buffers.
     pub fn take(&self, bytes: usize) -> Result<PinnedBuffer> {
         let reused = {
             let mut free = lock(&self.free);
             let fits: Vec<usize> = (0..free.len()).filter(|&i| free[i].capacity() >= bytes).collect();
             let idle = fits.iter().copied().find(|&i| free[i].is_idle().unwrap_or(false));
             let pinned_enough = self.allocations.load(Ordering::Relaxed) >= POOL_CAPACITY as u64;
-            let busy = fits.first().copied().filter(|_| pinned_enough);
+            let oldest = fits.iter().copied().min_by_key(|&i| free[i].returned);
+            let busy = oldest.filter(|_| pinned_enough);
             idle.or(busy).map(|i| free.swap_remove(i))
         };
         if let Some(mut buffer) = reused {
@@ -138,7 +149,8 @@ impl PinnedPool {
     }
 
     /// Returns a buffer for reuse (it may still be in a copy: it is handed out again only after).
-    pub fn give_back(&self, buffer: PinnedBuffer) {
+    pub fn give_back(&self, mut buffer: PinnedBuffer) {
+        buffer.returned = self.returns.fetch_add(1, Ordering::Relaxed);
         let mut free = lock(&self.free);
         if free.len() < POOL_CAPACITY {
             free.push(buffer);
