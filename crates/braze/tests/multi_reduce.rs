@@ -36,9 +36,20 @@ fn mlp_step_checks_every_gradient_for_non_finite_values_in_one_launch() {
     let plan = plan_of(&compiled.explain(&step.inputs).unwrap());
     let checks = kernels_with(&plan, "isfinite");
     assert_eq!(checks.len(), 1, "one kernel checks every gradient\n{plan}");
-    // One item per parameter, and the loss's mean, which depends on no gradient, shares the launch.
+    // One item per parameter.
     let params = 6 * braze_workloads::MLP_STEP_LAYERS;
-    assert_eq!(multi_reduce_items(&plan, checks[0]), params + 1, "{plan}");
+    assert_eq!(multi_reduce_items(&plan, checks[0]), params, "{plan}");
+    // The loss's mean is reduced apart, before the backward's kernels: in the checks' launch,
+    // its input would be held through the whole backward.
+    let loss_buffer = plan.outputs[0].buffer;
+    let loss = (0..plan.kernels.len()).find(|&k| plan.kernels[k].outputs.contains(&loss_buffer)).expect("the loss");
+    assert!(!braze_plan::saved::is_backward(&plan.kernels[loss]), "{plan}");
+    let backward_matmul = (0..plan.kernels.len())
+        .find(|&k| {
+            braze_plan::saved::is_backward(&plan.kernels[k]) && matches!(plan.kernels[k].kind, KernelKind::MatMul(_))
+        })
+        .expect("the backward's matmuls");
+    assert!(loss < backward_matmul, "{plan}");
 }
 
 #[test]
@@ -260,4 +271,33 @@ fn compiled_reductions_over_two_tensors_each_are_one_launch() {
     );
     assert_eq!(multi_reduces(&plan), vec![(0, 12, 7)], "two items per pair, each reading both tensors");
     assert_eq!(plan.kernels[0].inputs.len(), 24, "{plan}");
+}
+
+/// What a bf16 mlp_step holds from its forward for its backward: each layer's `h` (the first
+/// matmul's result, which the GELU gradient reads) and the layer norms' bf16 operands, nothing in
+/// f32 and nothing recomputable: `gelu(h)` is computed again beside its gradient, and each layer
+/// norm's f32 normalized input again from the bf16 `x + y` it normalizes.
+#[test]
+fn mlp_step_holds_only_bf16_values_it_cannot_recompute() {
+    let sizes = Sizes { rows: 64, hidden: 32, dtype: DType::BF16, ..Sizes::default() };
+    let step = braze_workloads::mlp_step(&sizes, braze::Device::Cpu).unwrap();
+    let plan = plan_of(&step.compile().fullgraph(true).explain(&step.inputs).unwrap());
+    let backward: Vec<bool> = plan.kernels.iter().map(braze_plan::saved::is_backward).collect();
+    let mut saved = std::collections::BTreeSet::new();
+    for (k, kernel) in plan.kernels.iter().enumerate().filter(|(k, _)| backward[*k]) {
+        for &b in &kernel.inputs {
+            let written_forward = (0..k).any(|w| !backward[w] && plan.kernels[w].outputs.contains(&b));
+            if written_forward && plan.buffer(b).role == braze_plan::BufferRole::Intermediate {
+                saved.insert(b);
+            }
+        }
+    }
+    let (rows, hidden) = (sizes.rows, sizes.hidden);
+    let large: Vec<_> = saved.iter().map(|&b| plan.buffer(b)).filter(|b| b.numel >= rows * hidden).collect();
+    assert!(large.iter().all(|b| b.dtype == DType::BF16), "{large:?}\n{plan}");
+    let h = large.iter().filter(|b| b.numel == rows * 4 * hidden).count();
+    assert_eq!(h, braze_workloads::MLP_STEP_LAYERS, "one h a layer, no gelu(h)\n{plan}");
+    let saved_bytes: usize = saved.iter().map(|&b| plan.buffer(b).bytes()).sum();
+    let summary = step.compile().fullgraph(true).explain(&step.inputs).unwrap().saved_for_backward.unwrap();
+    assert_eq!(summary.bytes, saved_bytes, "explain reports the same bytes");
 }

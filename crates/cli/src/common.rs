@@ -72,14 +72,14 @@ fn gpt2_workload(name: &str) -> Option<Gpt2Build> {
 }
 
 /// Workload `name` on `device` alone, with its shape for display: the GPT-2 workloads at their
-/// standard sizes (`small`: the CPU-sized ones), the others at the default [`Sizes`].
-pub fn build_workload(name: &str, small: bool, device: Device) -> Result<(Workload, String)> {
+/// standard sizes (`small`: the CPU-sized ones), the others at `sizes`.
+pub fn build_workload(name: &str, small: bool, sizes: &Sizes, device: Device) -> Result<(Workload, String)> {
     if let Some(build) = gpt2_workload(name) {
         let sizes = if small { workloads::Gpt2Sizes::small() } else { workloads::Gpt2Sizes::standard() };
         let shape = format!("{} {}", sizes.shape(name), sizes.dtype);
         return Ok((build(&sizes, device)?, shape));
     }
-    let pair = Pair::build(name, &Sizes::default(), device)?;
+    let pair = Pair::build(name, sizes, device)?;
     let shape = pair.dev.signature();
     Ok((pair.dev, shape))
 }

@@ -8,6 +8,7 @@ use anyhow::{bail, Context, Result};
 use braze::Device;
 use braze_codegen::KernelCode;
 use braze_cuda::{CompileOptions, KernelCache};
+use braze_workloads::Sizes;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -17,6 +18,8 @@ pub struct Options<'a> {
     pub workload: &'a str,
     /// GPT-2 workloads at `Gpt2Sizes::small()` instead of the standard size.
     pub small: bool,
+    /// The sizes of every other workload.
+    pub sizes: Sizes,
     /// Skip the NVRTC stage (for machines without NVRTC).
     pub no_nvrtc: bool,
     /// Compile into this kernel cache directory instead of a new empty one (kept afterwards).
@@ -25,6 +28,8 @@ pub struct Options<'a> {
     pub threads: Option<usize>,
     /// Write each generated kernel's CUDA C here as `<name>.cu`.
     pub dump: Option<&'a Path>,
+    /// Print the intermediates alive during each kernel.
+    pub memory: bool,
 }
 
 /// Stages shown but not part of a cold compile.
@@ -82,7 +87,7 @@ fn measure(options: &Options) -> Result<Report> {
     let mut stage = |name, time, note: String| stages.push(Stage { name, time: Some(time), note });
 
     let started = Instant::now();
-    let (workload, shape) = build_workload(options.workload, options.small, Device::Cpu)?;
+    let (workload, shape) = build_workload(options.workload, options.small, &options.sizes, Device::Cpu)?;
     stage("setup", started.elapsed(), format!("{shape}: model and inputs on the CPU (not part of the compile)"));
     println!(
         "{} {shape}: cold compile for {} (traced, not run)",
@@ -106,7 +111,13 @@ fn measure(options: &Options) -> Result<Report> {
 
     let started = Instant::now();
     let memory = braze_plan::MemoryPlan::for_plan(&plan);
-    stage("memory plan", started.elapsed(), format!("arena {:.1} MiB", memory.arena_bytes as f64 / (1 << 20) as f64));
+    let mib = |bytes: usize| bytes as f64 / (1 << 20) as f64;
+    let saved = braze_plan::saved_for_backward(&plan)
+        .map_or(String::new(), |s| format!(", {:.1} MiB saved for backward in {} buffers", mib(s.bytes), s.buffers));
+    stage("memory plan", started.elapsed(), format!("arena {:.1} MiB{saved}", mib(memory.arena_bytes)));
+    if options.memory {
+        print_live_memory(&plan);
+    }
 
     let target = braze::backend::assumed_gpu_target();
     let started = Instant::now();
@@ -137,11 +148,12 @@ fn measure(options: &Options) -> Result<Report> {
         "codegen",
         started.elapsed(),
         format!(
-            "{} CUDA C kernels ({} distinct sources, {} distinct units, {:.1} KiB), {} library calls",
+            "{} CUDA C kernels ({} distinct sources, {} distinct units, {:.1} KiB, {:.1} MiB of scratch), {} library calls",
             generated.len(),
             distinct_sources,
             distinct_units,
             source_bytes as f64 / 1024.0,
+            generated.iter().flat_map(|g| &g.scratch).map(|s| s.bytes).sum::<usize>() as f64 / (1 << 20) as f64,
             codes.iter().filter(|c| matches!(c, KernelCode::CuBlasLt(_))).count()
         ),
     );
@@ -239,4 +251,42 @@ fn fresh_dir() -> Result<PathBuf> {
     let dir = std::env::temp_dir().join(format!("braze-compile-time-{}-{nanos}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     Ok(dir)
+}
+
+/// The intermediate bytes alive during each kernel, then the placements alive at the peak (1 MiB
+/// or more) with the kernels that write and read them: where a step's memory goes.
+fn print_live_memory(plan: &braze_plan::Plan) {
+    let mib = |bytes: usize| bytes as f64 / (1 << 20) as f64;
+    let live = braze_plan::memory::live_during_kernels(plan);
+    let totals: Vec<usize> = live.iter().map(|slots| slots.iter().map(|s| s.bytes).sum()).collect();
+    println!("{:>6} {:>10}  kernel", "kernel", "live MiB");
+    for (k, kernel) in plan.kernels.iter().enumerate() {
+        println!("{k:>6} {:>10.1}  {}", mib(totals[k]), kernel.name);
+    }
+    let Some(peak) = (0..totals.len()).max_by_key(|&k| (totals[k], std::cmp::Reverse(k))) else { return };
+    println!("alive during kernel {peak} ({:.1} MiB):", mib(totals[peak]));
+    let touching = |b: braze_plan::BufferId, writes: bool| -> Vec<String> {
+        let kernels = plan.kernels.iter().enumerate();
+        kernels
+            .filter(|(_, k)| if writes { k.outputs.contains(&b) } else { k.inputs.contains(&b) })
+            .map(|(i, _)| i.to_string())
+            .collect()
+    };
+    for slot in live[peak].iter().filter(|s| s.bytes >= 1 << 20) {
+        let chain: Vec<String> = slot
+            .buffers
+            .iter()
+            .map(|&b| {
+                let buffer = plan.buffer(b);
+                format!(
+                    "{b} {} x{} written by {} read by {}",
+                    buffer.dtype,
+                    buffer.numel,
+                    touching(b, true).join(","),
+                    touching(b, false).join(",")
+                )
+            })
+            .collect();
+        println!("  {:>8.1} MiB  {}", mib(slot.bytes), chain.join("; then "));
+    }
 }

@@ -197,9 +197,16 @@ enum Command {
         /// Write the CUDA C of every generated kernel into this directory.
         #[arg(long)]
         dump: Option<std::path::PathBuf>,
+        /// Print the intermediate memory alive during each kernel and what is alive at the peak.
+        #[arg(long)]
+        memory: bool,
         /// NVRTC threads (default: BRAZE_COMPILE_THREADS, else one per core).
         #[arg(long)]
         threads: Option<usize>,
+        /// Sizes of the workloads other than GPT-2's (mlp_step at its bench size: --rows 8192
+        /// --hidden 1024 --dtype bf16).
+        #[command(flatten)]
+        sizes: SizeArgs,
     },
     /// One cold (or warm) compile of ln_relu_res in a fresh process, for `bench`: prints one
     /// JSON line. The kernel cache directory comes from BRAZE_CACHE_DIR.
@@ -339,13 +346,15 @@ fn main() -> ExitCode {
             };
             run_train(&options, device)
         }
-        Command::CompileTime { workload, small, no_nvrtc, cache_dir, dump, threads } => {
+        Command::CompileTime { workload, small, no_nvrtc, cache_dir, dump, memory, threads, sizes } => {
             compile_time::run(&compile_time::Options {
                 workload: &workload,
                 small,
+                sizes: sizes.sizes(),
                 no_nvrtc,
                 cache_dir: cache_dir.as_deref(),
                 dump: dump.as_deref(),
+                memory,
                 threads,
             })
         }

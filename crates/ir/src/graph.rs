@@ -38,16 +38,32 @@ pub struct SourceLoc {
     /// backward work (what `explain` reports as saved for backward).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub backward: bool,
+    /// A backward op recomputing a forward value from values the backward holds anyway, so the
+    /// value need not be held from the forward: fusion keeps it out of kernels that hold forward
+    /// ops, where it would be computed early and held after all.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub recomputed: bool,
 }
 
 impl SourceLoc {
     pub fn from_location(loc: &std::panic::Location<'_>) -> SourceLoc {
-        SourceLoc { file: loc.file().to_string(), line: loc.line(), col: loc.column(), backward: false }
+        SourceLoc {
+            file: loc.file().to_string(),
+            line: loc.line(),
+            col: loc.column(),
+            backward: false,
+            recomputed: false,
+        }
     }
 
     /// The same place, marking an op of its backward.
     pub fn backward_of(&self) -> SourceLoc {
         SourceLoc { backward: true, ..self.clone() }
+    }
+
+    /// The same place, marking a backward op that recomputes a forward value.
+    pub fn recomputed_of(&self) -> SourceLoc {
+        SourceLoc { backward: true, recomputed: true, ..self.clone() }
     }
 }
 

@@ -424,7 +424,7 @@ graph(%0: f32[3,5], %1: f32[5]) {
 fn decompose_keeps_the_composite_location() {
     let mut g = Graph::new();
     let x = g.input(DType::F32, [2, 4]);
-    let loc = SourceLoc { file: "model.rs".into(), line: 7, col: 13, backward: false };
+    let loc = SourceLoc { file: "model.rs".into(), line: 7, col: 13, backward: false, recomputed: false };
     let s = g.add(Op::Softmax { axis: 1 }, &[x], Some(loc)).unwrap();
     g.set_outputs(vec![s]);
     Decompose.run(&mut g).unwrap();
@@ -474,24 +474,29 @@ fn pass_manager_verifies_and_records() {
     assert!(matches!(err, PassError::InvalidGraph { pass: "break_types", .. }), "{err}");
 }
 
-/// A joint graph in miniature: `a = tanh(x)` read by the forward (`sum(a)`) and, through ops
-/// autodiff marked as backward, by the backward, which reads `x` too. The backward gets its own
-/// `tanh(x)`, marked as backward; the forward's dies at its forward reader. Unmarked graphs, and
-/// activations whose operand the backward does not hold (a computed `x` only the forward reads),
-/// keep one `tanh`.
+/// A joint graph in miniature: `a = tanh(x)` read by the forward (`a @ w`, summed) and, through
+/// ops autodiff marked as backward, by the backward after its matmul, which reads `x` too. The
+/// backward gets its own `tanh(x)`, marked as backward; the forward's dies at its forward reader.
+/// Unmarked graphs, and activations whose operand the backward does not hold (a matmul's `x` only
+/// the forward reads: holding it instead would save nothing), keep one `tanh`.
 #[test]
 fn recompute_gives_the_backward_its_own_copy_of_a_cheap_activation() {
-    let fwd = SourceLoc { file: "model.rs".into(), line: 3, col: 9, backward: false };
+    let fwd = SourceLoc { file: "model.rs".into(), line: 3, col: 9, backward: false, recomputed: false };
     let bwd = fwd.backward_of();
     let build = |mark: bool, backward_reads_x: bool| {
         let mut g = Graph::new();
         let input = g.input(DType::F32, [4, 8]);
         let dy = g.input(DType::F32, [4, 8]);
-        let x = g.add(Op::Unary { op: UnaryOp::Exp }, &[input], Some(fwd.clone())).unwrap();
+        let w = g.input(DType::F32, [8, 8]);
+        let x = g.add(Op::MatMul, &[input, w], Some(fwd.clone())).unwrap();
         let a = g.add(Op::Unary { op: UnaryOp::Tanh }, &[x], Some(fwd.clone())).unwrap();
-        let loss = g.add(Op::Reduce { op: ReduceOp::Sum, axes: vec![0, 1], keepdim: false }, &[a], Some(fwd.clone()));
+        let y = g.add(Op::MatMul, &[a, w], Some(fwd.clone())).unwrap();
+        let loss = g.add(Op::Reduce { op: ReduceOp::Sum, axes: vec![0, 1], keepdim: false }, &[y], Some(fwd.clone()));
         let loc = Some(if mark { bwd.clone() } else { fwd.clone() });
-        let uses_a = g.add(Op::Binary { op: BinaryOp::Mul }, &[dy, a], loc.clone()).unwrap();
+        // The backward's gradient of `a` comes out of a matmul: it reads `a` after the gap.
+        let scaled = g.add(Op::Binary { op: BinaryOp::Mul }, &[dy, y], loc.clone()).unwrap();
+        let grad_a = g.add(Op::MatMul, &[scaled, w], loc.clone()).unwrap();
+        let uses_a = g.add(Op::Binary { op: BinaryOp::Mul }, &[grad_a, a], loc.clone()).unwrap();
         let other = if backward_reads_x { x } else { dy };
         let grad = g.add(Op::Binary { op: BinaryOp::Add }, &[uses_a, other], loc).unwrap();
         g.set_outputs(vec![loss.unwrap(), grad]);
@@ -630,7 +635,7 @@ fn simplify_lays_out_matmul_results_and_weight_casts_for_their_readers() {
 /// the forward, not cast again: the copy would be a kernel of its own.
 #[test]
 fn recompute_holds_a_cast_only_matmuls_read_in_the_backward() {
-    let fwd = SourceLoc { file: "model.rs".into(), line: 3, col: 9, backward: false };
+    let fwd = SourceLoc { file: "model.rs".into(), line: 3, col: 9, backward: false, recomputed: false };
     let bwd = fwd.backward_of();
     let mut g = Graph::new();
     let x = g.input(DType::BF16, [8, 4]);

@@ -58,10 +58,7 @@ impl MemoryPlan {
             .filter(|(i, b)| b.role == BufferRole::Intermediate && lifetime(plan, BufferId(*i)).is_some())
             .map(|(_, b)| aligned(b.bytes()))
             .sum();
-        let peak_live_bytes = (0..plan.kernels.len())
-            .map(|k| items.iter().filter(|(_, _, life)| life.0 <= k && k <= life.1).map(|it| it.1).sum())
-            .max()
-            .unwrap_or(0);
+        let peak_live_bytes = live_during_kernels(plan).iter().map(|live| live.iter().map(|l| l.bytes).sum()).max().unwrap_or(0);
         // Largest first; ties by buffer index keep the result deterministic.
         items.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
         let mut placed: Vec<(usize, usize, (usize, usize))> = Vec::new(); // (offset, bytes, life)
@@ -92,6 +89,33 @@ impl MemoryPlan {
         }
         MemoryPlan { arena_bytes, offsets, unshared_bytes, peak_live_bytes }
     }
+}
+
+/// One placement alive during a kernel: the intermediates sharing it (an in-place chain) and its
+/// aligned size.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LiveSlot {
+    pub buffers: Vec<BufferId>,
+    pub bytes: usize,
+}
+
+/// For each kernel in order, the placements alive while it runs (from the first kernel touching
+/// one of its buffers to the last): what a step holds at each point, the peak being the arena's
+/// lower bound.
+pub fn live_during_kernels(plan: &Plan) -> Vec<Vec<LiveSlot>> {
+    let slots: Vec<(LiveSlot, (usize, usize))> = in_place_slots(plan)
+        .into_iter()
+        .filter_map(|slot| {
+            let lives: Vec<(usize, usize)> = slot.iter().filter_map(|&b| lifetime(plan, BufferId(b))).collect();
+            let first = lives.iter().map(|l| l.0).min()?;
+            let last = lives.iter().map(|l| l.1).max()?;
+            let bytes = aligned(plan.buffers[slot[0]].bytes());
+            Some((LiveSlot { buffers: slot.into_iter().map(BufferId).collect(), bytes }, (first, last)))
+        })
+        .collect();
+    (0..plan.kernels.len())
+        .map(|k| slots.iter().filter(|(_, life)| life.0 <= k && k <= life.1).map(|(s, _)| s.clone()).collect())
+        .collect()
 }
 
 /// The intermediates grouped into slots that share one placement, each in kernel order: an

@@ -57,7 +57,7 @@ mod tests {
         for output in 0..outputs.len() {
             body.stores.push(Store { value: v, output });
         }
-        let loc = SourceLoc { file: "model.rs".into(), line: 3, col: 9, backward };
+        let loc = SourceLoc { file: "model.rs".into(), line: 3, col: 9, backward, recomputed: false };
         Kernel {
             name: name.into(),
             kind: KernelKind::Pointwise(Pointwise { shape: Shape(vec![100]), body }),

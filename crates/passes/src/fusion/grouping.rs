@@ -20,6 +20,8 @@ impl Fuser<'_> {
             varies: HashSet::new(),
             min_pos: pos,
             max_pos: pos,
+            forward: false,
+            recomputed: false,
         }));
         self.add_member(gid, first, space);
         gid
@@ -35,7 +37,10 @@ impl Fuser<'_> {
             _ => false,
         };
         self.group_of.insert(id, gid);
+        let (forward, recomputed) = self.side_of(id);
         let group = self.group_mut(gid);
+        group.forward |= forward;
+        group.recomputed |= recomputed;
         group.members.push(id);
         if space == Space::Row {
             group.row_space.insert(id);
@@ -54,6 +59,8 @@ impl Fuser<'_> {
             self.group_of.insert(m, dst);
         }
         let group = self.group_mut(dst);
+        group.forward |= moved.forward;
+        group.recomputed |= moved.recomputed;
         group.min_pos = group.min_pos.min(moved.min_pos);
         group.max_pos = group.max_pos.max(moved.max_pos);
         match space {
@@ -257,7 +264,23 @@ impl Fuser<'_> {
         }
     }
 
+    /// Whether `id` is forward work, and whether it recomputes a forward value for the backward.
+    fn side_of(&self, id: NodeId) -> (bool, bool) {
+        let loc = self.node(id).loc.as_ref();
+        (loc.is_none_or(|l| !l.backward), loc.is_some_and(|l| l.recomputed))
+    }
+
+    /// Whether a kernel holding both would compute a recomputed value in the forward, where it
+    /// would be stored and held until the backward: what recomputing it was to avoid.
+    fn mixes_recomputed_with_forward(&self, a: (bool, bool), b: (bool, bool)) -> bool {
+        (a.0 && b.1) || (a.1 && b.0)
+    }
+
     fn can_join(&self, n: NodeId, gid: usize, space: Space) -> std::result::Result<(), &'static str> {
+        let group = self.group(gid);
+        if self.mixes_recomputed_with_forward(self.side_of(n), (group.forward, group.recomputed)) {
+            return Err("a value recomputed for the backward stays out of forward kernels");
+        }
         if self.outside_path(&Side { groups: &[gid], extra: &[] }, &Side { groups: &[], extra: &[n] }) {
             return Err("a path through a node outside the kernel would form a cycle");
         }
@@ -277,6 +300,10 @@ impl Fuser<'_> {
 
     /// Merges group `src` (computing an operand of `n`) into `home` (which holds `n`).
     fn try_absorb(&mut self, src: usize, home: usize, n: NodeId) -> std::result::Result<(), &'static str> {
+        let (a, b) = (self.group(src), self.group(home));
+        if self.mixes_recomputed_with_forward((a.forward, a.recomputed), (b.forward, b.recomputed)) {
+            return Err("a value recomputed for the backward stays out of forward kernels");
+        }
         let space_n = self.space_of(n);
         if self.holds_gather(src) || self.holds_gather(home) {
             let same_pointwise = matches!(

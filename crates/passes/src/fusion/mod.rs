@@ -195,6 +195,10 @@ struct Group {
     varies: HashSet<NodeId>,
     min_pos: usize,
     max_pos: usize,
+    /// Whether a member is forward work, and whether one recomputes a forward value for the
+    /// backward: a kernel never holds both (see [`braze_ir::SourceLoc::recomputed`]).
+    forward: bool,
+    recomputed: bool,
 }
 
 struct Fuser<'a> {
@@ -238,8 +242,10 @@ impl<'a> Fuser<'a> {
             pos.insert(n, i);
             users.insert(n, g.users(n));
             let node = g.node(n);
-            let late = node.loc.as_ref().is_some_and(|loc| loc.backward)
-                || node.operands.iter().any(|o| after_backward.get(o) == Some(&true));
+            // A constant has no place in time (common subexpressions may have merged a forward
+            // constant into the backward's).
+            let marked = node.loc.as_ref().is_some_and(|loc| loc.backward) && !matches!(node.op, Op::Constant { .. });
+            let late = marked || node.operands.iter().any(|o| after_backward.get(o) == Some(&true));
             after_backward.insert(n, late);
         }
         Fuser {

@@ -95,11 +95,15 @@ impl Fuser<'_> {
             }
             after.insert(n, a);
         }
-        // (level, items, distinct signatures), in order of first item.
-        let mut groups: Vec<(usize, Vec<ReduceItem>, Vec<String>)> = Vec::new();
+        // ((level, after the backward began), items, distinct signatures), in order of first
+        // item. A forward reduction (a training step's loss) is not grouped with the backward's
+        // (the gradients' checks): its input would be held through the whole backward.
+        type Level = (usize, bool);
+        let mut groups: Vec<(Level, Vec<ReduceItem>, Vec<String>)> = Vec::new();
         for item in &candidates {
-            let level = level[&item.top];
-            let fits = |(l, _, sigs): &&mut (usize, Vec<ReduceItem>, Vec<String>)| {
+            let level = (level[&item.top], self.after_backward.get(&item.top) == Some(&true));
+
+            let fits = |(l, _, sigs): &&mut (Level, Vec<ReduceItem>, Vec<String>)| {
                 *l == level && (sigs.contains(&item.signature) || sigs.len() < MAX_REDUCTIONS)
             };
             match groups.iter_mut().find(|g| fits(g)) {
