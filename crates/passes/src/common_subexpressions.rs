@@ -50,6 +50,14 @@ impl Pass for CommonSubexpressions {
             let key = value_key(g.node(id));
             match first.get(&key) {
                 Some(&kept) => {
+                    // A value both passes compute is forward work: the forward needs it first
+                    // (topological order may have met the backward's copy first, as for a
+                    // constant or a cast of a weight both read).
+                    let backward = |n: NodeId| g.node(n).loc.as_ref().is_some_and(|l| l.backward);
+                    if backward(kept) && g.node(id).loc.is_some() && !backward(id) {
+                        let loc = g.node(id).loc.clone();
+                        g.set_loc(kept, loc);
+                    }
                     g.replace_all_uses(id, kept);
                     g.remove(id)?;
                     changed = true;

@@ -177,9 +177,8 @@ fn recompute_leaves(
         // A matmul's result with its epilogue (`+ bias`) is held as the matmul kernel stores it:
         // reading the bare product in the backward would leave the epilogue a kernel of its own.
         let on_matmul = node.operands.iter().any(|&o| matches!(g.node(o).op, Op::MatMul));
-        let walkable = (is_elementwise(g, x) || matches!(node.op, Op::Reshape | Op::BroadcastTo))
-            && !on_matmul
-            && early(g, x);
+        let walkable =
+            (is_elementwise(g, x) || matches!(node.op, Op::Reshape | Op::BroadcastTo)) && !on_matmul && early(g, x);
         if held(g, x) || small || !walkable {
             leaves.push(x);
             continue;
@@ -240,8 +239,11 @@ fn copy_float_chain(
         return Ok(id);
     }
     let node = g.node(id).clone();
-    let sources =
-        node.operands.iter().map(|&operand| copy_float_chain(g, operand, leaves, copies)).collect::<Result<Vec<_>>>()?;
+    let sources = node
+        .operands
+        .iter()
+        .map(|&operand| copy_float_chain(g, operand, leaves, copies))
+        .collect::<Result<Vec<_>>>()?;
     let loc = node.loc.as_ref().map(|l| l.recomputed_of());
     let copy = g.add_declared(node.op.clone(), &sources, node.dtype, node.shape.clone(), loc)?;
     copies.insert(id, copy);

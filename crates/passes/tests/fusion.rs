@@ -878,7 +878,9 @@ fn attention_gradients_fuse_into_a_dq_and_a_dk_dv_kernel() {
 #[test]
 fn a_late_value_joins_its_reader_not_an_early_sibling() {
     use braze_ir::SourceLoc;
-    let at = |line: u32, backward: bool| Some(SourceLoc { file: "step.rs".into(), line, col: 1, backward, recomputed: false });
+    let at = |line: u32, backward: bool| {
+        Some(SourceLoc { file: "step.rs".into(), line, col: 1, backward, recomputed: false })
+    };
     let mut g = Graph::new();
     let x = g.input(DType::BF16, [16, 64]);
     let w = g.input(DType::F32, [64, 256]);

@@ -58,7 +58,8 @@ impl MemoryPlan {
             .filter(|(i, b)| b.role == BufferRole::Intermediate && lifetime(plan, BufferId(*i)).is_some())
             .map(|(_, b)| aligned(b.bytes()))
             .sum();
-        let peak_live_bytes = live_during_kernels(plan).iter().map(|live| live.iter().map(|l| l.bytes).sum()).max().unwrap_or(0);
+        let peak_live_bytes =
+            live_during_kernels(plan).iter().map(|live| live.iter().map(|l| l.bytes).sum()).max().unwrap_or(0);
         // Largest first; ties by buffer index keep the result deterministic.
         items.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
         let mut placed: Vec<(usize, usize, (usize, usize))> = Vec::new(); // (offset, bytes, life)

@@ -26,7 +26,13 @@ impl GraphBuilder {
 
     fn loc(&mut self) -> Option<SourceLoc> {
         self.ops += 1;
-        Some(SourceLoc { file: "examples/model.rs".into(), line: 9 + self.ops, col: 17, backward: false, recomputed: false })
+        Some(SourceLoc {
+            file: "examples/model.rs".into(),
+            line: 9 + self.ops,
+            col: 17,
+            backward: false,
+            recomputed: false,
+        })
     }
 
     pub fn op(&mut self, op: Op, operands: &[NodeId]) -> NodeId {
@@ -370,7 +376,13 @@ fn multi_sum_of_nothing(dtype: DType) -> Plan {
         .enumerate()
         .map(|(i, op)| SourceOp {
             op: op.to_string(),
-            loc: Some(SourceLoc { file: "examples/model.rs".into(), line: 10 + i as u32, col: 17, backward: false, recomputed: false }),
+            loc: Some(SourceLoc {
+                file: "examples/model.rs".into(),
+                line: 10 + i as u32,
+                col: 17,
+                backward: false,
+                recomputed: false,
+            }),
         })
         .collect();
     let name = format!("multi_sum_0x_{}_k0", dtype.name());
