@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One device call: the GPU busy tests (the prefetch test with four long matmuls a step, each
 # step's host time reported); mlp_step beside PyTorch eager and torch.compile from the same
-# weights (call E's torch.compile was slower than eager); the busy gpt2_step loops beside
-# PyTorch's; mlp_step max-autotuned.
+# weights, default and max-autotune (call E's torch.compile was slower than eager); the busy
+# gpt2_step loops beside
+# PyTorch's.
 set -u
 out=${OUT:-.stage/out}; mkdir -p "$out"
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-} BRAZE_CUDA_INCLUDE=/usr/local/cuda/include
@@ -14,8 +15,8 @@ w=$(mktemp -d)
 cat "$out/busy-tests.log"
 { echo "== torch_train.py --variants eager,compile"
   timeout 100 python3 .stage/torch_train.py --write "$w/mlp" --variants eager,compile --rep-ms 100 2>&1 | grep -v "^#" | tail -n 6
-  echo "== braze bench --only mlp_step --no-autotune"
-  timeout 100 .stage/bin/braze bench --only mlp_step --no-autotune --torch-weights "$w/mlp" --rep-ms 100 --json "$out/braze-mlp.json" 2>&1 | grep -vE "^#   +[0-9]" | grep -E "^mlp_step|^#" | head -n 16
+  echo "== braze bench --only mlp_step (default, reduce-overhead, max-autotune)"
+  timeout 150 .stage/bin/braze bench --only mlp_step --torch-weights "$w/mlp" --rep-ms 100 --json "$out/braze-mlp.json" 2>&1 | grep -vE "^#   +[0-9]" | grep -E "^mlp_step|^#" | head -n 16
 } > "$out/mlp.log" 2>&1
 cat "$out/mlp.log"
 { echo "== braze bench --only busy_gpt2"
@@ -24,7 +25,3 @@ cat "$out/mlp.log"
   timeout 100 python3 .stage/torch_busy.py --model gpt2 --steps 100 --json "$out/torch-busy.json" 2>&1 | grep -E '^\{' | tail -n 2
 } > "$out/busy.log" 2>&1
 cat "$out/busy.log"
-{ echo "== braze bench --only mlp_step_autotuned"
-  timeout 80 .stage/bin/braze bench --only mlp_step_autotuned --torch-weights "$w/mlp" --rep-ms 100 2>&1 | grep -E "^mlp_step" | head -n 4
-} > "$out/mlp-autotuned.log" 2>&1
-cat "$out/mlp-autotuned.log"
