@@ -112,6 +112,11 @@ impl DeviceBuffer {
         Arc::ptr_eq(&self.slice, &other.slice)
     }
 
+    /// Whether this is the only handle to its allocation: nothing else can enqueue work on it.
+    pub fn is_only_handle(&self) -> bool {
+        Arc::strong_count(&self.slice) == 1
+    }
+
     /// The CUDA context this memory belongs to, to reject buffers from another device.
     pub(crate) fn cu_context(&self) -> cudarc::driver::sys::CUcontext {
         self.slice.slice().context().cu_ctx()

@@ -108,15 +108,20 @@ pub struct Prefetcher<I> {
 
 enum CopyEngine {
     /// The CPU backend's copy stream: a worker thread.
-    Cpu {
-        jobs: Option<Sender<CpuCopy>>,
-        worker: Option<JoinHandle<()>>,
-    },
+    Cpu { jobs: Option<Sender<CpuCopy>>, worker: Option<JoinHandle<()>> },
     Cuda {
         ordinal: usize,
         device: Arc<braze_cuda::CudaDevice>,
+        /// Device buffers of batches handed out, taken again for a later batch once nothing else
+        /// holds them: a loop's batches land at the same few addresses, so a step replayed as a
+        /// CUDA graph finds a graph for them instead of capturing one per new address.
+        landed: Vec<braze_cuda::DeviceBuffer>,
     },
 }
+
+/// Device buffers a prefetcher keeps for reuse, per tensor of a batch: a batch in flight, the one
+/// handed out, one the step may still hold, and one to spare.
+const LANDED_PER_TENSOR: usize = 4;
 
 /// One tensor's copy on the CPU worker.
 struct CpuCopy {
@@ -163,9 +168,11 @@ where
                     })?;
                 CopyEngine::Cpu { jobs: Some(jobs), worker: Some(worker) }
             }
-            Device::Cuda(ordinal) => {
-                CopyEngine::Cuda { ordinal, device: crate::cuda::device(ordinal, "Prefetcher::new")? }
-            }
+            Device::Cuda(ordinal) => CopyEngine::Cuda {
+                ordinal,
+                device: crate::cuda::device(ordinal, "Prefetcher::new")?,
+                landed: Vec::new(),
+            },
         };
         Ok(Prefetcher {
             source: source.into_iter(),
@@ -196,11 +203,12 @@ where
         self.next_index += 1;
         let _span = timeline::host_span("copy", || format!("stage batch {index}"), None);
         let mut tensors = Vec::with_capacity(batch.tensors().len());
+        let per_batch = batch.tensors().len();
         for (t, host) in batch.tensors().iter().enumerate() {
             let bytes = host.byte_len();
             let mut staged = self.pool.take(bytes)?;
             host.write_bytes(staged.as_mut_bytes()?);
-            match &self.engine {
+            match &mut self.engine {
                 CopyEngine::Cpu { jobs, .. } => {
                     let (done, result) = mpsc::channel();
                     let (dtype, shape) = (host.dtype(), host.shape().clone());
@@ -208,9 +216,19 @@ where
                     jobs.as_ref().and_then(|jobs| jobs.send(job).ok()).ok_or_else(copy_thread_gone)?;
                     tensors.push(InFlightTensor::Cpu(result));
                 }
-                CopyEngine::Cuda { ordinal, device } => {
+                CopyEngine::Cuda { ordinal, device, landed } => {
                     let cuda = |e| Error::cuda("Prefetcher", e);
-                    let buffer = device.alloc(bytes).map_err(cuda)?;
+                    // A buffer no one else holds has no work left to enqueue on it, and the copy
+                    // waits for the work already enqueued: it may land the next batch.
+                    let free = landed.iter().position(|b| b.len_bytes() == bytes && b.is_only_handle());
+                    let buffer = match free {
+                        Some(i) => landed.remove(i),
+                        None => device.alloc(bytes).map_err(cuda)?,
+                    };
+                    landed.push(buffer.clone());
+                    if landed.len() > LANDED_PER_TENSOR * per_batch {
+                        landed.remove(0);
+                    }
                     let BufferInner::Cuda(pinned) = &staged.inner else {
                         unreachable!("a GPU pool stages in pinned memory")
                     };
