@@ -40,3 +40,26 @@ fn nvrtc_compiles_each_distinct_unit_once_cold_and_none_warm() {
     let warm = text.lines().find(|l| l.starts_with("cache (disk)")).unwrap();
     assert!(warm.contains("warm: 0 NVRTC compiles, 1 disk hits"), "{warm}");
 }
+
+#[test]
+fn memory_lists_each_kernel_and_what_is_alive_at_the_peak() {
+    let args =
+        ["compile-time", "mlp_step", "--no-nvrtc", "--memory", "--rows", "2048", "--hidden", "128", "--dtype", "bf16"];
+    let text = stdout(&braze(&args));
+    assert!(text.contains("(x: bf16[2048,128]"), "the sizes given: {text}");
+    let per_kernel: Vec<f64> = text
+        .lines()
+        .skip_while(|l| !l.contains("live MiB"))
+        .skip(1)
+        .take_while(|l| !l.starts_with("alive during"))
+        .map(|l| l.split_whitespace().nth(1).unwrap().parse().unwrap())
+        .collect();
+    assert!(per_kernel.len() > 10, "{text}");
+    let peak = per_kernel.iter().copied().fold(0.0, f64::max);
+    let heading = text.lines().find(|l| l.starts_with("alive during kernel")).unwrap_or_else(|| panic!("{text}"));
+    assert!(heading.contains(&format!("({peak:.1} MiB)")), "{heading} vs {peak}");
+    // The first layer's h, [2048, 512] bf16 (2 MiB), held for the backward.
+    assert!(text.contains("bf16 x1048576 written by 0 read by"), "{text}");
+    let memory_plan = text.lines().find(|l| l.starts_with("memory plan")).unwrap();
+    assert!(memory_plan.contains("saved for backward"), "{memory_plan}");
+}
