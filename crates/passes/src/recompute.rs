@@ -106,9 +106,16 @@ impl Pass for Recompute {
             if !backward.iter().all(|&u| follows_through_matmul(g, &chain, u)) {
                 continue;
             }
-            let copy = copy_float_chain(g, id, &leaves, &mut copies)?;
+            // A copy for each reader, so that each fuses it into its own kernel (a layer norm's
+            // gradient row kernel and its weight's column kernel) instead of one storing it for
+            // the other.
             for user in backward {
+                let mut own = HashMap::new();
+                let copy = copy_float_chain(g, id, &leaves, &mut own)?;
                 g.replace_uses_in(user, id, copy);
+                for (original, copied) in own {
+                    copies.entry(original).or_insert(copied);
+                }
             }
         }
         Ok(!copies.is_empty())
