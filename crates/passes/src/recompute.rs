@@ -51,7 +51,27 @@ impl Pass for Recompute {
                 || (!matches!(node.op, Op::MatMul) && node.operands.iter().all(|o| pre_gap.get(o) == Some(&true)));
             pre_gap.insert(id, before);
         }
-        let after_gap = |g: &Graph, u: NodeId| read_after_gap(g, &pre_gap, u);
+        // Whether each op reads its operands after the gap (a backward op past a backward
+        // matmul; a view where its readers do), and whether the backward needs its value after
+        // the gap (read there, or through backward ops before it that are: an activation's
+        // gradient of the forward's `h`, which fusion computes beside the gradient it
+        // multiplies). Recomputed copies, added below, read after the gap.
+        let mut reads_after: HashMap<NodeId, bool> = HashMap::new();
+        let mut needed: HashMap<NodeId, bool> = HashMap::new();
+        for &id in order.iter().rev() {
+            let node = g.node(id);
+            let users = g.users(id);
+            let reads = if is_view(&node.op) {
+                users.iter().any(|u| reads_after[u])
+            } else {
+                is_backward(g, id) && !pre_gap[&id]
+            };
+            let backward = is_backward(g, id);
+            needed.insert(id, reads || (backward && users.iter().any(|u| needed[u])));
+            reads_after.insert(id, reads);
+        }
+        let recomputed = |g: &Graph, u: NodeId| g.node(u).loc.as_ref().is_some_and(|loc| loc.recomputed);
+        let after_gap = |g: &Graph, u: NodeId| reads_after.get(&u).copied().unwrap_or(false) || recomputed(g, u);
         let early = |g: &Graph, x: NodeId| pre_gap.get(&x) == Some(&true) && !g.is_output(x);
         // The backward's copy of each recomputed value: a chain of activations is recomputed
         // from the first operand the backward holds.
@@ -81,7 +101,7 @@ impl Pass for Recompute {
                 copies.contains_key(&x)
                     || matches!(g.node(x).op, Op::Input { .. } | Op::Constant { .. } | Op::Arange)
                     || g.is_output(x)
-                    || g.users(x).iter().any(|&u| u != id && needed_after_gap(g, &pre_gap, u))
+                    || g.users(x).iter().any(|&u| u != id && (needed.get(&u) == Some(&true) || recomputed(g, u)))
             };
             let Some((leaves, chain)) = recompute_leaves(g, id, &held, &early) else { continue };
             // Recomputing holds the leaves the backward did not read yet instead of the value:
@@ -122,23 +142,8 @@ impl Pass for Recompute {
     }
 }
 
-/// Whether `u` reads its operands after the gap between forward and backward: a backward op
-/// past a backward matmul, or a recomputed copy (pre-gap: see [`Recompute::run`]); a view reads
-/// where its readers do.
-fn read_after_gap(g: &Graph, pre_gap: &HashMap<NodeId, bool>, u: NodeId) -> bool {
-    let node = g.node(u);
-    if matches!(node.op, Op::Reshape | Op::Permute { .. } | Op::BroadcastTo | Op::Slice { .. }) {
-        return g.users(u).into_iter().any(|r| read_after_gap(g, pre_gap, r));
-    }
-    node.loc.as_ref().is_some_and(|loc| loc.backward) && pre_gap.get(&u) != Some(&true)
-}
-
-/// Whether the backward needs `u`'s value after the gap: read there, or through backward ops
-/// before it that are (an activation's gradient of the forward's `h`, which fusion computes
-/// beside the gradient it multiplies).
-fn needed_after_gap(g: &Graph, pre_gap: &HashMap<NodeId, bool>, u: NodeId) -> bool {
-    let backward = g.node(u).loc.as_ref().is_some_and(|loc| loc.backward);
-    read_after_gap(g, pre_gap, u) || (backward && g.users(u).into_iter().any(|r| needed_after_gap(g, pre_gap, r)))
+fn is_view(op: &Op) -> bool {
+    matches!(op, Op::Reshape | Op::Permute { .. } | Op::BroadcastTo | Op::Slice { .. })
 }
 
 /// Whether `id` is a matmul, or a view that only matmuls read: a recomputed copy read only there
@@ -203,7 +208,7 @@ fn recompute_leaves(
 /// that matmul's, never in the kernel computing `chain`.
 fn follows_through_matmul(g: &Graph, chain: &[NodeId], user: NodeId) -> bool {
     // A view is read where its readers are (a matmul reading the value transposed).
-    if matches!(g.node(user).op, Op::Reshape | Op::Permute { .. } | Op::BroadcastTo | Op::Slice { .. }) {
+    if is_view(&g.node(user).op) {
         let readers = g.users(user);
         return !readers.is_empty() && readers.iter().all(|&r| follows_through_matmul(g, chain, r));
     }
