@@ -651,3 +651,23 @@ fn recompute_holds_a_cast_only_matmuls_read_in_the_backward() {
     let casts = opt.node_ids().into_iter().filter(|&id| opt.node(id).op == Op::Cast).count();
     assert_eq!(casts, 1, "{}", opt.to_text());
 }
+
+/// A value the forward and the backward both compute is forward work once merged: the backward's
+/// cast of a weight met first in topological order does not make the forward's reader of the
+/// merged cast (and so the forward's loss) look like backward work.
+#[test]
+fn common_subexpressions_keep_the_forward_location_of_a_value_both_passes_compute() {
+    let fwd = SourceLoc { file: "model.rs".into(), line: 3, col: 9, backward: false, recomputed: false };
+    let mut g = Graph::new();
+    let w = g.input(DType::BF16, [4]);
+    let backward_cast = g.cast(w, DType::F32).unwrap();
+    g.set_loc(backward_cast, Some(fwd.backward_of()));
+    let forward_cast = g.cast(w, DType::F32).unwrap();
+    g.set_loc(forward_cast, Some(fwd.clone()));
+    g.set_outputs(vec![backward_cast, forward_cast]);
+    let mut merged = g.clone();
+    assert!(CommonSubexpressions.run(&mut merged).unwrap());
+    let casts: Vec<NodeId> = merged.node_ids().into_iter().filter(|&id| merged.node(id).op == Op::Cast).collect();
+    assert_eq!(casts.len(), 1, "{}", merged.to_text());
+    assert_eq!(merged.node(casts[0]).loc.as_ref(), Some(&fwd));
+}
