@@ -4,7 +4,7 @@ use crate::mode::Mode;
 use crate::trace::GraphRun;
 use crate::GraphBreak;
 use braze_ir::Graph;
-use braze_plan::{saved_for_backward, MemoryPlan, SavedForBackward};
+use braze_plan::{saved_for_backward, BufferRole, MemoryPlan, SavedForBackward};
 use std::fmt;
 use std::sync::Arc;
 
@@ -43,6 +43,11 @@ pub struct Explanation {
     /// Bytes of the arena holding the fused plans' intermediates (buffers whose lifetimes do not
     /// overlap share it), summed over the plans; `None` without fused plans.
     pub arena_bytes: Option<usize>,
+    /// Device memory one call of the largest fused plan holds at its peak: its inputs (the
+    /// batch, and captured tensors such as parameters and optimizer state), its outputs that are
+    /// not written in place, and its arena; `None` without fused plans. Kernels' small scratch
+    /// and the matmul library's workspace come on top.
+    pub peak: Option<PeakMemory>,
     /// Assigned captured tensors the graphs update in place: written directly by the kernel that
     /// computes the new value, or (where that could clobber values still to be read) through a
     /// temporary and a copy kernel. Assignments in neither count swap in new data after the call.
@@ -66,6 +71,7 @@ impl Explanation {
             .filter_map(|p| saved_for_backward(p))
             .reduce(|a, b| SavedForBackward { buffers: a.buffers + b.buffers, bytes: a.bytes + b.bytes });
         let arena_bytes = (!plans.is_empty()).then(|| plans.iter().map(|p| MemoryPlan::for_plan(p).arena_bytes).sum());
+        let peak = plans.iter().map(|p| PeakMemory::of(p)).max_by_key(PeakMemory::total);
         let write_backs = plans.iter().fold((0, 0), |(direct, copied), plan| {
             let w = plan.write_backs();
             (direct + w.direct, copied + w.copied)
@@ -84,9 +90,38 @@ impl Explanation {
             launches: counts.as_ref().map(|c| c.iter().map(|k| k.launches_per_call).sum()),
             saved_for_backward: saved,
             arena_bytes,
+            peak,
             write_backs_in_place: write_backs.0,
             write_backs_copied: write_backs.1,
         }
+    }
+}
+
+/// What one call of a fused plan holds in device memory at its peak, by kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeakMemory {
+    /// The plan's inputs: the arguments and the captured tensors.
+    pub inputs: usize,
+    /// Outputs in memory of their own (those written in place into an input count as inputs).
+    pub outputs: usize,
+    /// The arena of intermediates.
+    pub intermediates: usize,
+}
+
+impl PeakMemory {
+    fn of(plan: &braze_plan::Plan) -> PeakMemory {
+        let bytes_of = |role: fn(&BufferRole) -> bool| -> usize {
+            plan.buffers.iter().filter(|b| role(&b.role)).map(|b| b.bytes()).sum()
+        };
+        PeakMemory {
+            inputs: bytes_of(|r| matches!(r, BufferRole::Input(_))),
+            outputs: bytes_of(|r| matches!(r, BufferRole::Output)),
+            intermediates: MemoryPlan::for_plan(plan).arena_bytes,
+        }
+    }
+
+    pub fn total(&self) -> usize {
+        self.inputs + self.outputs + self.intermediates
     }
 }
 
@@ -133,6 +168,16 @@ impl fmt::Display for Explanation {
         writeln!(f, "launches: {}", or_na(self.launches))?;
         if let Some(bytes) = self.arena_bytes {
             writeln!(f, "intermediates: {} in one arena", human_bytes(bytes))?;
+        }
+        if let Some(peak) = self.peak {
+            writeln!(
+                f,
+                "peak memory: {} a call ({} inputs and captured tensors, {} outputs, {} intermediates)",
+                human_bytes(peak.total()),
+                human_bytes(peak.inputs),
+                human_bytes(peak.outputs),
+                human_bytes(peak.intermediates)
+            )?;
         }
         if let Some(saved) = self.saved_for_backward {
             writeln!(f, "saved for backward: {} in {} buffers", human_bytes(saved.bytes), saved.buffers)?;

@@ -81,7 +81,7 @@ pub use cuda::{cuda_device, kernel_cache_stats};
 pub use custom_op::CustomOp;
 pub use device::Device;
 pub use error::{Error, Result};
-pub use explain::Explanation;
+pub use explain::{Explanation, PeakMemory};
 pub use metric::{DeviceMetric, MetricReading};
 pub use mode::Mode;
 pub use prefetch::{pageable_copy_count, Batch, IntoBatch, PinnedBuffer, PinnedPool, Prefetcher};

@@ -114,6 +114,17 @@ fn mlp_step_is_one_graph_without_breaks_and_its_loss_falls() {
     assert!(explanation.breaks.is_empty());
     let text = explanation.to_string();
     assert!(text.contains("graphs: 1") && text.contains("breaks: 0") && text.contains("host syncs: 0"), "{text}");
+    // Peak memory: the batch, the parameters and AdamW's two f32 moments of each, the gradients
+    // (outputs, f32 like the parameters), and the arena.
+    let peak = explanation.peak.expect("a fused plan");
+    let params: usize = step_parameters(&sizes).iter().sum();
+    let batch = 2 * sizes.rows * sizes.hidden * 4;
+    // The rest are AdamW's device scalars (learning rate, step, skipped steps and the like).
+    let scalars = peak.inputs - (batch + params * 4 * 3);
+    assert!(scalars <= 64, "{} bytes of inputs past the tensors: {text}", scalars);
+    assert!(peak.outputs >= params * 4 && peak.outputs <= params * 4 + 64, "the gradients and the loss: {text}");
+    assert_eq!(peak.intermediates, explanation.arena_bytes.unwrap());
+    assert!(text.contains(&format!("peak memory: {:.1} KiB a call", peak.total() as f64 / 1024.0)), "{text}");
     let loss = |c: &braze::Compiled<_>| c.call(&step.inputs).unwrap()[0].item::<f64>().unwrap();
     let first = loss(&compiled);
     let mut last = first;
@@ -213,4 +224,10 @@ fn mlp_step_updates_every_parameter_in_one_launch() {
             .sum();
         assert_eq!(ungrouped.kernel_count() - plan.kernel_count(), saved, "{dtype}");
     }
+}
+
+/// The element count of each of mlp_step's parameters at `sizes`.
+fn step_parameters(sizes: &Sizes) -> Vec<usize> {
+    let (h, inner) = (sizes.hidden, 4 * sizes.hidden);
+    [h * inner, inner, inner * h, h, h, h].repeat(braze_workloads::MLP_STEP_LAYERS)
 }
