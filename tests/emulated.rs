@@ -302,3 +302,36 @@ fn generated_comparisons_observe_computed_bf16_values_rounded() {
         assert_eq!(ties, 256, "output {j}: every cosine ties with its rounding");
     }
 }
+
+/// An eager op's pointwise kernel reading its element count at run time (the same code at every
+/// size): the plan executor's bits at counts that leave no tail and tails of every length, over
+/// one block and several, with a one-element operand loaded once; both 16-bit dtypes and f32.
+#[test]
+fn pointwise_kernels_reading_their_element_count_at_run_time() {
+    if !enabled() {
+        return;
+    }
+    let target = Target::h200();
+    for dtype in [DType::BF16, DType::F16, DType::F32] {
+        for n in [2usize, 7, 8, 9, 31, 1000, 4099] {
+            let mut b = Builder::new();
+            let x = b.input(dtype, [n]);
+            let s = b.input(dtype, [1]);
+            let y = b.input(dtype, [n]);
+            let scaled = b.op(Op::Binary { op: braze_ir::BinaryOp::Mul }, &[x, s]);
+            let sum = b.op(Op::Binary { op: braze_ir::BinaryOp::Add }, &[scaled, y]);
+            let out = b.op(Op::Unary { op: braze_ir::UnaryOp::Tanh }, &[sum]);
+            let graph = b.finish(vec![out]);
+            let plan = compile_to_plan(&graph, &FusionOptions::default()).unwrap();
+            let what = format!("{dtype} [{n}]");
+            let config = braze_codegen::any_extent_config(&plan, 0, &target).unwrap_or_else(|| panic!("{what}"));
+            let inputs = random_inputs(&graph, 41, |_| false);
+            let actual =
+                emulator::run_plan(&plan, &[config], &target, &inputs).unwrap_or_else(|e| panic!("{what}: {e}"));
+            let modelled = braze_cpu::eval_plan(&plan, &inputs).unwrap();
+            assert_eq!(actual[0].to_bytes(), modelled[0].to_bytes(), "{what}: not the plan executor's bits");
+            let expected = eval_graph(&graph, &inputs).unwrap();
+            compare_outputs(&actual, &expected, None, dtype).unwrap_or_else(|e| panic!("{what}: {e}"));
+        }
+    }
+}

@@ -81,7 +81,7 @@ pub fn compile_graph(graph: &Graph, target: Target) -> Result<Arc<dyn Executable
             static EAGER: OnceLock<GraphCache> = OnceLock::new();
             let cache = EAGER.get_or_init(GraphCache::default);
             let (exe, _) = cache.get_or_compile_with(graph, target, |g, t| {
-                Ok(Arc::new(CudaPlan::new(g, t, &[])?) as Arc<dyn Executable>)
+                Ok(Arc::new(CudaPlan::new(g, t, &[], Extents::AnyWhereLoadsAllow)?) as Arc<dyn Executable>)
             })?;
             Ok(exe)
         }
@@ -104,7 +104,7 @@ pub fn compile_fused_in_place(
 ) -> Result<Arc<dyn Executable>> {
     match target.device {
         Device::Cpu => Ok(Arc::new(CpuPlan::new(graph, in_place)?)),
-        Device::Cuda(_) => Ok(Arc::new(CudaPlan::new(graph, target, in_place)?)),
+        Device::Cuda(_) => Ok(Arc::new(CudaPlan::new(graph, target, in_place, Extents::Literal)?)),
     }
 }
 
@@ -264,8 +264,18 @@ struct Bound {
     last_buffers: Vec<braze_cuda::DeviceBuffer>,
 }
 
+/// How a GPU plan's pointwise kernels learn their element count.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Extents {
+    /// As literals: each shape compiles its own code, specialised to it (a compiled function).
+    Literal,
+    /// At run time where the kernel's loads allow: an eager op's code is then the same at every
+    /// size, so the kernel cache compiles it once with NVRTC instead of once per shape.
+    AnyWhereLoadsAllow,
+}
+
 impl CudaPlan {
-    fn new(graph: &Graph, target: Target, in_place: &[(usize, usize)]) -> Result<CudaPlan> {
+    fn new(graph: &Graph, target: Target, in_place: &[(usize, usize)], extents: Extents) -> Result<CudaPlan> {
         let Device::Cuda(ordinal) = target.device else {
             return Err(Error::DeviceMismatch {
                 op: "compile".into(),
@@ -276,11 +286,19 @@ impl CudaPlan {
         };
         let device = crate::cuda::device(ordinal, "compile")?;
         let plan = fuse(graph, in_place)?;
+        let mut configs = std::collections::HashMap::new();
+        if extents == Extents::AnyWhereLoadsAllow {
+            for k in 0..plan.kernels.len() {
+                if let Some(config) = braze_codegen::any_extent_config(&plan, k, device.target()) {
+                    configs.insert(k, config);
+                }
+            }
+        }
         let options = ExecOptions {
             cuda_graphs: target.mode == Mode::ReduceOverhead,
             allow_tf32: ALLOW_TF32.load(Ordering::Relaxed),
             poison_outputs: std::env::var_os("BRAZE_POISON_OUTPUTS").is_some_and(|v| v == "1"),
-            ..ExecOptions::default()
+            configs,
         };
         let exe = PlanExecutable::new(&device, plan.clone(), crate::cuda::kernel_cache(), options)
             .map_err(|e| Error::cuda("compile", e))?;

@@ -401,3 +401,24 @@ fn gpu_full_fills_on_the_device() -> Result<()> {
     assert_eq!(Tensor::zeros([5], DType::I64, device)?.to_vec::<i64>()?, vec![0; 5]);
     Ok(())
 }
+
+/// Eager elementwise ops on the GPU read their element count at run time: once an op has run at
+/// one size, every other size of it runs the same compiled unit (no NVRTC compile), and gives
+/// the CPU's values.
+#[test]
+fn gpu_eager_elementwise_ops_compile_once_for_every_size() {
+    let Some(device) = gpu() else { return };
+    let run = |x: &Tensor, y: &Tensor| -> Result<Tensor> { x.tanh()?.mul(y)?.add_scalar(0.5) };
+    let first = randn(&[5, 7], DType::BF16, 80);
+    run(&first.to_device(device).unwrap(), &first.to_device(device).unwrap()).unwrap().to_host().unwrap();
+    let before = braze::kernel_cache_stats().compiles;
+    for n in [3usize, 17, 1000, 4099, 65_537] {
+        let (x, y) = (randn(&[n], DType::BF16, n as u64), randn(&[n], DType::BF16, n as u64 + 1));
+        let got = run(&x.to_device(device).unwrap(), &y.to_device(device).unwrap()).unwrap().to_host().unwrap();
+        let want = run(&x, &y).unwrap().to_host().unwrap();
+        for (i, (g, w)) in got.to_f64_vec().iter().zip(want.to_f64_vec()).enumerate() {
+            assert!((g - w).abs() <= 1e-2 * w.abs().max(1.0), "n = {n}, element {i}: {g} vs {w}");
+        }
+    }
+    assert_eq!(braze::kernel_cache_stats().compiles, before, "an NVRTC compile for a new size");
+}

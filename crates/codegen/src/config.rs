@@ -36,6 +36,14 @@ pub enum KernelConfig {
         vec: u32,
         grid_limit: u32,
     },
+    /// As `Pointwise`, over an element count read at run time from a table the runtime fills
+    /// once (the grid as large as the default's): the kernel's code is the same for every shape its loads allow
+    /// (each input contiguous over the whole domain, or one element for all), so one compiled
+    /// unit serves an eager op at every size ([`any_extent_config`]).
+    PointwiseAnyExtent {
+        block: u32,
+        vec: u32,
+    },
     /// `threads_per_row` threads (a power of two up to 1024) cooperate on a row;
     /// `rows_per_block` rows share a block (1 when a row spans several warps); `cached` keeps
     /// the row's element values in registers across reduction passes.
@@ -109,7 +117,7 @@ impl KernelConfig {
     /// The kernel family this config is for, as [`braze_plan::KernelKind::family`] names it.
     pub fn family(&self) -> &'static str {
         match self {
-            KernelConfig::Pointwise { .. } => "pointwise",
+            KernelConfig::Pointwise { .. } | KernelConfig::PointwiseAnyExtent { .. } => "pointwise",
             KernelConfig::Row { .. } => "row",
             KernelConfig::MultiReduce { .. } => "multi_reduce",
             KernelConfig::Concat { .. } => "concat",
@@ -128,6 +136,9 @@ impl fmt::Display for KernelConfig {
         match self {
             KernelConfig::Pointwise { block, vec, grid_limit } => {
                 write!(f, "pointwise block={block} vec={vec} grid_limit={grid_limit}")
+            }
+            KernelConfig::PointwiseAnyExtent { block, vec } => {
+                write!(f, "pointwise block={block} vec={vec} any extent")
             }
             KernelConfig::Row { threads_per_row, rows_per_block, cached } => write!(
                 f,
@@ -170,6 +181,20 @@ impl fmt::Display for KernelConfig {
 /// If `kernel` is not an index into `plan.kernels`.
 pub fn default_config(plan: &Plan, kernel: usize, target: &Target) -> KernelConfig {
     candidate_configs(plan, kernel, target)[0]
+}
+
+/// The default configuration of pointwise kernel `kernel` made to read its element count at run
+/// time, when its loads allow that (see [`KernelConfig::PointwiseAnyExtent`]); `None` for other
+/// kernels and other loads (a broadcast along some axes, a gather, a strided view).
+pub fn any_extent_config(plan: &Plan, kernel: usize, target: &Target) -> Option<KernelConfig> {
+    let KernelKind::Pointwise(pointwise) = &plan.kernels.get(kernel)?.kind else { return None };
+    if !crate::pointwise::serves_any_extent(pointwise) {
+        return None;
+    }
+    match default_config(plan, kernel, target) {
+        KernelConfig::Pointwise { block, vec, .. } => Some(KernelConfig::PointwiseAnyExtent { block, vec }),
+        _ => None,
+    }
 }
 
 /// A small set of configurations (one to eight, the default first) for the autotuner to time.

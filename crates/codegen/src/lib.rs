@@ -53,13 +53,14 @@ mod multi_pointwise;
 mod multi_reduce;
 mod multi_reduce_epilogue;
 mod pointwise;
+use pointwise::Extent;
 mod reduce;
 mod row;
 mod target;
 mod vector;
 mod writer;
 
-pub use config::{candidate_configs, default_config, KernelConfig};
+pub use config::{any_extent_config, candidate_configs, default_config, KernelConfig};
 pub use error::{CodegenError, Result};
 pub use target::Target;
 
@@ -164,7 +165,10 @@ pub fn generate(plan: &Plan, kernel: usize, config: &KernelConfig, target: &Targ
     let emitted = match (&k.kind, *config) {
         (KernelKind::MatMul(matmul), KernelConfig::Library { .. }) => return Ok(KernelCode::CuBlasLt(matmul.clone())),
         (KernelKind::Pointwise(pointwise), KernelConfig::Pointwise { block, vec, grid_limit }) => {
-            pointwise::generate(&mut unit, pointwise, block, vec, grid_limit)?
+            pointwise::generate(&mut unit, pointwise, block, vec, Extent::Literal { grid_limit })?
+        }
+        (KernelKind::Pointwise(pointwise), KernelConfig::PointwiseAnyExtent { block, vec }) => {
+            pointwise::generate(&mut unit, pointwise, block, vec, Extent::RunTime)?
         }
         (KernelKind::Row(row), KernelConfig::Row { threads_per_row, rows_per_block, cached }) => {
             row::generate(&mut unit, row, threads_per_row, rows_per_block, cached)?

@@ -150,6 +150,7 @@ pub(crate) fn generate(
             slots: &slots,
             vec,
             width,
+            run_time: false,
         };
         emit.emit(&mut w, &mut unit.helpers, &span)?;
         w.line("break;");

@@ -7,7 +7,7 @@ use crate::error::{invalid_config, Result};
 use crate::index::{classify, is_constant, merge_view, offset_expr, IndexWidth, VectorAccess, ViewDim};
 use crate::vector::{emit_vector_load, emit_vector_store, load_rhs};
 use crate::writer::CodeWriter;
-use crate::{grid_for, Emitted, Launch, Unit};
+use crate::{grid_for, Emitted, Launch, Param, TableSpec, Unit};
 
 use braze_ir::DType;
 use braze_plan::{Body, Expr, Pointwise};
@@ -32,6 +32,34 @@ pub(crate) struct LoadInfo {
     kind: LoadKind,
 }
 
+/// Where a pointwise kernel's element count comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Extent {
+    /// A literal in the code, with at most `grid_limit` blocks.
+    Literal { grid_limit: u32 },
+    /// A `u64` table the runtime uploads once: the code is the same for every shape.
+    RunTime,
+}
+
+/// Whether `pw`'s code can read its element count at run time and be the same for every shape:
+/// each live load reads its input contiguously over the whole domain from its start, or one
+/// element for all, and nothing is gathered or indexed.
+pub(crate) fn serves_any_extent(pw: &Pointwise) -> bool {
+    let body = &pw.body;
+    let dims = pw.shape.dims();
+    let live = live_values(body, body.stores.iter().map(|s| s.value));
+    pw.shape.numel() > 0
+        && !body.stores.is_empty()
+        && body.values.iter().enumerate().filter(|(id, _)| live[*id]).all(|(_, value)| match &value.expr {
+            Expr::Load { offset, strides, .. } => {
+                let view = merge_view(dims, strides);
+                is_constant(&view) || (*offset == 0 && view.len() == 1 && view[0].stride == 1)
+            }
+            Expr::Gather { .. } | Expr::Index => false,
+            _ => true,
+        })
+}
+
 pub(crate) fn check_config(unit: &Unit<'_>, block: u32, vec: u32, grid_limit: u32) -> Result<()> {
     if !(32..=1024).contains(&block) || !block.is_multiple_of(32) {
         return Err(invalid_config(unit.name(), format!("block {block} is not a multiple of 32 in 32..=1024")));
@@ -45,8 +73,19 @@ pub(crate) fn check_config(unit: &Unit<'_>, block: u32, vec: u32, grid_limit: u3
     Ok(())
 }
 
-pub(crate) fn generate(unit: &mut Unit<'_>, pw: &Pointwise, block: u32, vec: u32, grid_limit: u32) -> Result<Emitted> {
+pub(crate) fn generate(unit: &mut Unit<'_>, pw: &Pointwise, block: u32, vec: u32, extent: Extent) -> Result<Emitted> {
+    let grid_limit = match extent {
+        Extent::Literal { grid_limit } => grid_limit,
+        Extent::RunTime => unit.target.sm_count * 1024,
+    };
     check_config(unit, block, vec, grid_limit)?;
+    let run_time = extent == Extent::RunTime;
+    if run_time && !serves_any_extent(pw) {
+        return Err(invalid_config(
+            unit.name(),
+            "an element count read at run time needs every load contiguous over the domain or of one element",
+        ));
+    }
     let kernel = unit.kernel;
     let body = &pw.body;
     let dims = pw.shape.dims();
@@ -60,7 +99,11 @@ pub(crate) fn generate(unit: &mut Unit<'_>, pw: &Pointwise, block: u32, vec: u32
     let slots = SlotTypes::of(unit);
     let loads = analyze_loads(body, dims, vec);
 
-    let (declared, params) = unit.buffer_params();
+    let (mut declared, mut params) = unit.buffer_params();
+    if run_time {
+        declared.push("const unsigned long long* __restrict__ extent".into());
+        params.push(Param::Table(0));
+    }
     let mut w = CodeWriter::new();
     if crate::gather::body_gathers(body) {
         for line in crate::gather::CHECKED_INDEX.lines() {
@@ -76,7 +119,9 @@ pub(crate) fn generate(unit: &mut Unit<'_>, pw: &Pointwise, block: u32, vec: u32
         kernel.name,
         declared.join(", ")
     ));
-    if numel == 0 {
+    if run_time {
+        w.line("const idx_t NUMEL = (idx_t)extent[0];");
+    } else if numel == 0 {
         w.line("// no elements: nothing to do");
     } else {
         w.line(format!("constexpr idx_t NUMEL = {};", lit(numel)));
@@ -90,7 +135,7 @@ pub(crate) fn generate(unit: &mut Unit<'_>, pw: &Pointwise, block: u32, vec: u32
         tail_comment: "one per thread of block 0",
         tail_first: false,
     };
-    let emit = BodyEmit { kernel: &kernel.name, body, dims, loads: &loads, slots: &slots, vec, width };
+    let emit = BodyEmit { kernel: &kernel.name, body, dims, loads: &loads, slots: &slots, vec, width, run_time };
     emit.emit(&mut w, &mut unit.helpers, &span)?;
     w.close();
 
@@ -119,7 +164,7 @@ pub(crate) fn generate(unit: &mut Unit<'_>, pw: &Pointwise, block: u32, vec: u32
         code: w.finish(),
         launches,
         scratch: Vec::new(),
-        tables: Vec::new(),
+        tables: if run_time { vec![TableSpec::Static((numel as u64).to_le_bytes().to_vec())] } else { Vec::new() },
     })
 }
 
@@ -209,6 +254,8 @@ pub(crate) struct BodyEmit<'a> {
     pub(crate) slots: &'a SlotTypes,
     pub(crate) vec: usize,
     pub(crate) width: IndexWidth,
+    /// `NUMEL` is known only at run time: the vector loop and the tail are emitted for any count.
+    pub(crate) run_time: bool,
 }
 
 impl BodyEmit<'_> {
@@ -302,7 +349,7 @@ impl BodyEmit<'_> {
         }
         let vectors = numel / vec;
         let Span { first, step, end, .. } = span;
-        if numel > 0 && vec == 1 {
+        if (numel > 0 || self.run_time) && vec == 1 {
             w.open(format!("for (idx_t i = {first}; i < {end}; i += {step})"));
             emit_values(w, self.kernel, helpers, body, computed.iter().copied(), &mut names, |id, helpers| {
                 self.read_at(helpers, id, "i")
@@ -312,7 +359,7 @@ impl BodyEmit<'_> {
                 w.line(format!("out{}[i] = {};", store.output, narrow(output_dtypes[store.output], &value)));
             }
             w.close();
-        } else if vectors > 0 {
+        } else if vectors > 0 || self.run_time {
             w.line(format!("// {vec} consecutive elements per thread and step"));
             w.open(format!("for (idx_t vector = {first}; vector < {end}; vector += {step})"));
             w.line(format!("const idx_t i0 = vector * {};", lit(vec)));
@@ -383,6 +430,24 @@ impl BodyEmit<'_> {
         let numel: usize = self.dims.iter().product();
         let vectors = numel / vec;
         let output_dtypes = &self.slots.outputs;
+        if self.run_time && vec > 1 {
+            w.line(format!("// the elements past the last whole vector, {}", span.tail_comment));
+            w.open(format!("if ({})", span.tail_block));
+            w.line(format!("const idx_t tail_start = NUMEL / {} * {};", width.lit(vec), width.lit(vec)));
+            w.open("if ((idx_t)threadIdx.x < NUMEL - tail_start)");
+            w.line("const idx_t i = tail_start + threadIdx.x;");
+            let mut tail_names: Vec<String> = (0..body.values.len()).map(value_name).collect();
+            emit_values(w, self.kernel, helpers, body, computed.iter().copied(), &mut tail_names, |id, helpers| {
+                self.read_at(helpers, id, "i")
+            })?;
+            for store in &body.stores {
+                let value = self.store_value(helpers, store.value.0, store.output, &tail_names);
+                w.line(format!("out{}[i] = {};", store.output, narrow(output_dtypes[store.output], &value)));
+            }
+            w.close();
+            w.close();
+            return Ok(());
+        }
         let tail = if vec == 1 { 0 } else { numel % vec };
         if tail > 0 {
             w.line(format!("// the last {tail} elements, {}", span.tail_comment));

@@ -680,3 +680,43 @@ fn index_add_rows_are_owned_by_warps_and_written_once() {
     assert!(bad(8, 1, 1024, 100).contains("columns"));
     assert!(bad(32, 2, 4096, 1024).contains("do not fit"));
 }
+
+/// The code of a pointwise kernel made to read its element count at run time, without the lines
+/// that are only comments: what NVRTC compiles (the kernel cache's unit).
+fn code_lines(kernel: &GeneratedKernel) -> Vec<&str> {
+    kernel.source.lines().filter(|l| !l.trim_start().starts_with("//")).collect()
+}
+
+/// An eager op's pointwise kernel may read its element count at run time: its code is then the
+/// same at every size (one NVRTC compile serves them all), the count in a table the runtime
+/// uploads, the elements past the last whole vector in a tail computed at run time. A broadcast
+/// along an axis, or a domain without elements, keeps the literal count.
+#[test]
+fn a_pointwise_kernel_reading_its_element_count_at_run_time_is_the_same_code_at_every_size() {
+    let at = |n: usize| {
+        let plan = plans::ew_chain(DType::BF16, n);
+        let config = braze_codegen::any_extent_config(&plan, 0, &Target::h200()).expect("contiguous loads");
+        assert!(matches!(config, KernelConfig::PointwiseAnyExtent { vec: 8, .. }), "{config}");
+        cuda(&plan, &config)
+    };
+    // (A domain of one element has code of its own: every load is then of one element.)
+    let sizes = [2usize, 15, 17, 1000, 1 << 20];
+    let kernels: Vec<GeneratedKernel> = sizes.iter().map(|&n| at(n)).collect();
+    for (kernel, &n) in kernels.iter().zip(&sizes) {
+        assert_eq!(code_lines(kernel), code_lines(&kernels[0]), "n = {n}");
+        assert_eq!(kernel.tables, vec![TableSpec::Static((n as u64).to_le_bytes().to_vec())]);
+        assert_eq!(kernel.launches[0].params.last(), Some(&Param::Table(0)));
+        let threads = n.div_ceil(8).max(1);
+        assert_eq!(kernel.launches[0].grid[0] as usize, threads.div_ceil(256), "n = {n}");
+    }
+    let source = &kernels[3].source;
+    assert!(source.contains("const idx_t NUMEL = (idx_t)extent[0];"), "{source}");
+    assert!(source.contains("const idx_t tail_start = NUMEL / 8u * 8u;"), "{source}");
+    settings().bind(|| insta::assert_snapshot!("pointwise_ew_chain_bf16_any_extent", source));
+
+    let broadcast = plans::pointwise_broadcast_f32();
+    assert_eq!(braze_codegen::any_extent_config(&broadcast, 0, &Target::h200()), None);
+    assert_eq!(braze_codegen::any_extent_config(&plans::pointwise_empty(), 0, &Target::h200()), None);
+    let refused = generate(&broadcast, 0, &KernelConfig::PointwiseAnyExtent { block: 256, vec: 4 }, &Target::h200());
+    assert!(matches!(refused, Err(CodegenError::InvalidConfig { .. })), "{refused:?}");
+}
