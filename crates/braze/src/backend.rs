@@ -109,8 +109,11 @@ pub fn compile_fused_in_place(
 }
 
 fn fuse(graph: &Graph, in_place: &[(usize, usize)]) -> Result<Plan> {
-    let options = FusionOptions { in_place: in_place.to_vec(), ..FusionOptions::default() };
-    braze_passes::compile_to_plan(graph, &options)
+    fuse_with(graph, &FusionOptions { in_place: in_place.to_vec(), ..FusionOptions::default() })
+}
+
+fn fuse_with(graph: &Graph, options: &FusionOptions) -> Result<Plan> {
+    braze_passes::compile_to_plan(graph, options)
         .map_err(|e| Error::Compile { context: "fusion".into(), passes: Box::new(e) })
 }
 
@@ -269,8 +272,9 @@ struct Bound {
 enum Extents {
     /// As literals: each shape compiles its own code, specialised to it (a compiled function).
     Literal,
-    /// At run time where the kernel's loads allow: an eager op's code is then the same at every
-    /// size, so the kernel cache compiles it once with NVRTC instead of once per shape.
+    /// At run time where the kernel's loads allow, and full reductions as multi-reduce items
+    /// (whose work list is a table): an eager op's code is then the same at every size, so the
+    /// kernel cache compiles it once with NVRTC instead of once per shape.
     AnyWhereLoadsAllow,
 }
 
@@ -285,9 +289,15 @@ impl CudaPlan {
             });
         };
         let device = crate::cuda::device(ordinal, "compile")?;
-        let plan = fuse(graph, in_place)?;
+        let size_free = extents == Extents::AnyWhereLoadsAllow;
+        let fusion = FusionOptions {
+            in_place: in_place.to_vec(),
+            full_reductions_in_multi_reduce: size_free,
+            ..FusionOptions::default()
+        };
+        let plan = fuse_with(graph, &fusion)?;
         let mut configs = std::collections::HashMap::new();
-        if extents == Extents::AnyWhereLoadsAllow {
+        if size_free {
             for k in 0..plan.kernels.len() {
                 if let Some(config) = braze_codegen::any_extent_config(&plan, k, device.target()) {
                     configs.insert(k, config);

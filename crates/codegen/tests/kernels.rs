@@ -720,3 +720,27 @@ fn a_pointwise_kernel_reading_its_element_count_at_run_time_is_the_same_code_at_
     let refused = generate(&broadcast, 0, &KernelConfig::PointwiseAnyExtent { block: 256, vec: 4 }, &Target::h200());
     assert!(matches!(refused, Err(CodegenError::InvalidConfig { .. })), "{refused:?}");
 }
+
+/// An eager full reduction is a multi-reduce item however short (a row kernel of its own size
+/// otherwise): its work list is a table, so its code is the same at every size that fits one
+/// segment, and at every size cut into several (which adds the partials' combine): two units
+/// serve every size.
+#[test]
+fn an_eager_full_reduction_is_the_same_code_at_every_size() {
+    let at = |n: usize| {
+        let plan = plans::eager_sum(n);
+        assert!(matches!(plan.kernels[0].kind, KernelKind::MultiReduce(_)), "n = {n}:\n{plan}");
+        cuda(&plan, &default_config(&plan, 0, &Target::h200()))
+    };
+    for sizes in [&[1usize, 5, 1000, 16_384][..], &[16_385, 100_000, 3_000_000]] {
+        let kernels: Vec<GeneratedKernel> = sizes.iter().map(|&n| at(n)).collect();
+        for (kernel, n) in kernels.iter().zip(sizes) {
+            assert_eq!(code_lines(kernel), code_lines(&kernels[0]), "n = {n}");
+        }
+    }
+    // Without the option a short sum is a row kernel of its own size.
+    let mut g = plans::GraphBuilder::default();
+    let x = g.input(DType::F32, &[1000]);
+    let s = g.op(braze_ir::Op::Reduce { op: braze_ir::ReduceOp::Sum, axes: vec![0], keepdim: false }, &[x]);
+    assert!(matches!(g.compile(&[s]).kernels[0].kind, KernelKind::Row(_)));
+}

@@ -78,13 +78,27 @@ impl GraphBuilder {
 
     /// The plan the passes make of the graph with these outputs: one kernel, which the tests
     /// generate as kernel 0.
-    pub fn compile(mut self, outputs: &[NodeId]) -> Plan {
+    pub fn compile(self, outputs: &[NodeId]) -> Plan {
+        self.compile_with(outputs, &FusionOptions::default())
+    }
+
+    /// [`GraphBuilder::compile`] with other fusion options.
+    pub fn compile_with(mut self, outputs: &[NodeId], options: &FusionOptions) -> Plan {
         self.graph.set_outputs(outputs.to_vec());
-        let plan = compile_to_plan(&self.graph, &FusionOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+        let plan = compile_to_plan(&self.graph, options).unwrap_or_else(|e| panic!("{e}"));
         plan.validate().unwrap_or_else(|e| panic!("{e}\n{plan}"));
         assert_eq!(plan.kernels.len(), 1, "a fixture is one kernel:\n{plan}");
         plan
     }
+}
+
+/// The sum of every element of an f32 `[n]`, as an eager op compiles it: a multi-reduce item
+/// however short.
+pub fn eager_sum(n: usize) -> Plan {
+    let mut g = GraphBuilder::default();
+    let x = g.input(DType::F32, &[n]);
+    let s = g.op(Op::Reduce { op: ReduceOp::Sum, axes: vec![0], keepdim: false }, &[x]);
+    g.compile_with(&[s], &FusionOptions { full_reductions_in_multi_reduce: true, ..FusionOptions::default() })
 }
 
 /// `relu(x * w + r) * s + 0.5` over `[64, 256]`: `w` `[256]`, `r` `[64, 1]`, `s` a scalar.

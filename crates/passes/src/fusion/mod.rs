@@ -84,11 +84,21 @@ pub struct FusionOptions {
     /// ones into a multi-pointwise kernel. Above it a kernel streams long enough that its own
     /// launch costs a few percent at most, and a specialised kernel of its own is simplest.
     pub multi_pointwise_limit: usize,
+    /// Every full reduction becomes a multi-reduce item, however short: its code is then the
+    /// same at every size (the work list is a table the runtime uploads), which eager ops want.
+    /// Off, a reduction short enough for one row is a row kernel of its own size.
+    pub full_reductions_in_multi_reduce: bool,
 }
 
 impl Default for FusionOptions {
     fn default() -> FusionOptions {
-        FusionOptions { row_cache_limit: 16384, fuse: true, in_place: Vec::new(), multi_pointwise_limit: 1 << 24 }
+        FusionOptions {
+            row_cache_limit: 16384,
+            fuse: true,
+            in_place: Vec::new(),
+            multi_pointwise_limit: 1 << 24,
+            full_reductions_in_multi_reduce: false,
+        }
     }
 }
 

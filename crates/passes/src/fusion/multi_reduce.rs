@@ -144,7 +144,8 @@ impl Fuser<'_> {
         let group = MultiReduceGroup { items, epilogue };
         let large = |it: &ReduceItem| self.shape(it.leaves[0]).numel() > self.options.row_cache_limit;
         let stacks = group.epilogue.iter().any(|&e| matches!(self.node(e).op, Op::Concat { .. }));
-        if group.items.len() == 1 && !large(&group.items[0]) && !stacks {
+        if group.items.len() == 1 && !large(&group.items[0]) && !stacks && !self.options.full_reductions_in_multi_reduce
+        {
             return;
         }
         let stored = self.stored_count(&group);
