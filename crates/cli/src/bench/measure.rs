@@ -135,7 +135,11 @@ impl Bench {
         match &case.eager {
             Ok(()) => {
                 let f = &case.pair.dev.function;
+                // Eager kernels read their sizes at run time where they can: a new size of an op
+                // must not mean a new NVRTC compile.
+                let compiles_before = braze::kernel_cache_stats().compiles;
                 let timing = self.bench(&mut || ran(f(inputs)), self.rep_ms)?;
+                let compiles = braze::kernel_cache_stats().compiles - compiles_before;
                 let us = timing.median_us;
                 let ops: usize = {
                     let compiled = case.pair.dev.compile();
@@ -144,7 +148,8 @@ impl Bench {
                 let mut row = json!({
                     "workload": case.workload, "shape": case.shape, "dtype": dtype, "variant": "braze eager",
                     "us": us, "gbps": case.bytes.map(|b| b / (us * 1e-6) / 1e9), "ops": ops,
-                    "reps": timing.reps,
+                    "reps": timing.reps, "nvrtc_compiles": compiles,
+                    "note": format!("{ops} ops a call, {compiles} NVRTC compiles in all"),
                 });
                 if let Some(flops) = case.flops {
                     row["tflops"] = json!(flops / (us * 1e-6) / 1e12);
