@@ -270,15 +270,9 @@ impl Fuser<'_> {
         (loc.is_none_or(|l| !l.backward), loc.is_some_and(|l| l.recomputed))
     }
 
-    /// Whether a kernel holding both would compute a recomputed value in the forward, where it
-    /// would be stored and held until the backward: what recomputing it was to avoid.
-    fn mixes_recomputed_with_forward(&self, a: (bool, bool), b: (bool, bool)) -> bool {
-        (a.0 && b.1) || (a.1 && b.0)
-    }
-
     fn can_join(&self, n: NodeId, gid: usize, space: Space) -> std::result::Result<(), &'static str> {
         let group = self.group(gid);
-        if self.mixes_recomputed_with_forward(self.side_of(n), (group.forward, group.recomputed)) {
+        if mixes_recomputed_with_forward(self.side_of(n), (group.forward, group.recomputed)) {
             return Err("a value recomputed for the backward stays out of forward kernels");
         }
         if self.outside_path(&Side { groups: &[gid], extra: &[] }, &Side { groups: &[], extra: &[n] }) {
@@ -301,7 +295,7 @@ impl Fuser<'_> {
     /// Merges group `src` (computing an operand of `n`) into `home` (which holds `n`).
     fn try_absorb(&mut self, src: usize, home: usize, n: NodeId) -> std::result::Result<(), &'static str> {
         let (a, b) = (self.group(src), self.group(home));
-        if self.mixes_recomputed_with_forward((a.forward, a.recomputed), (b.forward, b.recomputed)) {
+        if mixes_recomputed_with_forward((a.forward, a.recomputed), (b.forward, b.recomputed)) {
             return Err("a value recomputed for the backward stays out of forward kernels");
         }
         let space_n = self.space_of(n);
@@ -458,4 +452,11 @@ impl Fuser<'_> {
         }
         self.absorb(src, home, Some(Space::Element));
     }
+}
+
+/// Whether a kernel holding both sides (each `(forward work, recomputed for the backward)`) would
+/// compute a recomputed value in the forward, where it would be stored and held until the
+/// backward: what recomputing it was to avoid.
+fn mixes_recomputed_with_forward(a: (bool, bool), b: (bool, bool)) -> bool {
+    (a.0 && b.1) || (a.1 && b.0)
 }

@@ -31,7 +31,9 @@
 //! and the concat kernel goes (`concat_in_place.rs`).
 //!
 //! Views (reshape, permute, slice, broadcast_to) get no kernels: they fold into strided loads. A
-//! merge is refused when it would close a cycle through a kernel outside the merged groups, when a
+//! merge is refused when it would put a value recomputed for the backward in a kernel with forward
+//! ops (where it would be computed early and held after all), when it would close a cycle through
+//! a kernel outside the merged groups, when a
 //! row kernel over rows longer than the cache would hold more than one chain of dependent
 //! reductions, or when a value the kernel must store could not be stored in its family's layout.
 
