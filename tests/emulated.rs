@@ -335,3 +335,47 @@ fn pointwise_kernels_reading_their_element_count_at_run_time() {
         }
     }
 }
+
+/// Eager full reductions, multi-reduce items however short (so one unit serves every size): the
+/// reference's values for sums of i32 and bool (as i64), a min of f16, a mean of f32 and a sum of
+/// bf16, from one element to more than one segment, and the plan executor's bits where the result
+/// is exact (a float sum's order is the kernel's own).
+#[test]
+fn eager_full_reductions_as_multi_reduce_items() {
+    if !enabled() {
+        return;
+    }
+    let target = Target::h200();
+    let options = FusionOptions { full_reductions_in_multi_reduce: true, ..FusionOptions::default() };
+    let cases = [
+        (DType::I32, braze_ir::ReduceOp::Sum),
+        (DType::Bool, braze_ir::ReduceOp::Sum),
+        (DType::F16, braze_ir::ReduceOp::Min),
+        (DType::F32, braze_ir::ReduceOp::Mean),
+        (DType::BF16, braze_ir::ReduceOp::Sum),
+    ];
+    for (dtype, op) in cases {
+        for shape in [vec![1], vec![7, 5], vec![1000], vec![20_000]] {
+            let mut b = Builder::new();
+            let x = b.input(dtype, shape.clone());
+            let axes: Vec<usize> = (0..shape.len()).collect();
+            let r = b.op(Op::Reduce { op, axes, keepdim: false }, &[x]);
+            let graph = b.finish(vec![r]);
+            let plan = compile_to_plan(&graph, &options).unwrap();
+            let what = format!("{op:?} of {dtype} {shape:?}");
+            assert!(plan.kernels.iter().any(|k| k.kind.family() == "multi_reduce"), "{what}:\n{plan}");
+            let configs: Vec<KernelConfig> =
+                (0..plan.kernels.len()).map(|k| default_config(&plan, k, &target)).collect();
+            let inputs = random_inputs(&graph, 43, |_| false);
+            let actual =
+                emulator::run_plan(&plan, &configs, &target, &inputs).unwrap_or_else(|e| panic!("{what}: {e}"));
+            let exact = !dtype.is_float() || matches!(op, braze_ir::ReduceOp::Min | braze_ir::ReduceOp::Max);
+            if exact {
+                let modelled = braze_cpu::eval_plan(&plan, &inputs).unwrap();
+                assert_eq!(actual[0].to_bytes(), modelled[0].to_bytes(), "{what}: not the plan executor's bits");
+            }
+            let expected = eval_graph(&graph, &inputs).unwrap();
+            compare_outputs(&actual, &expected, None, dtype).unwrap_or_else(|e| panic!("{what}: {e}"));
+        }
+    }
+}
