@@ -70,8 +70,9 @@ impl Explanation {
             .iter()
             .filter_map(|p| saved_for_backward(p))
             .reduce(|a, b| SavedForBackward { buffers: a.buffers + b.buffers, bytes: a.bytes + b.bytes });
-        let arena_bytes = (!plans.is_empty()).then(|| plans.iter().map(|p| MemoryPlan::for_plan(p).arena_bytes).sum());
-        let peak = plans.iter().map(|p| PeakMemory::of(p)).max_by_key(PeakMemory::total);
+        let arenas: Vec<usize> = plans.iter().map(|p| MemoryPlan::for_plan(p).arena_bytes).collect();
+        let arena_bytes = (!plans.is_empty()).then(|| arenas.iter().sum());
+        let peak = plans.iter().zip(&arenas).map(|(p, &arena)| PeakMemory::of(p, arena)).max_by_key(PeakMemory::total);
         let write_backs = plans.iter().fold((0, 0), |(direct, copied), plan| {
             let w = plan.write_backs();
             (direct + w.direct, copied + w.copied)
@@ -109,14 +110,15 @@ pub struct PeakMemory {
 }
 
 impl PeakMemory {
-    fn of(plan: &braze_plan::Plan) -> PeakMemory {
+    /// `plan`'s, whose arena takes `arena_bytes`.
+    fn of(plan: &braze_plan::Plan, arena_bytes: usize) -> PeakMemory {
         let bytes_of = |role: fn(&BufferRole) -> bool| -> usize {
             plan.buffers.iter().filter(|b| role(&b.role)).map(|b| b.bytes()).sum()
         };
         PeakMemory {
             inputs: bytes_of(|r| matches!(r, BufferRole::Input(_))),
             outputs: bytes_of(|r| matches!(r, BufferRole::Output)),
-            intermediates: MemoryPlan::for_plan(plan).arena_bytes,
+            intermediates: arena_bytes,
         }
     }
 

@@ -111,7 +111,6 @@ fn measure(options: &Options) -> Result<Report> {
 
     let started = Instant::now();
     let memory = braze_plan::MemoryPlan::for_plan(&plan);
-    let mib = |bytes: usize| bytes as f64 / (1 << 20) as f64;
     let saved = braze_plan::saved_for_backward(&plan)
         .map_or(String::new(), |s| format!(", {:.1} MiB saved for backward in {} buffers", mib(s.bytes), s.buffers));
     stage("memory plan", started.elapsed(), format!("arena {:.1} MiB{saved}", mib(memory.arena_bytes)));
@@ -153,7 +152,7 @@ fn measure(options: &Options) -> Result<Report> {
             distinct_sources,
             distinct_units,
             source_bytes as f64 / 1024.0,
-            generated.iter().flat_map(|g| &g.scratch).map(|s| s.bytes).sum::<usize>() as f64 / (1 << 20) as f64,
+            mib(generated.iter().flat_map(|g| &g.scratch).map(|s| s.bytes).sum()),
             codes.iter().filter(|c| matches!(c, KernelCode::CuBlasLt(_))).count()
         ),
     );
@@ -256,7 +255,6 @@ fn fresh_dir() -> Result<PathBuf> {
 /// The intermediate bytes alive during each kernel, then the placements alive at the peak (1 MiB
 /// or more) with the kernels that write and read them: where a step's memory goes.
 fn print_live_memory(plan: &braze_plan::Plan) {
-    let mib = |bytes: usize| bytes as f64 / (1 << 20) as f64;
     let live = braze_plan::memory::live_during_kernels(plan);
     let totals: Vec<usize> = live.iter().map(|slots| slots.iter().map(|s| s.bytes).sum()).collect();
     println!("{:>6} {:>10}  kernel", "kernel", "live MiB");
@@ -289,4 +287,9 @@ fn print_live_memory(plan: &braze_plan::Plan) {
             .collect();
         println!("  {:>8.1} MiB  {}", mib(slot.bytes), chain.join("; then "));
     }
+}
+
+/// Bytes in MiB, for the stage notes.
+fn mib(bytes: usize) -> f64 {
+    bytes as f64 / (1 << 20) as f64
 }

@@ -351,13 +351,7 @@ impl BodyEmit<'_> {
         let Span { first, step, end, .. } = span;
         if (numel > 0 || self.run_time) && vec == 1 {
             w.open(format!("for (idx_t i = {first}; i < {end}; i += {step})"));
-            emit_values(w, self.kernel, helpers, body, computed.iter().copied(), &mut names, |id, helpers| {
-                self.read_at(helpers, id, "i")
-            })?;
-            for store in &body.stores {
-                let value = self.store_value(helpers, store.value.0, store.output, &names);
-                w.line(format!("out{}[i] = {};", store.output, narrow(output_dtypes[store.output], &value)));
-            }
+            self.emit_element_i(w, helpers, &computed)?;
             w.close();
         } else if vectors > 0 || self.run_time {
             w.line(format!("// {vec} consecutive elements per thread and step"));
@@ -425,43 +419,41 @@ impl BodyEmit<'_> {
 
     /// The elements past the last whole vector, one per thread of the block `span` names.
     fn emit_tail(&self, w: &mut CodeWriter, helpers: &mut Helpers, span: &Span, computed: &[usize]) -> Result<()> {
-        let body = self.body;
         let (vec, width) = (self.vec, self.width);
-        let numel: usize = self.dims.iter().product();
-        let vectors = numel / vec;
-        let output_dtypes = &self.slots.outputs;
         if self.run_time && vec > 1 {
             w.line(format!("// the elements past the last whole vector, {}", span.tail_comment));
             w.open(format!("if ({})", span.tail_block));
             w.line(format!("const idx_t tail_start = NUMEL / {} * {};", width.lit(vec), width.lit(vec)));
             w.open("if ((idx_t)threadIdx.x < NUMEL - tail_start)");
             w.line("const idx_t i = tail_start + threadIdx.x;");
-            let mut tail_names: Vec<String> = (0..body.values.len()).map(value_name).collect();
-            emit_values(w, self.kernel, helpers, body, computed.iter().copied(), &mut tail_names, |id, helpers| {
-                self.read_at(helpers, id, "i")
-            })?;
-            for store in &body.stores {
-                let value = self.store_value(helpers, store.value.0, store.output, &tail_names);
-                w.line(format!("out{}[i] = {};", store.output, narrow(output_dtypes[store.output], &value)));
-            }
+            self.emit_element_i(w, helpers, computed)?;
             w.close();
             w.close();
             return Ok(());
         }
+        let numel: usize = self.dims.iter().product();
         let tail = if vec == 1 { 0 } else { numel % vec };
         if tail > 0 {
             w.line(format!("// the last {tail} elements, {}", span.tail_comment));
             w.open(format!("if ({} && threadIdx.x < {tail}u)", span.tail_block));
-            w.line(format!("const idx_t i = {} + threadIdx.x;", width.lit(vectors * vec)));
-            let mut tail_names: Vec<String> = (0..body.values.len()).map(value_name).collect();
-            emit_values(w, self.kernel, helpers, body, computed.iter().copied(), &mut tail_names, |id, helpers| {
-                self.read_at(helpers, id, "i")
-            })?;
-            for store in &body.stores {
-                let value = self.store_value(helpers, store.value.0, store.output, &tail_names);
-                w.line(format!("out{}[i] = {};", store.output, narrow(output_dtypes[store.output], &value)));
-            }
+            w.line(format!("const idx_t i = {} + threadIdx.x;", width.lit(numel / vec * vec)));
+            self.emit_element_i(w, helpers, computed)?;
             w.close();
+        }
+        Ok(())
+    }
+
+    /// The body's values at element `i` (a variable in scope) and its stores there.
+    fn emit_element_i(&self, w: &mut CodeWriter, helpers: &mut Helpers, computed: &[usize]) -> Result<()> {
+        let body = self.body;
+        let mut names: Vec<String> = (0..body.values.len()).map(value_name).collect();
+        emit_values(w, self.kernel, helpers, body, computed.iter().copied(), &mut names, |id, helpers| {
+            self.read_at(helpers, id, "i")
+        })?;
+        for store in &body.stores {
+            let value = self.store_value(helpers, store.value.0, store.output, &names);
+            let dtype = self.slots.outputs[store.output];
+            w.line(format!("out{}[i] = {};", store.output, narrow(dtype, &value)));
         }
         Ok(())
     }

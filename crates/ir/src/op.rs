@@ -277,6 +277,12 @@ impl Op {
         matches!(self, Op::Cast | Op::Unary { .. } | Op::Binary { .. } | Op::Where | Op::Constant { .. })
     }
 
+    /// Views: a new shape or order of the operand's elements, no computation (kernels fold them
+    /// into their loads).
+    pub fn is_view(&self) -> bool {
+        matches!(self, Op::Reshape | Op::BroadcastTo | Op::Permute { .. } | Op::Slice { .. })
+    }
+
     pub fn is_composite(&self) -> bool {
         matches!(
             self,

@@ -61,7 +61,7 @@ impl Pass for Recompute {
         for &id in order.iter().rev() {
             let node = g.node(id);
             let users = g.users(id);
-            let reads = if is_view(&node.op) {
+            let reads = if node.op.is_view() {
                 users.iter().any(|u| reads_after[u])
             } else {
                 is_backward(g, id) && !pre_gap[&id]
@@ -142,10 +142,6 @@ impl Pass for Recompute {
     }
 }
 
-fn is_view(op: &Op) -> bool {
-    matches!(op, Op::Reshape | Op::Permute { .. } | Op::BroadcastTo | Op::Slice { .. })
-}
-
 /// Whether `id` is a matmul, or a view that only matmuls read: a recomputed copy read only there
 /// would be a kernel of its own (a matmul fuses no elementwise prologue), one more launch and pass
 /// over its operand, so the forward's value is held instead (an autocast region's bf16 copy of a
@@ -160,7 +156,8 @@ fn feeds_matmuls(g: &Graph, id: NodeId) -> bool {
 
 /// An elementwise op of its operands' shape, which a pointwise kernel holds.
 fn is_elementwise(g: &Graph, id: NodeId) -> bool {
-    matches!(g.node(id).op, Op::Unary { .. } | Op::Binary { .. } | Op::Where | Op::Cast)
+    let op = &g.node(id).op;
+    op.is_elementwise() && !matches!(op, Op::Constant { .. })
 }
 
 /// Forward elementwise ops and views behind a value that [`Recompute`] would walk at most.
@@ -208,7 +205,7 @@ fn recompute_leaves(
 /// that matmul's, never in the kernel computing `chain`.
 fn follows_through_matmul(g: &Graph, chain: &[NodeId], user: NodeId) -> bool {
     // A view is read where its readers are (a matmul reading the value transposed).
-    if is_view(&g.node(user).op) {
+    if g.node(user).op.is_view() {
         let readers = g.users(user);
         return !readers.is_empty() && readers.iter().all(|&r| follows_through_matmul(g, chain, r));
     }

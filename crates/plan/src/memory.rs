@@ -41,16 +41,10 @@ impl MemoryPlan {
     /// [`in_place_slots`], which share one placement).
     pub fn for_plan(plan: &Plan) -> MemoryPlan {
         let mut offsets = vec![None; plan.buffers.len()];
-        let slots = in_place_slots(plan);
+        let lives = slot_lives(plan);
         // (first buffer of the slot, bytes, lifetime of all its buffers together)
-        let mut items: Vec<(usize, usize, (usize, usize))> = Vec::new();
-        for slot in &slots {
-            let lives: Vec<(usize, usize)> = slot.iter().filter_map(|&b| lifetime(plan, BufferId(b))).collect();
-            let (Some(first), Some(last)) = (lives.iter().map(|l| l.0).min(), lives.iter().map(|l| l.1).max()) else {
-                continue;
-            };
-            items.push((slot[0], aligned(plan.buffers[slot[0]].bytes()), (first, last)));
-        }
+        let mut items: Vec<(usize, usize, (usize, usize))> =
+            lives.iter().map(|(slot, life)| (slot.buffers[0].0, slot.bytes, *life)).collect();
         let unshared_bytes = plan
             .buffers
             .iter()
@@ -58,8 +52,10 @@ impl MemoryPlan {
             .filter(|(i, b)| b.role == BufferRole::Intermediate && lifetime(plan, BufferId(*i)).is_some())
             .map(|(_, b)| aligned(b.bytes()))
             .sum();
-        let peak_live_bytes =
-            live_during_kernels(plan).iter().map(|live| live.iter().map(|l| l.bytes).sum()).max().unwrap_or(0);
+        let peak_live_bytes = (0..plan.kernels.len())
+            .map(|k| lives.iter().filter(|(_, life)| life.0 <= k && k <= life.1).map(|(s, _)| s.bytes).sum())
+            .max()
+            .unwrap_or(0);
         // Largest first; ties by buffer index keep the result deterministic.
         items.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
         let mut placed: Vec<(usize, usize, (usize, usize))> = Vec::new(); // (offset, bytes, life)
@@ -83,9 +79,9 @@ impl MemoryPlan {
             slot_offsets[first] = Some(offset);
             arena_bytes = arena_bytes.max(offset + bytes);
         }
-        for slot in &slots {
-            for &b in slot {
-                offsets[b] = slot_offsets[slot[0]];
+        for (slot, _) in &lives {
+            for b in &slot.buffers {
+                offsets[b.0] = slot_offsets[slot.buffers[0].0];
             }
         }
         MemoryPlan { arena_bytes, offsets, unshared_bytes, peak_live_bytes }
@@ -104,7 +100,16 @@ pub struct LiveSlot {
 /// one of its buffers to the last): what a step holds at each point, the peak being the arena's
 /// lower bound.
 pub fn live_during_kernels(plan: &Plan) -> Vec<Vec<LiveSlot>> {
-    let slots: Vec<(LiveSlot, (usize, usize))> = in_place_slots(plan)
+    let lives = slot_lives(plan);
+    (0..plan.kernels.len())
+        .map(|k| lives.iter().filter(|(_, life)| life.0 <= k && k <= life.1).map(|(s, _)| s.clone()).collect())
+        .collect()
+}
+
+/// Each placement of [`in_place_slots`] that some kernel touches, with the first and last kernel
+/// touching any of its buffers.
+fn slot_lives(plan: &Plan) -> Vec<(LiveSlot, (usize, usize))> {
+    in_place_slots(plan)
         .into_iter()
         .filter_map(|slot| {
             let lives: Vec<(usize, usize)> = slot.iter().filter_map(|&b| lifetime(plan, BufferId(b))).collect();
@@ -113,9 +118,6 @@ pub fn live_during_kernels(plan: &Plan) -> Vec<Vec<LiveSlot>> {
             let bytes = aligned(plan.buffers[slot[0]].bytes());
             Some((LiveSlot { buffers: slot.into_iter().map(BufferId).collect(), bytes }, (first, last)))
         })
-        .collect();
-    (0..plan.kernels.len())
-        .map(|k| slots.iter().filter(|(_, life)| life.0 <= k && k <= life.1).map(|(s, _)| s.clone()).collect())
         .collect()
 }
 

@@ -237,7 +237,7 @@ struct Fuser<'a> {
 }
 
 fn is_view(op: &Op) -> bool {
-    matches!(op, Op::Reshape | Op::BroadcastTo | Op::Permute { .. } | Op::Slice { .. })
+    op.is_view()
 }
 
 fn lowering_error(g: &Graph, id: NodeId, detail: impl Into<String>) -> PassError {
