@@ -13,7 +13,8 @@ use crate::error::{CudaError, Result};
 use crate::kernel::Kernel;
 
 /// A captured, instantiated graph. It holds the buffers and kernels it references, so they
-/// stay valid for every replay even if the caller drops its own handles.
+/// stay valid for every replay even if the caller drops its own handles; except the inputs of
+/// [`CudaDevice::capture_graph_reading`], which each replay is given again and checked against.
 ///
 /// `Send` but not `Sync`: CUDA graph objects may move between threads but must not be used from
 /// several threads at once.
@@ -23,6 +24,8 @@ pub struct CapturedGraph {
     device: Arc<CudaDevice>,
     buffers: Vec<DeviceBuffer>,
     kernels: Vec<Kernel>,
+    /// The address and length of each input the graph reads without holding it.
+    inputs: Vec<(u64, usize)>,
 }
 
 // SAFETY: the driver allows a graph and its executable instance to be used from any thread as
@@ -41,8 +44,29 @@ impl std::fmt::Debug for CapturedGraph {
 }
 
 impl CapturedGraph {
-    /// Enqueues one replay of the whole graph on the device's stream (does not wait).
+    /// Enqueues one replay of the whole graph on the device's stream (does not wait). A graph
+    /// captured with inputs it does not hold replays only through [`CapturedGraph::replay_reading`].
     pub fn replay(&self) -> Result<()> {
+        if !self.inputs.is_empty() {
+            return Err(CudaError::InvalidArgument(format!(
+                "the graph reads {} inputs it does not hold: replay it with them",
+                self.inputs.len()
+            )));
+        }
+        self.device.gate.shared(|| self.graph.launch())?;
+        Ok(())
+    }
+
+    /// Enqueues one replay on `inputs`, which must lie at the addresses and have the lengths of
+    /// the inputs the graph was captured reading (its kernels have those addresses baked in).
+    pub fn replay_reading(&self, inputs: &[DeviceBuffer]) -> Result<()> {
+        let given: Vec<(u64, usize)> = inputs.iter().map(|b| (b.device_address(), b.len_bytes())).collect();
+        if given != self.inputs {
+            return Err(CudaError::InvalidArgument(format!(
+                "the graph was captured reading inputs at {:x?}, given {:x?}",
+                self.inputs, given
+            )));
+        }
         self.device.gate.shared(|| self.graph.launch())?;
         Ok(())
     }
@@ -80,13 +104,29 @@ impl CudaDevice {
     /// `capture_gate`). A capture cannot start on a thread that is already capturing, nor from
     /// inside another operation of this crate (such as [`CudaDevice::time_ms`]'s closure).
     pub fn capture_graph(self: &Arc<Self>, record: impl FnOnce() -> Result<()>) -> Result<CapturedGraph> {
+        self.capture_graph_reading(&[], record)
+    }
+
+    /// As [`CudaDevice::capture_graph`], except that the graph does not keep `inputs` alive:
+    /// it replays only through [`CapturedGraph::replay_reading`], given buffers at the same
+    /// addresses. A caller whose inputs change from call to call (prefetched batches) can then
+    /// free or reuse them while the graph lives.
+    pub fn capture_graph_reading(
+        self: &Arc<Self>,
+        inputs: &[DeviceBuffer],
+        record: impl FnOnce() -> Result<()>,
+    ) -> Result<CapturedGraph> {
         self.gate
-            .exclusive(|| self.capture_exclusively(record))
+            .exclusive(|| self.capture_exclusively(inputs, record))
             .map_err(|reason| CudaError::Capture(reason.to_string()))?
     }
 
-    /// [`CudaDevice::capture_graph`] with the stream and the context to itself.
-    fn capture_exclusively(self: &Arc<Self>, record: impl FnOnce() -> Result<()>) -> Result<CapturedGraph> {
+    /// [`CudaDevice::capture_graph_reading`] with the stream and the context to itself.
+    fn capture_exclusively(
+        self: &Arc<Self>,
+        inputs: &[DeviceBuffer],
+        record: impl FnOnce() -> Result<()>,
+    ) -> Result<CapturedGraph> {
         *lock(&self.capture) = Some(CaptureRecord::default());
         // Thread-local mode: only this thread is barred from calls unsafe during a capture;
         // other threads stay free to work on other streams.
@@ -103,7 +143,9 @@ impl CudaDevice {
         let graph = ended
             .map_err(|err| CudaError::Capture(format!("ending the capture failed: {err}")))?
             .ok_or_else(|| CudaError::Capture("the capture produced no graph".into()))?;
-        let (buffers, kernels) = kept.into_parts();
-        Ok(CapturedGraph { graph: DropOutsideCapture::new(graph), device: self.clone(), buffers, kernels })
+        let (mut buffers, kernels) = kept.into_parts();
+        buffers.retain(|b| !inputs.iter().any(|input| input.same_allocation(b)));
+        let inputs = inputs.iter().map(|b| (b.device_address(), b.len_bytes())).collect();
+        Ok(CapturedGraph { graph: DropOutsideCapture::new(graph), device: self.clone(), buffers, kernels, inputs })
     }
 }

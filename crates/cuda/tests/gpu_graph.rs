@@ -67,6 +67,39 @@ fn captured_graph_replays_with_new_inputs_and_keeps_buffers_alive() {
     assert_eq!(device.allocation_count(), allocations);
 }
 
+/// A graph captured reading an input does not hold it: the caller may free it, and a replay is
+/// given an input at the captured address (or refused with the addresses named).
+#[test]
+fn a_graph_reading_inputs_replays_only_at_their_addresses_and_does_not_hold_them() {
+    let Some(device) = common::gpu() else { return };
+    let kernel = common::load_kernel(&device, SCALE_ADD, "scale_add");
+    let n = 4096usize;
+    let x = device.upload_values(&common::random_floats(n, 30)).unwrap();
+    let other = device.upload_values(&common::random_floats(n, 31)).unwrap();
+    let y = device.alloc(n * 4).unwrap();
+    let args = [
+        KernelArg::Buffer(&y),
+        KernelArg::Buffer(&x),
+        KernelArg::F32(2.0),
+        KernelArg::F32(1.0),
+        KernelArg::I32(n as i32),
+    ];
+    let graph = device
+        .capture_graph_reading(std::slice::from_ref(&x), || device.launch(&kernel, (16, 1, 1), (256, 1, 1), 0, &args))
+        .unwrap();
+    assert!(x.is_only_handle(), "the graph holds the input it reads");
+    assert_eq!(graph.retained_buffers(), 1, "the output");
+    let refused = graph.replay().unwrap_err().to_string();
+    assert!(refused.contains("replay it with them"), "{refused}");
+    let refused = graph.replay_reading(std::slice::from_ref(&other)).unwrap_err().to_string();
+    assert!(refused.contains("captured reading inputs at"), "{refused}");
+    let input = common::random_floats(n, 32);
+    device.upload_into(&x, 0, bytes_of(&input)).unwrap();
+    graph.replay_reading(std::slice::from_ref(&x)).unwrap();
+    let expected: Vec<f32> = input.iter().map(|v| 2.0 * v + 1.0).collect();
+    common::assert_close(&device.download_values::<f32>(&y).unwrap(), &expected, 1e-6, 1e-6);
+}
+
 #[test]
 fn graph_replay_is_cheaper_than_individual_launches() {
     let Some(device) = common::gpu() else { return };

@@ -693,15 +693,15 @@ impl PlanExecutable {
                     false => None,
                 };
                 if let Some(g) = replay {
-                    self.output_sets[set_index].graphs[g].1.replay()?;
+                    self.output_sets[set_index].graphs[g].1.replay_reading(inputs)?;
                 } else {
                     let graph = {
                         let this = &*self;
                         let set = &this.output_sets[set_index];
-                        this.device.capture_graph(|| this.enqueue_all(inputs, set))?
+                        this.device.capture_graph_reading(inputs, || this.enqueue_all(inputs, set))?
                     };
                     graph.prepare()?;
-                    graph.replay()?;
+                    graph.replay_reading(inputs)?;
                     let addresses = self.last_addresses.clone();
                     self.output_sets[set_index].graphs.push((addresses, graph));
                 }
