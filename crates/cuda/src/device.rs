@@ -85,6 +85,8 @@ pub struct CudaDevice {
     /// The device as codegen sees it: name, compute capability, SM count and limits.
     target: Target,
     allocations: AtomicU64,
+    /// Modules loaded, to show that shared code loads once.
+    pub(crate) module_loads: AtomicU64,
     /// Bytes held by this device's live buffers, and their peak.
     memory: Arc<MemoryCounter>,
     /// Keeps other threads off `stream` while a CUDA graph is captured on it (see
@@ -99,6 +101,9 @@ pub struct CudaDevice {
     pub(crate) copy_stream: Mutex<Option<Arc<CudaStream>>>,
     /// The check slots of this device's executables (see `checks`), read at host syncs.
     pub(crate) check_rings: Mutex<Vec<Arc<dyn PendingChecks>>>,
+    /// The functions of compiled modules loaded on this device, shared by every executable that
+    /// runs them (see `CudaDevice::shared_function`).
+    pub(crate) loaded: Mutex<crate::launch::LoadedFunctions>,
 }
 
 /// Check words of an executable's runs, copied to the host without waiting, that the device
@@ -153,6 +158,7 @@ impl CudaDevice {
             ordinal,
             target,
             allocations: AtomicU64::new(0),
+            module_loads: AtomicU64::new(0),
             memory: Arc::default(),
             gate: Arc::default(),
             capture: Mutex::new(None),
@@ -160,6 +166,7 @@ impl CudaDevice {
             download_staging: Mutex::new(None),
             copy_stream: Mutex::new(None),
             check_rings: Mutex::new(Vec::new()),
+            loaded: Mutex::new(Default::default()),
         }))
     }
 
@@ -204,6 +211,11 @@ impl CudaDevice {
     /// capturing.
     pub fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
+    }
+
+    /// How many modules have been loaded on this device.
+    pub fn module_load_count(&self) -> u64 {
+        self.module_loads.load(Ordering::Relaxed)
     }
 
     /// How many device allocations this device has made. Memory plans allocate once up front,

@@ -1,7 +1,8 @@
 //! Loading compiled modules and launching their kernels with mixed argument lists.
 
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use cudarc::driver::sys::CUfunction_attribute_enum;
 use cudarc::driver::{LaunchConfig, PushKernelArg};
@@ -11,7 +12,7 @@ use crate::buffer::DeviceBuffer;
 use crate::capture_gate::{outside_capture, DropOutsideCapture};
 use crate::device::{lock, CudaDevice};
 use crate::error::{CudaError, Result};
-use crate::kernel::{Kernel, LoadedModule};
+use crate::kernel::{Kernel, KernelInner, LoadedModule};
 use crate::nvrtc::{CompiledModule, ImageKind};
 
 /// Dynamic shared memory a kernel may use without opting in, in bytes.
@@ -44,7 +45,51 @@ enum ArgValue {
     F64(f64),
 }
 
+/// Functions loaded on a device, by compiled module (its address, with a weak handle that tells
+/// a dropped module from a new one at the same address) and entry name. Weak: a module is
+/// unloaded once no executable holds one of its functions.
+#[derive(Debug, Default)]
+pub(crate) struct LoadedFunctions {
+    functions: HashMap<(usize, String), (Weak<CompiledModule>, Weak<KernelInner>)>,
+    /// The table's size after its last sweep of dead entries.
+    swept_at: usize,
+}
+
+impl LoadedFunctions {
+    fn get(&self, module: &Arc<CompiledModule>, entry: &str) -> Option<Kernel> {
+        let (compiled, function) = self.functions.get(&(Arc::as_ptr(module) as usize, entry.to_string()))?;
+        let same_module = compiled.upgrade().is_some_and(|c| Arc::ptr_eq(&c, module));
+        same_module.then(|| function.upgrade().map(|inner| Kernel { inner })).flatten()
+    }
+
+    fn insert(&mut self, module: &Arc<CompiledModule>, entry: &str, kernel: &Kernel) {
+        let key = (Arc::as_ptr(module) as usize, entry.to_string());
+        self.functions.insert(key, (Arc::downgrade(module), Arc::downgrade(&kernel.inner)));
+        if self.functions.len() > 2 * self.swept_at + 64 {
+            self.functions.retain(|_, (compiled, function)| compiled.strong_count() > 0 && function.strong_count() > 0);
+            self.swept_at = self.functions.len();
+        }
+    }
+}
+
 impl CudaDevice {
+    /// Function `entry` of `compiled`, loaded on this device once for every executable that
+    /// runs it while any of them holds it: an eager op met at a thousand sizes loads its code
+    /// once, not once per size.
+    pub fn shared_function(&self, compiled: &Arc<CompiledModule>, entry: &str) -> Result<Kernel> {
+        if let Some(kernel) = lock(&self.loaded).get(compiled, entry) {
+            return Ok(kernel);
+        }
+        let kernel = self.load_module(compiled)?.get_function(entry)?;
+        let mut loaded = lock(&self.loaded);
+        // Another thread may have loaded it meanwhile: keep one.
+        if let Some(kernel) = loaded.get(compiled, entry) {
+            return Ok(kernel);
+        }
+        loaded.insert(compiled, entry, &kernel);
+        Ok(kernel)
+    }
+
     /// Loads a compiled module: CUBIN directly, PTX through the driver's JIT.
     pub fn load_module(&self, compiled: &CompiledModule) -> Result<LoadedModule> {
         let image = match compiled.kind {
@@ -71,6 +116,7 @@ impl CudaDevice {
                 self.arch()
             ))
         })?;
+        self.module_loads.fetch_add(1, Ordering::Relaxed);
         Ok(LoadedModule { module: Arc::new(DropOutsideCapture::new(module)), context: self.ctx.clone() })
     }
 

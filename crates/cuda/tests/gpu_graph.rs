@@ -165,3 +165,23 @@ fn capture_rejects_host_work_and_leaves_the_device_usable() {
     device.upload_into(&buffer, 0, &[9; 16]).unwrap();
     assert_eq!(device.download(&buffer).unwrap(), vec![9; 16]);
 }
+
+/// Executables that run the same compiled module share one loaded copy of each function while
+/// any of them holds it; once none does, the module is unloaded and a later use loads it again.
+#[test]
+fn a_compiled_module_loads_once_for_every_executable_that_holds_it() {
+    let Some(device) = common::gpu() else { return };
+    let opts = braze_cuda::CompileOptions { arch: device.arch(), ..braze_cuda::CompileOptions::default() };
+    let compiled =
+        std::sync::Arc::new(braze_cuda::compile(SCALE_ADD, "scale_add.cu", &opts).unwrap_or_else(|e| panic!("{e}")));
+    let before = device.module_load_count();
+    let first = device.shared_function(&compiled, "scale_add").unwrap();
+    let second = device.shared_function(&compiled, "scale_add").unwrap();
+    assert_eq!(device.module_load_count(), before + 1);
+    assert_eq!(first.name(), second.name());
+    drop((first, second));
+    let again = device.shared_function(&compiled, "scale_add").unwrap();
+    assert_eq!(device.module_load_count(), before + 2, "a module no executable holds is unloaded");
+    assert!(device.shared_function(&compiled, "not_there").is_err());
+    drop(again);
+}

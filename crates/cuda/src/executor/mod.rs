@@ -29,7 +29,7 @@ use crate::checks::CheckRing;
 use crate::device::CudaDevice;
 use crate::error::{CudaError, Result};
 use crate::graph::CapturedGraph;
-use crate::kernel::{Kernel, LoadedModule};
+use crate::kernel::Kernel;
 use crate::launch::KernelArg;
 use crate::nvrtc::{CompileOptions, CompiledModule, KernelResources};
 use crate::spans::{PendingSpan, SpanStream};
@@ -270,34 +270,6 @@ pub fn compile_kernels_on(
     Ok(modules)
 }
 
-/// Loads each compiled module once and takes each of its functions once, so kernels that share
-/// a unit share one module and one function (and so one dynamic shared memory limit).
-#[derive(Default)]
-struct Loader {
-    modules: HashMap<*const CompiledModule, LoadedModule>,
-    functions: HashMap<(*const CompiledModule, String), Kernel>,
-}
-
-impl Loader {
-    fn function(&mut self, device: &Arc<CudaDevice>, module: &Arc<CompiledModule>, entry: &str) -> Result<Kernel> {
-        let key = Arc::as_ptr(module);
-        if let Some(kernel) = self.functions.get(&(key, entry.to_string())) {
-            return Ok(kernel.clone());
-        }
-        let loaded = match self.modules.get(&key) {
-            Some(loaded) => loaded.clone(),
-            None => {
-                let loaded = device.load_module(module)?;
-                self.modules.insert(key, loaded.clone());
-                loaded
-            }
-        };
-        let kernel = loaded.get_function(entry)?;
-        self.functions.insert((key, entry.to_string()), kernel.clone());
-        Ok(kernel)
-    }
-}
-
 impl PlanExecutable {
     /// Generates, compiles and loads every kernel of `plan` and allocates its arena, workspaces
     /// and tables. Configurations come from `options.configs`, else from what the autotuner
@@ -321,7 +293,6 @@ impl PlanExecutable {
         let codes = braze_codegen::plan_sources(&plan, &configs, target)?;
         let compile_options = CompileOptions { arch: target.arch(), ..CompileOptions::default() };
         let compiled = compile_kernels(&codes, cache, &compile_options)?;
-        let mut loader = Loader::default();
         let mut report = BuildReport { kernels: plan.kernels.len(), ..BuildReport::default() };
         let mut kernels = Vec::with_capacity(codes.len());
         for (k, ((code, module), config)) in codes.into_iter().zip(compiled).zip(configs).enumerate() {
@@ -343,7 +314,7 @@ impl PlanExecutable {
                     report.resources.extend(crate::unit::resources_as(&code.name, &module.resources));
                     report.launches += code.launches.len();
                     let slots = plan.kernels[k].inputs.len();
-                    ReadyKernel::Cuda(Self::load_kernel(device, &mut loader, code, config, &module, slots)?)
+                    ReadyKernel::Cuda(Self::load_kernel(device, code, config, &module, slots)?)
                 }
             };
             kernels.push(ready);
@@ -383,7 +354,6 @@ impl PlanExecutable {
 
     fn load_kernel(
         device: &Arc<CudaDevice>,
-        loader: &mut Loader,
         code: GeneratedKernel,
         config: KernelConfig,
         module: &Arc<CompiledModule>,
@@ -392,7 +362,7 @@ impl PlanExecutable {
         let functions = code
             .launches
             .iter()
-            .map(|l| loader.function(device, module, &crate::unit::unit_entry(&code.name, &l.entry)))
+            .map(|l| device.shared_function(module, &crate::unit::unit_entry(&code.name, &l.entry)))
             .collect::<Result<Vec<_>>>()?;
         let scratch = code
             .scratch

@@ -4,7 +4,7 @@
 
 use braze_codegen::KernelCode;
 
-use super::{CudaKernel, Loader, PlanExecutable, ReadyKernel};
+use super::{CudaKernel, PlanExecutable, ReadyKernel};
 use crate::autotune::{AutotuneRecord, AutotuneStore};
 use crate::buffer::DeviceBuffer;
 use crate::cache::KernelCache;
@@ -105,8 +105,7 @@ impl PlanExecutable {
                     let unit = crate::unit::unit_source(&code.name, &code.source);
                     let module = cache.get_or_compile(&unit, crate::unit::UNIT_NAME, &compile_options)?;
                     let slots = self.plan.kernels[k].inputs.len();
-                    let mut loader = Loader::default();
-                    let candidate = Self::load_kernel(&self.device, &mut loader, code, *config, &module, slots)?;
+                    let candidate = Self::load_kernel(&self.device, code, *config, &module, slots)?;
                     let previous = std::mem::replace(&mut self.kernels[k], ReadyKernel::Cuda(candidate));
                     let timed = self.time_kernel(k, inputs, set_index, flush.as_ref());
                     let ReadyKernel::Cuda(candidate) = std::mem::replace(&mut self.kernels[k], previous) else {
