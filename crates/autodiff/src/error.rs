@@ -9,8 +9,8 @@ pub enum AutodiffError {
     NotFloat { node: String, op: &'static str, dtype: DType },
     #[error("the gradient seeded into {value} must be {expected} or broadcast to it, got {actual}")]
     Seed { value: String, expected: String, actual: String },
-    #[error("no gradient through {node} ({op}): it has no gradient rule (second-order gradients of attention are not supported)")]
-    NoRule { node: String, op: &'static str },
+    #[error("no gradient through `{op}` ({node}{}): it has no gradient rule (second-order gradients of attention are not supported)", at.as_ref().map(|loc| format!(" at {loc}")).unwrap_or_default())]
+    NoRule { node: String, op: &'static str, at: Option<braze_ir::SourceLoc> },
     #[error("building the backward graph: {0}")]
     Ir(#[from] IrError),
 }

@@ -119,7 +119,7 @@ pub(crate) fn operand_grads(e: &mut Emit<'_>, id: NodeId, grad: NodeId) -> Resul
         // What these compute is only ever a backward's intermediate: a gradient through them
         // (second order) has no rule.
         Op::AttentionLse { .. } | Op::AttentionGrad { .. } => {
-            return Err(AutodiffError::NoRule { node: id.to_string(), op: node.op.name() })
+            return Err(AutodiffError::NoRule { node: id.to_string(), op: node.op.name(), at: node.loc.clone() })
         }
         Op::LogSoftmax { axis } => in_f32(e, &node.operands, grad, |e, x, g| {
             // g - softmax(x) sum(g) along the axis, the softmax recomputed as exp(y) from the

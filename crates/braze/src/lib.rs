@@ -71,7 +71,7 @@ mod trace;
 mod tuning_bar;
 
 pub use autocast::{autocast, autocast_dtype, without_autocast};
-pub use autograd::{is_grad_enabled, no_grad, value_and_grad};
+pub use autograd::{grad, is_grad_enabled, no_grad, value_and_grad};
 pub use backend::{allow_tf32, set_allow_tf32};
 pub use braze_cuda::KernelTime;
 pub use braze_ir::{DType, Graph, HostData, HostTensor, Shape, SourceLoc};

@@ -99,6 +99,28 @@ impl DeviceMetric {
         Ok(())
     }
 
+    /// Sets the metric to the sum of `value`'s elements: for a count kept on the device
+    /// elsewhere (an optimizer's [`crate::optim::Optimizer::skipped_steps`]), read like any
+    /// metric, without waiting. A read requested after this reports the value as the queue
+    /// reaches it: later updates of `value` do not change a read already requested.
+    #[track_caller]
+    pub fn set(&mut self, value: &Tensor) -> Result<()> {
+        if value.device() != self.device {
+            return Err(Error::DeviceMismatch {
+                op: format!("DeviceMetric::set (`{}`)", self.name),
+                loc: Some(crate::tensor::caller()),
+                expected: self.device,
+                actual: value.device(),
+            });
+        }
+        self.sum = Some(autograd::no_grad(|| value.detach()?.cast(DType::F32)?.sum_all())?);
+        self.added += 1;
+        if self.read_every > 0 && self.added.is_multiple_of(self.read_every) {
+            self.request()?;
+        }
+        Ok(())
+    }
+
     /// Enqueues a read of the running sum into pinned memory (no waiting).
     pub fn request(&mut self) -> Result<()> {
         let Some(sum) = &self.sum else { return Ok(()) };

@@ -226,3 +226,21 @@ fn value_and_grad_eagerly_and_compiled() -> Result<()> {
     assert_close(&values(&compiled[2]), &values(&grads[1]), "d/dw");
     Ok(())
 }
+
+/// `grad` is `value_and_grad` without the value: eagerly, compiled, and for an argument the
+/// value does not depend on (zeros of its shape).
+#[test]
+fn grad_of_a_function_eagerly_and_compiled() -> Result<()> {
+    let x = Tensor::randn([4, 3], DType::F32, 62)?;
+    let unused = Tensor::randn([2], DType::F32, 63)?;
+    let loss = |a: &[Tensor]| a[0].mul(&a[0])?.sum_all();
+    let grads = braze::grad(loss, &[x.clone(), unused.clone()])?;
+    let doubled: Vec<f64> = values(&x).iter().map(|v| 2.0 * v).collect();
+    assert_close(&values(&grads[0]), &doubled, "d/dx of sum(x * x)");
+    assert_eq!(values(&grads[1]), vec![0.0; 2], "an argument the value does not use");
+    let f = compile(move |a: &[Tensor]| braze::grad(loss, a)).fullgraph(true);
+    let compiled = f.call(&[x, unused])?;
+    assert_close(&values(&compiled[0]), &doubled, "compiled d/dx");
+    assert_eq!(values(&compiled[1]), vec![0.0; 2], "compiled, the unused argument");
+    Ok(())
+}

@@ -108,6 +108,46 @@ fn device_metrics_arrive_without_a_sync() -> Result<()> {
     Ok(())
 }
 
+/// An optimizer's count of skipped steps (a device scalar) read through a metric: it arrives
+/// without a host sync, and says how many steps a NaN gradient skipped.
+#[test]
+fn skipped_steps_are_read_without_a_sync() -> Result<()> {
+    let Some(device) = gpu() else { return Ok(()) };
+    let _exclusive = exclusive();
+    let w = Tensor::randn([6], DType::F32, 5)?.to_device(device)?;
+    w.set_requires_grad(true)?;
+    let opt = std::sync::Arc::new(braze::optim::AdamW::new(std::slice::from_ref(&w), 1e-2)?);
+    let (inner, wc) = (opt.clone(), w.clone());
+    let step = compile(move |a: &[Tensor]| {
+        use braze::optim::Optimizer;
+        inner.zero_grad();
+        wc.mul(&a[0])?.sum_all()?.backward()?;
+        inner.step()?;
+        Ok(vec![])
+    })
+    .fullgraph(true);
+    let finite = Tensor::ones([6], DType::F32, device)?;
+    let poisoned = Tensor::from_vec(vec![1.0f32, f32::NAN, 0.0, 1.0, 2.0, 3.0], [6])?.to_device(device)?;
+    let mut skipped = DeviceMetric::new("skipped steps", device);
+    step.call(std::slice::from_ref(&finite))?;
+    let before = sync_count();
+    for batch in [&poisoned, &finite, &poisoned] {
+        step.call(std::slice::from_ref(batch))?;
+    }
+    use braze::optim::Optimizer;
+    skipped.set(opt.skipped_steps())?;
+    skipped.request()?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while skipped.latest().is_none() {
+        assert!(Instant::now() < deadline, "the reading never arrived");
+        skipped.poll()?;
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(sync_count(), before, "no host sync");
+    assert_eq!(skipped.latest().map(|r| r.sum), Some(2.0), "two steps skipped");
+    Ok(())
+}
+
 #[test]
 fn gpu_spans_lie_inside_the_calls_that_enqueued_them() -> Result<()> {
     let Some(device) = gpu() else { return Ok(()) };

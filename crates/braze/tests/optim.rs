@@ -117,11 +117,28 @@ fn a_learning_rate_schedule_over_1000_steps_never_retraces() -> Result<()> {
         Ok(vec![])
     })
     .fullgraph(true);
+    // Cosine decay from 2e-4: small enough that w is far from its optimum after 1000 steps, so
+    // a step that used a stale learning rate would end elsewhere.
+    let schedule = |i: usize| 2e-4 * 0.5 * (1.0 + (std::f64::consts::PI * i as f64 / 1000.0).cos());
+    let (xs, ys, mut want) = (values(&x), values(&y), values(&w));
     for i in 0..1000 {
-        // Cosine decay from 1e-2.
-        opt.set_lr(1e-2 * 0.5 * (1.0 + (std::f64::consts::PI * i as f64 / 1000.0).cos()))?;
+        opt.set_lr(schedule(i))?;
         step.call(&[x.clone(), y.clone()])?;
+        for j in 0..want.len() {
+            want[j] -= schedule(i) * 2.0 * xs[j] * (want[j] * xs[j] - ys[j]);
+        }
     }
+    for (j, (got, want)) in values(&w).iter().zip(&want).enumerate() {
+        assert!((got - want).abs() <= 1e-4 * want.abs().max(1.0), "w[{j}]: {got} vs {want} (the schedule's)");
+    }
+    // The learning rate first set, kept for every step, ends measurably elsewhere.
+    let mut stale = values(&weight(9));
+    for _ in 0..1000 {
+        for j in 0..stale.len() {
+            stale[j] -= schedule(0) * 2.0 * xs[j] * (stale[j] * xs[j] - ys[j]);
+        }
+    }
+    assert!(stale.iter().zip(&want).any(|(s, w)| (s - w).abs() > 1e-2 * w.abs().max(1.0)), "{stale:?} vs {want:?}");
     assert_eq!(step.stats().recompiles, 0, "the learning rate is a device scalar");
     Ok(())
 }
@@ -149,7 +166,20 @@ fn non_finite_gradients_skip_the_update_on_the_device() -> Result<()> {
     step.call(&[Tensor::ones([6], DType::F32, braze::Device::Cpu)?])?;
     assert_ne!(values(&w), before);
     assert_eq!(inner.skipped_steps().item::<f64>()?, 1.0);
+    // Read as a metric: a value the host receives without waiting for the device.
+    let mut skipped = braze::DeviceMetric::new("skipped steps", braze::Device::Cpu);
+    skipped.set(inner.skipped_steps())?;
+    skipped.request()?;
+    step.call(&[poisoned_again()?])?;
+    skipped.set(inner.skipped_steps())?;
+    skipped.request()?;
+    let readings: Vec<f64> = std::iter::from_fn(|| skipped.poll().ok().flatten().map(|r| r.sum)).collect();
+    assert_eq!(readings, vec![2.0], "both reads arrive together; the newest is the second skip");
     Ok(())
+}
+
+fn poisoned_again() -> Result<Tensor> {
+    Tensor::from_vec(vec![f32::INFINITY, 0.0, 0.0, 1.0, 2.0, 3.0], [6])
 }
 
 #[test]

@@ -37,6 +37,16 @@ where
     Ok((value.detach()?, fill_zeros(grads, args)?))
 }
 
+/// The gradient of `f` at `args` with respect to each argument (`jax.grad`): [`value_and_grad`]
+/// without the value.
+#[track_caller]
+pub fn grad<F>(f: F, args: &[Tensor]) -> Result<Vec<Tensor>>
+where
+    F: FnOnce(&[Tensor]) -> Result<Tensor>,
+{
+    value_and_grad(f, args).map(|(_, grads)| grads)
+}
+
 fn fill_zeros(grads: Vec<Option<Tensor>>, args: &[Tensor]) -> Result<Vec<Tensor>> {
     grads
         .into_iter()

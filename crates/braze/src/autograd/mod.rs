@@ -18,7 +18,7 @@ pub(crate) mod tape;
 
 use std::cell::Cell;
 
-pub use functional::value_and_grad;
+pub use functional::{grad, value_and_grad};
 
 thread_local! {
     static GRAD_ENABLED: Cell<bool> = const { Cell::new(true) };

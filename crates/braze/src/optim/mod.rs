@@ -37,7 +37,8 @@ pub trait Optimizer {
     fn set_lr(&self, lr: f64) -> Result<()>;
 
     /// How many steps were skipped because a gradient held a NaN or an infinity (a device
-    /// scalar; reading it waits for the device).
+    /// scalar; reading it on the host waits for the device, [`crate::DeviceMetric::set`] reads it
+    /// without waiting).
     fn skipped_steps(&self) -> &Tensor;
 }
 
