@@ -18,6 +18,20 @@ use std::time::{Duration, Instant};
 
 static TIMELINE: Mutex<()> = Mutex::new(());
 
+/// A log writer appending to a shared buffer.
+struct CapturedLog(std::sync::Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for CapturedLog {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 fn exclusive() -> MutexGuard<'static, ()> {
     TIMELINE.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -204,8 +218,22 @@ fn a_pageable_upload_is_counted() -> Result<()> {
     let Some(device) = gpu() else { return Ok(()) };
     let _exclusive = exclusive();
     let before = braze::pageable_copy_count();
-    let _x = Tensor::randn([64], DType::F32, 0)?.to_device(device)?;
+    // What `BRAZE_LOG=syncs` shows, captured by a subscriber of this thread's.
+    let log = std::sync::Arc::new(Mutex::new(Vec::<u8>::new()));
+    let sink = log.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_ansi(false)
+        .with_writer(move || CapturedLog(sink.clone()))
+        .finish();
+    let (uploaded, line) = tracing::subscriber::with_default(subscriber, || {
+        (Tensor::randn([64], DType::F32, 0).and_then(|t| t.to_device(device)), line!())
+    });
+    let _x = uploaded?;
     assert_eq!(braze::pageable_copy_count(), before + 1);
+    let text = String::from_utf8_lossy(&log.lock().unwrap()).to_string();
+    let want = format!("pageable host-to-device copy of 256 B at {}:{line}:", file!());
+    assert!(text.contains(&want), "`{want}` not in the log:\n{text}");
     let _same = Tensor::randn([64], DType::F32, 0)?.to_device(Device::Cpu)?;
     assert_eq!(braze::pageable_copy_count(), before + 1, "no copy to the device");
     Ok(())
