@@ -458,6 +458,8 @@ fn run_train(options: &train::TrainOptions, device: Option<Device>) -> Result<()
         "step {}: train loss {:.4} (first {:.4}), eval loss {:.4}, {:.0} tokens/s",
         report.steps_done, report.last_loss, report.first_loss, report.eval_loss, report.tokens_per_s
     );
+    let curve: Vec<String> = report.curve.iter().map(|(step, loss)| format!("{step} {loss:.4}")).collect();
+    println!("loss curve (step loss): {}", curve.join(", "));
     if let Some(dir) = &options.out {
         println!("checkpoint written to {}", dir.display());
     }

@@ -68,6 +68,9 @@ pub struct TrainReport {
     pub eval_loss: f32,
     pub steps_done: usize,
     pub tokens_per_s: f64,
+    /// The training loss read at each logging step: (step, counted from 1 over the resumed
+    /// steps too, and the loss).
+    pub curve: Vec<(usize, f32)>,
 }
 
 /// splitmix64: a small seeded generator, the same text on every machine.
@@ -198,6 +201,7 @@ pub fn train(o: &TrainOptions, device: Device) -> Result<TrainReport> {
     let tokens_per_step = (o.batch * o.block_size) as f64;
     let (mut first_loss, mut last_loss) = (f32::NAN, f32::NAN);
     let mut timed = (Instant::now(), 0usize);
+    let mut curve = Vec::new();
     for k in 0..o.steps {
         let global = start + k;
         trainer.optimizer.set_lr(learning_rate(o.lr, global, start + o.steps))?;
@@ -210,6 +214,7 @@ pub fn train(o: &TrainOptions, device: Device) -> Result<TrainReport> {
                 timed = (Instant::now(), 1); // the first step traces and compiles: not timed
             }
             last_loss = loss;
+            curve.push((global + 1, loss));
             let rate = tokens_per_step * (k + 1 - timed.1) as f64 / timed.0.elapsed().as_secs_f64().max(1e-9);
             bar.set_message(format!("loss {loss:.4}  {:.0} tok/s", if k == 0 { 0.0 } else { rate }));
         }
@@ -228,7 +233,7 @@ pub fn train(o: &TrainOptions, device: Device) -> Result<TrainReport> {
     if let Some(dir) = &o.out {
         save(dir, o, &trainer, start + o.steps)?;
     }
-    Ok(TrainReport { first_loss, last_loss, eval_loss, steps_done: start + o.steps, tokens_per_s })
+    Ok(TrainReport { first_loss, last_loss, eval_loss, steps_done: start + o.steps, tokens_per_s, curve })
 }
 
 #[cfg(test)]
@@ -267,12 +272,17 @@ mod tests {
         assert!((report.first_loss - 13f32.ln()).abs() < 0.2, "first loss {}", report.first_loss);
         assert!(report.eval_loss < 2.2, "eval loss {} after {} steps", report.eval_loss, report.steps_done);
         assert!(report.tokens_per_s > 0.0);
+        let steps: Vec<usize> = report.curve.iter().map(|(step, _)| *step).collect();
+        assert_eq!(steps, [1, 10, 20, 30], "a loss at the first step and every tenth");
+        assert_eq!(report.curve.first().map(|c| c.1), Some(report.first_loss));
+        assert_eq!(report.curve.last().map(|c| c.1), Some(report.last_loss));
         // Resuming starts from the saved weights and optimizer: its first loss is the trained one
         // (here in a bf16 autocast region over the same f32 weights).
         let again =
             TrainOptions { steps: 2, resume: Some(dir.clone()), out: None, autocast: Some(DType::BF16), ..o.clone() };
         let resumed = train(&again, Device::Cpu).unwrap();
         assert_eq!(resumed.steps_done, 32);
+        assert_eq!(resumed.curve.first().map(|c| c.0), Some(31), "steps counted on from the checkpoint");
         assert!(resumed.first_loss < report.first_loss - 0.2, "resumed at {}", resumed.first_loss);
         let wrong = TrainOptions { n_embd: 8, ..again };
         let err = format!("{:#}", train(&wrong, Device::Cpu).err().unwrap());
