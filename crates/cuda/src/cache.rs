@@ -37,26 +37,13 @@ use crate::nvrtc::{self, CompileOptions, CompiledModule, ImageKind, KernelResour
 
 const MAGIC: &[u8; 8] = b"BRZKRNL\0";
 /// Bumped whenever the entry layout or the key derivation changes.
-const FORMAT_VERSION: u32 = 2;
+const FORMAT_VERSION: u32 = 1;
 const HEADER_LEN: usize = 8 + 4 + 8 + 32;
 /// Name of the entry directory inside the cache root, versioned so that old layouts never
 /// collide with new ones.
 const ENTRY_DIR: &str = "kernels-v1";
 /// Temporary files older than this are left over from a crashed writer and are removed.
 const STALE_TEMP_AGE: Duration = Duration::from_secs(3600);
-
-/// `source` from its first line that is not a `//` comment (or blank).
-fn code_after_opening_comments(source: &str) -> &str {
-    let mut rest = source;
-    while let Some(line_end) = rest.find('\n') {
-        let line = rest[..line_end].trim_start();
-        if !(line.is_empty() || line.starts_with("//")) {
-            break;
-        }
-        rest = &rest[line_end + 1..];
-    }
-    rest
-}
 
 /// SHA-256 identifying one compilation; also the entry's file name (in hex).
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -168,9 +155,7 @@ impl KernelCache {
         self.entry_dir.as_deref()
     }
 
-    /// The key a compilation of `source` as `name` with `opts` is stored under. The comment
-    /// block a source opens with (generated kernels describe their sizes and source lines there
-    /// for the reader) is not part of it: kernels that differ only there share one compile.
+    /// The key a compilation of `source` as `name` with `opts` is stored under.
     pub fn key(source: &str, name: &str, opts: &CompileOptions) -> Result<CacheKey> {
         let (major, minor) = nvrtc::nvrtc_version()?;
         let args = opts.nvrtc_args()?;
@@ -188,7 +173,7 @@ impl KernelCache {
         for arg in &args {
             field(arg.as_bytes());
         }
-        field(code_after_opening_comments(source).as_bytes());
+        field(source.as_bytes());
         Ok(CacheKey(hasher.finalize().into()))
     }
 
