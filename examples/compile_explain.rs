@@ -5,7 +5,10 @@
 use braze::{compile, DType, Device, Tensor};
 
 fn main() -> braze::Result<()> {
-    let dev = Device::best_available();
+    run(Device::best_available())
+}
+
+fn run(dev: Device) -> braze::Result<()> {
     let block = compile(|a: &[Tensor]| {
         // layer_norm, relu and the residual add fuse into one row kernel.
         let y = a[0].layer_norm(&a[1], &a[2], 1e-5)?.relu()?.add(&a[0])?;
@@ -20,4 +23,12 @@ fn main() -> braze::Result<()> {
     println!("output {}{} on {dev}", out[0].dtype(), out[0].shape());
     print!("{}", block.explain(&[x, w, b])?);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn runs_on_the_cpu() {
+        super::run(braze::Device::Cpu).expect("the example runs");
+    }
 }

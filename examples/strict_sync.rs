@@ -24,3 +24,11 @@ fn main() -> braze::Result<()> {
     print!("lenient:\n{}", lenient.explain(&[x])?);
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn runs_on_the_cpu() {
+        super::main().expect("the example runs");
+    }
+}

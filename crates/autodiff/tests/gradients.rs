@@ -190,6 +190,94 @@ fn views() {
     check(&case("cast to itself", &[(&[5], A)], |g, x| g.cast(x[0], DType::F32).unwrap()));
 }
 
+/// Half of the gap between neighbouring values relative to the value, at worst: what one
+/// rounding to `dtype` may cost.
+fn unit_roundoff(dtype: DType) -> f64 {
+    match dtype {
+        DType::BF16 => 2f64.powi(-8),
+        DType::F16 => 2f64.powi(-11),
+        _ => 2f64.powi(-24),
+    }
+}
+
+/// A cast's gradient is the incoming gradient cast back to the operand's dtype, across dtypes:
+/// `loss = sum(y * y * r)` for `y` the input (of dtype `chain[0]`) cast through the rest of
+/// `chain` (ending at f32), so `d loss / d x = 2 x r`, rounded back through each cast.
+///
+/// Finite differences stay honest although a cast down to bf16 or f16 is a step function: the
+/// input values and the nudge are multiples of 1/8 in [-2.125, 2.125] (at most 5 significant
+/// bits, exact in every float dtype), so each cast of `x + h` is `x + h` itself, and the central
+/// difference of the square is exact. What is left: the f32 loss's rounding, and the analytic
+/// gradient's rounding on its way back (one rounding per cast, each at most the unit roundoff of
+/// its narrower dtype). A rule that dropped the cast back would give the gradient the wrong dtype;
+/// one that dropped or scaled the gradient would miss `2 x r` by far more than that.
+fn check_cast_chain(chain: &[DType]) {
+    let name = format!("cast {chain:?}");
+    assert_eq!(chain.last(), Some(&DType::F32), "{name}: the chain ends at f32 (the weights' dtype)");
+    let shape = Shape::new(vec![3, 4]);
+    let mut g = Graph::new();
+    let x = g.input(chain[0], shape.clone());
+    let mut y = x;
+    for &to in &chain[1..] {
+        y = g.cast(y, to).unwrap();
+    }
+    let square = g.add(Op::Binary { op: BinaryOp::Mul }, &[y, y], None).unwrap();
+    let weights = g.input(DType::F32, shape.clone());
+    let weighted = g.add(Op::Binary { op: BinaryOp::Mul }, &[square, weights], None).unwrap();
+    let loss = g.add(Op::Reduce { op: ReduceOp::Sum, axes: vec![0, 1], keepdim: false }, &[weighted], None).unwrap();
+    let one = g.constant(1.0, DType::F32);
+    let grad = backward(&mut g, &[(loss, one)], &[x]).unwrap()[0]
+        .unwrap_or_else(|| panic!("{name}: the input got no gradient"));
+    assert_eq!(g.node(grad).dtype, chain[0], "{name}: the gradient has the input's dtype");
+    g.set_outputs(vec![loss, grad]);
+    g.verify().unwrap();
+
+    let grid: Vec<f64> = values(shape.numel(), A, 5).iter().map(|v| (v * 8.0).round() / 8.0).collect();
+    let r = values(shape.numel(), A, 6);
+    let on_grid = |data: &[f64]| HostTensor::from_f64(chain[0], shape.clone(), data).unwrap();
+    let inputs = vec![on_grid(&grid), tensor(&shape, &r)];
+    let results = eval_graph(&g, &inputs).unwrap();
+    let analytic = &results[1];
+    assert_eq!(analytic.dtype(), chain[0], "{name}: the gradient's values have the input's dtype");
+    let rounding: f64 = chain.iter().map(|&d| unit_roundoff(d)).sum();
+    let h = 0.125;
+    for k in 0..shape.numel() {
+        let nudged = |delta: f64| {
+            let mut data = grid.clone();
+            data[k] += delta;
+            let args = vec![on_grid(&data), inputs[1].clone()];
+            assert_eq!(args[0].get_f64(k), data[k], "{name}: the nudged input is exact");
+            loss_of(&g, &args)
+        };
+        let numeric = (nudged(h) - nudged(-h)) / (2.0 * h);
+        let got = analytic.get_f64(k);
+        // The closed form, where the finite differences should be.
+        let exact = 2.0 * grid[k] * r[k] as f32 as f64;
+        assert!((numeric - exact).abs() <= 1e-4, "{name}: finite differences give {numeric} for {exact} at {k}");
+        assert!(
+            (got - numeric).abs() <= 1e-4 + rounding * numeric.abs(),
+            "{name}: d loss / d x[{k}] is {got}, finite differences give {numeric}"
+        );
+    }
+}
+
+#[test]
+fn cast_across_float_dtypes() {
+    for chain in [
+        // A half-precision value read into f32 (autocast's upcast): its gradient rounds to it.
+        [DType::BF16, DType::F32].as_slice(),
+        &[DType::F16, DType::F32],
+        // Down and back up: the identity on values that survive the rounding.
+        &[DType::F32, DType::BF16, DType::F32],
+        &[DType::F32, DType::F16, DType::F32],
+        // Between the two half precisions.
+        &[DType::BF16, DType::F16, DType::F32],
+        &[DType::F32, DType::F16, DType::BF16, DType::F32],
+    ] {
+        check_cast_chain(chain);
+    }
+}
+
 #[test]
 fn matmul_with_broadcast_batch_dims() {
     check(&case("matmul", &[(&[3, 4], A), (&[4, 5], A)], op(Op::MatMul)));
