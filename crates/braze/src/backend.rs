@@ -298,10 +298,12 @@ impl CudaPlan {
         let plan = fuse_with(graph, &fusion)?;
         let mut configs = std::collections::HashMap::new();
         if size_free {
+            // Every config given: an eager op is not autotuned, and a plan built for a new size
+            // then skips the autotune store's lookup (a codegen and a file read per kernel).
             for k in 0..plan.kernels.len() {
-                if let Some(config) = braze_codegen::any_extent_config(&plan, k, device.target()) {
-                    configs.insert(k, config);
-                }
+                let config = braze_codegen::any_extent_config(&plan, k, device.target())
+                    .unwrap_or_else(|| braze_codegen::default_config(&plan, k, device.target()));
+                configs.insert(k, config);
             }
         }
         let options = ExecOptions {
