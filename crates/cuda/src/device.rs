@@ -103,7 +103,7 @@ pub struct CudaDevice {
     pub(crate) check_rings: Mutex<Vec<Arc<dyn PendingChecks>>>,
     /// The functions of compiled modules loaded on this device, shared by every executable that
     /// runs them (see `CudaDevice::shared_function`).
-    pub(crate) loaded: Mutex<crate::launch::LoadedFunctions>,
+    pub(crate) loaded: Mutex<crate::kernel::LoadedFunctions>,
 }
 
 /// Check words of an executable's runs, copied to the host without waiting, that the device

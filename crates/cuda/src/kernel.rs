@@ -1,13 +1,15 @@
 //! Kernels taken from a loaded module: what a launch needs to know about them.
 
+use std::collections::HashMap;
 use std::sync::atomic::AtomicU32;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use cudarc::driver::sys::CUfunction_attribute_enum;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
 
 use crate::capture_gate::DropOutsideCapture;
 use crate::error::{CudaError, Result};
+use crate::nvrtc::CompiledModule;
 
 /// A module loaded into a device's context; kernels taken from it keep it loaded.
 #[derive(Debug, Clone)]
@@ -81,5 +83,32 @@ impl LoadedModule {
                 dynamic_shared_limit: AtomicU32::new(dynamic_shared_limit),
             }),
         })
+    }
+}
+
+/// Functions loaded on a device, by compiled module (its address, with a weak handle that tells
+/// a dropped module from a new one at the same address) and entry name. Weak: a module is
+/// unloaded once no executable holds one of its functions.
+#[derive(Debug, Default)]
+pub(crate) struct LoadedFunctions {
+    functions: HashMap<(usize, String), (Weak<CompiledModule>, Weak<KernelInner>)>,
+    /// The table's size after its last sweep of dead entries.
+    swept_at: usize,
+}
+
+impl LoadedFunctions {
+    pub(crate) fn get(&self, module: &Arc<CompiledModule>, entry: &str) -> Option<Kernel> {
+        let (compiled, function) = self.functions.get(&(Arc::as_ptr(module) as usize, entry.to_string()))?;
+        let same_module = compiled.upgrade().is_some_and(|c| Arc::ptr_eq(&c, module));
+        same_module.then(|| function.upgrade().map(|inner| Kernel { inner })).flatten()
+    }
+
+    pub(crate) fn insert(&mut self, module: &Arc<CompiledModule>, entry: &str, kernel: &Kernel) {
+        let key = (Arc::as_ptr(module) as usize, entry.to_string());
+        self.functions.insert(key, (Arc::downgrade(module), Arc::downgrade(&kernel.inner)));
+        if self.functions.len() > 2 * self.swept_at + 64 {
+            self.functions.retain(|_, (compiled, function)| compiled.strong_count() > 0 && function.strong_count() > 0);
+            self.swept_at = self.functions.len();
+        }
     }
 }

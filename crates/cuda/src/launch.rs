@@ -1,8 +1,7 @@
 //! Loading compiled modules and launching their kernels with mixed argument lists.
 
-use std::collections::HashMap;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 use cudarc::driver::sys::CUfunction_attribute_enum;
 use cudarc::driver::{LaunchConfig, PushKernelArg};
@@ -12,7 +11,7 @@ use crate::buffer::DeviceBuffer;
 use crate::capture_gate::{outside_capture, DropOutsideCapture};
 use crate::device::{lock, CudaDevice};
 use crate::error::{CudaError, Result};
-use crate::kernel::{Kernel, KernelInner, LoadedModule};
+use crate::kernel::{Kernel, LoadedModule};
 use crate::nvrtc::{CompiledModule, ImageKind};
 
 /// Dynamic shared memory a kernel may use without opting in, in bytes.
@@ -43,33 +42,6 @@ enum ArgValue {
     U64(u64),
     F32(f32),
     F64(f64),
-}
-
-/// Functions loaded on a device, by compiled module (its address, with a weak handle that tells
-/// a dropped module from a new one at the same address) and entry name. Weak: a module is
-/// unloaded once no executable holds one of its functions.
-#[derive(Debug, Default)]
-pub(crate) struct LoadedFunctions {
-    functions: HashMap<(usize, String), (Weak<CompiledModule>, Weak<KernelInner>)>,
-    /// The table's size after its last sweep of dead entries.
-    swept_at: usize,
-}
-
-impl LoadedFunctions {
-    fn get(&self, module: &Arc<CompiledModule>, entry: &str) -> Option<Kernel> {
-        let (compiled, function) = self.functions.get(&(Arc::as_ptr(module) as usize, entry.to_string()))?;
-        let same_module = compiled.upgrade().is_some_and(|c| Arc::ptr_eq(&c, module));
-        same_module.then(|| function.upgrade().map(|inner| Kernel { inner })).flatten()
-    }
-
-    fn insert(&mut self, module: &Arc<CompiledModule>, entry: &str, kernel: &Kernel) {
-        let key = (Arc::as_ptr(module) as usize, entry.to_string());
-        self.functions.insert(key, (Arc::downgrade(module), Arc::downgrade(&kernel.inner)));
-        if self.functions.len() > 2 * self.swept_at + 64 {
-            self.functions.retain(|_, (compiled, function)| compiled.strong_count() > 0 && function.strong_count() > 0);
-            self.swept_at = self.functions.len();
-        }
-    }
 }
 
 impl CudaDevice {
