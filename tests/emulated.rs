@@ -379,3 +379,52 @@ fn eager_full_reductions_as_multi_reduce_items() {
         }
     }
 }
+
+/// GELU and its derivative on 16-bit values take the narrow helpers (cheaper arithmetic than
+/// f32's accuracy needs): over every representable value of a dense grid, out to the tails,
+/// each result is the reference's rounded value or its neighbour (or zero below the smallest
+/// normal), and nearly all are exact.
+#[test]
+fn gelu_of_16_bit_values_within_a_unit_of_the_last_place() {
+    if !enabled() {
+        return;
+    }
+    let target = Target::h200();
+    let xs: Vec<f64> = (-1100..=1100).map(|i| i as f64 / 64.0).chain([-40.0, -16.0, 16.0, 40.0]).collect();
+    for dtype in [DType::BF16, DType::F16] {
+        let mut b = Builder::new();
+        let x = b.input(dtype, [xs.len()]);
+        let gelu = b.op(Op::Unary { op: braze_ir::UnaryOp::GeluErf }, &[x]);
+        let grad = b.op(Op::Unary { op: braze_ir::UnaryOp::GeluErfGrad }, &[x]);
+        let graph = b.finish(vec![gelu, grad]);
+        let plan = compile_to_plan(&graph, &FusionOptions::default()).unwrap();
+        for k in &plan.kernels {
+            let source = match braze_codegen::generate(&plan, 0, &default_config(&plan, 0, &target), &target).unwrap() {
+                braze_codegen::KernelCode::Cuda(g) => g.source,
+                other => panic!("{}: {other:?}", k.name),
+            };
+            assert!(source.contains("normal_cdf_narrow_f32"), "{dtype}: the narrow helper\n{source}");
+        }
+        let configs: Vec<KernelConfig> = (0..plan.kernels.len()).map(|k| default_config(&plan, k, &target)).collect();
+        let inputs = vec![braze_ir::HostTensor::from_f64(dtype, [xs.len()], &xs).unwrap()];
+        let actual = emulator::run_plan(&plan, &configs, &target, &inputs).unwrap_or_else(|e| panic!("{dtype}: {e}"));
+        let expected = eval_graph(&graph, &inputs).unwrap();
+        // One unit in the last place. Values near the smallest normal may come out as zero: for
+        // bf16 (f32's range) where the Gaussian exp(-x^2 / 2) is below f32's normals (|x| past
+        // 13.2, results under 1e-36), which `__expf` flushes; for f16 below its smallest normal.
+        let (ulp, least_normal) = if dtype == DType::BF16 { (2f64.powi(-7), 1e-36) } else { (2f64.powi(-10), 6.2e-5) };
+        for (name, got, want) in [("gelu", &actual[0], &expected[0]), ("gelu_grad", &actual[1], &expected[1])] {
+            let (got, want) = (got.to_f64_vec(), want.to_f64_vec());
+            let (mut exact, mut judged) = (0, 0);
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                let tolerance = (ulp * w.abs()).max(least_normal);
+                assert!((g - w).abs() <= tolerance, "{dtype} {name}({}): {g} vs {w}", inputs[0].get_f64(i));
+                if w.abs() > least_normal {
+                    judged += 1;
+                    exact += usize::from(g == w);
+                }
+            }
+            assert!(exact * 100 >= judged * 99, "{dtype} {name}: {exact} of {judged} exact");
+        }
+    }
+}

@@ -131,6 +131,11 @@ static inline long long __double_as_longlong(double d) { long long x; std::memcp
 static inline float __fadd_rn(float a, float b) { return a + b; }
 static inline float __fmul_rn(float a, float b) { return a * b; }
 static inline float __fdividef(float a, float b) { return a / b; }
+static inline float emu_ex2_ftz(float x);
+// __expf as the hardware computes it: ex2.approx.ftz of x log2(e) (a macro: the C library
+// declares a __expf of its own).
+static inline float emu_expf(float x) { return emu_ex2_ftz(x * 1.44269504f); }
+#define __expf emu_expf
 static inline float __frcp_rn(float a) { return 1.0f / a; }
 static inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 static inline double rsqrt(double x) { return 1.0 / std::sqrt(x); }

@@ -130,7 +130,16 @@ pub(crate) fn render_value(
         }
         Expr::Unary { op, x } => {
             let x_name = operand(helpers, x);
-            render_unary(kernel, helpers, *op, operand_dtype(x), &x_name)
+            // An op's narrow form (16-bit values) only where no op of the body takes the exact
+            // form of such an op anyway: GELU(h) in bf16 beside its f32 derivative computes one
+            // Gaussian for both in the exact form, two with a narrow one beside it.
+            let exact_elsewhere = body.values.iter().any(|v| match &v.expr {
+                Expr::Unary { op, x } => {
+                    op.def().narrow_cuda.is_some() && !matches!(operand_dtype(x), DType::BF16 | DType::F16)
+                }
+                _ => false,
+            });
+            render_unary(kernel, helpers, *op, operand_dtype(x), &x_name, !exact_elsewhere)
         }
         Expr::Binary { op, a, b } => {
             let (da, db) = (operand_dtype(a), operand_dtype(b));
@@ -154,8 +163,21 @@ pub(crate) fn render_value(
     }
 }
 
-pub(crate) fn render_unary(kernel: &str, helpers: &mut Helpers, op: UnaryOp, dtype: DType, x: &str) -> Result<String> {
-    let expr = (op.def().cuda)(x, CType::of(dtype));
+/// `op` on `x`, a value of `dtype`; in the op's narrow form where it has one, `dtype` is 16 bits
+/// wide and `narrow_allowed`.
+pub(crate) fn render_unary(
+    kernel: &str,
+    helpers: &mut Helpers,
+    op: UnaryOp,
+    dtype: DType,
+    x: &str,
+    narrow_allowed: bool,
+) -> Result<String> {
+    let def = op.def();
+    let expr = match (def.narrow_cuda, dtype) {
+        (Some(narrow), DType::BF16 | DType::F16) if narrow_allowed => Some(narrow(x)),
+        _ => (def.cuda)(x, CType::of(dtype)),
+    };
     emit_op(kernel, helpers, expr, || format!("{} on {dtype}", op.name()))
 }
 

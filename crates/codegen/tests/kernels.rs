@@ -744,3 +744,29 @@ fn an_eager_full_reduction_is_the_same_code_at_every_size() {
     let s = g.op(braze_ir::Op::Reduce { op: braze_ir::ReduceOp::Sum, axes: vec![0], keepdim: false }, &[x]);
     assert!(matches!(g.compile(&[s]).kernels[0].kind, KernelKind::Row(_)));
 }
+
+/// GELU of a bf16 value takes its narrow form (less arithmetic than f32's accuracy needs), except
+/// beside an f32 derivative of the same value, where the exact form computes one Gaussian for both.
+#[test]
+fn gelu_of_16_bit_values_is_narrow_unless_an_exact_gaussian_shares_the_kernel() {
+    let n = 4096;
+    let alone = {
+        let mut g = plans::GraphBuilder::default();
+        let x = g.input(DType::BF16, &[n]);
+        let y = g.unary(braze_ir::UnaryOp::GeluErf, x);
+        g.compile(&[y])
+    };
+    let source = cuda(&alone, &default_config(&alone, 0, &Target::h200())).source;
+    assert!(source.contains("gelu_erf_narrow_f32(") && !source.contains("normal_cdf_f32("), "{source}");
+    let beside = {
+        let mut g = plans::GraphBuilder::default();
+        let x = g.input(DType::BF16, &[n]);
+        let y = g.unary(braze_ir::UnaryOp::GeluErf, x);
+        let wide = g.cast(x, DType::F32);
+        let d = g.unary(braze_ir::UnaryOp::GeluErfGrad, wide);
+        g.compile(&[y, d])
+    };
+    assert_eq!(beside.kernels.len(), 1, "{beside}");
+    let source = cuda(&beside, &default_config(&beside, 0, &Target::h200())).source;
+    assert!(source.contains("gelu_erf_f32(") && !source.contains("narrow"), "{source}");
+}
