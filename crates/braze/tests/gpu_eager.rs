@@ -13,7 +13,8 @@ fn randn(shape: &[usize], dtype: DType, seed: u64) -> Tensor {
 
 /// Eager elementwise ops and full sums on the GPU read their sizes at run time: once an op has
 /// run at one size (a sum at one size within a segment and one beyond), every other size of it
-/// runs the same compiled unit (no NVRTC compile), and gives the CPU's values.
+/// runs the same compiled unit (no NVRTC compile, no module loaded again), and gives the CPU's
+/// values.
 #[test]
 fn gpu_eager_ops_compile_once_for_every_size() {
     let Some(device) = gpu() else { return };
@@ -27,6 +28,9 @@ fn gpu_eager_ops_compile_once_for_every_size() {
         run(&first, &first).unwrap()[1].to_host().unwrap();
     }
     let before = braze::kernel_cache_stats().compiles;
+    let braze::Device::Cuda(ordinal) = device else { unreachable!("gpu() gives a CUDA device") };
+    let cuda = braze::cuda_device(ordinal).unwrap();
+    let loads_before = cuda.module_load_count();
     for n in [3usize, 17, 1000, 4099, 65_537] {
         let (x, y) = (randn(&[n], DType::BF16, n as u64), randn(&[n], DType::BF16, n as u64 + 1));
         let got = run(&x.to_device(device).unwrap(), &y.to_device(device).unwrap()).unwrap();
@@ -40,4 +44,5 @@ fn gpu_eager_ops_compile_once_for_every_size() {
         }
     }
     assert_eq!(braze::kernel_cache_stats().compiles, before, "an NVRTC compile for a new size");
+    assert_eq!(cuda.module_load_count(), loads_before, "a module loaded again for a new size");
 }

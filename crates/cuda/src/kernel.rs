@@ -1,8 +1,7 @@
 //! Kernels taken from a loaded module: what a launch needs to know about them.
 
 use std::collections::HashMap;
-use std::sync::atomic::AtomicU32;
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, Weak};
 
 use cudarc::driver::sys::CUfunction_attribute_enum;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
@@ -32,8 +31,12 @@ pub(crate) struct KernelInner {
     pub(crate) context: Arc<CudaContext>,
     pub(crate) max_threads_per_block: u32,
     pub(crate) static_shared_bytes: u32,
-    /// The dynamic shared memory limit last set on the function, to set it only when it grows.
-    pub(crate) dynamic_shared_limit: AtomicU32,
+    /// The dynamic shared memory limit last set on the function, to set it only when it grows;
+    /// a lock, so that executables on two threads sharing the function raise it one at a time.
+    pub(crate) dynamic_shared_limit: Mutex<u32>,
+    /// The loaded module, held as long as any function of it: the device's table finds it
+    /// through a weak handle for the module's other entries.
+    pub(crate) module: Arc<DropOutsideCapture<Arc<CudaModule>>>,
 }
 
 impl Kernel {
@@ -80,34 +83,51 @@ impl LoadedModule {
                 function: DropOutsideCapture::new(function),
                 max_threads_per_block,
                 static_shared_bytes,
-                dynamic_shared_limit: AtomicU32::new(dynamic_shared_limit),
+                dynamic_shared_limit: Mutex::new(dynamic_shared_limit),
+                module: self.module.clone(),
             }),
         })
     }
 }
 
-/// Functions loaded on a device, by compiled module (its address, with a weak handle that tells
-/// a dropped module from a new one at the same address) and entry name. Weak: a module is
-/// unloaded once no executable holds one of its functions.
+type WeakModule = Weak<DropOutsideCapture<Arc<CudaModule>>>;
+
+/// Modules and functions loaded on a device, by compiled module (its address; the weak handle
+/// to it keeps the address from being reused while an entry names it) and entry name. Weak: a
+/// module is unloaded once no executable holds one of its functions.
 #[derive(Debug, Default)]
 pub(crate) struct LoadedFunctions {
+    modules: HashMap<usize, (Weak<CompiledModule>, WeakModule)>,
     functions: HashMap<(usize, String), (Weak<CompiledModule>, Weak<KernelInner>)>,
-    /// The table's size after its last sweep of dead entries.
+    /// The tables' size after their last sweep of dead entries.
     swept_at: usize,
 }
 
 impl LoadedFunctions {
-    pub(crate) fn get(&self, module: &Arc<CompiledModule>, entry: &str) -> Option<Kernel> {
+    pub(crate) fn function(&self, module: &Arc<CompiledModule>, entry: &str) -> Option<Kernel> {
         let (compiled, function) = self.functions.get(&(Arc::as_ptr(module) as usize, entry.to_string()))?;
-        let same_module = compiled.upgrade().is_some_and(|c| Arc::ptr_eq(&c, module));
-        same_module.then(|| function.upgrade().map(|inner| Kernel { inner })).flatten()
+        if compiled.strong_count() == 0 {
+            return None;
+        }
+        function.upgrade().map(|inner| Kernel { inner })
+    }
+
+    /// The module loaded from `module`, while a function of it is held.
+    pub(crate) fn module(&self, module: &Arc<CompiledModule>, context: &Arc<CudaContext>) -> Option<LoadedModule> {
+        let (compiled, loaded) = self.modules.get(&(Arc::as_ptr(module) as usize))?;
+        if compiled.strong_count() == 0 {
+            return None;
+        }
+        loaded.upgrade().map(|module| LoadedModule { module, context: context.clone() })
     }
 
     pub(crate) fn insert(&mut self, module: &Arc<CompiledModule>, entry: &str, kernel: &Kernel) {
-        let key = (Arc::as_ptr(module) as usize, entry.to_string());
-        self.functions.insert(key, (Arc::downgrade(module), Arc::downgrade(&kernel.inner)));
+        let address = Arc::as_ptr(module) as usize;
+        self.modules.insert(address, (Arc::downgrade(module), Arc::downgrade(&kernel.inner.module)));
+        self.functions.insert((address, entry.to_string()), (Arc::downgrade(module), Arc::downgrade(&kernel.inner)));
         if self.functions.len() > 2 * self.swept_at + 64 {
             self.functions.retain(|_, (compiled, function)| compiled.strong_count() > 0 && function.strong_count() > 0);
+            self.modules.retain(|_, (compiled, loaded)| compiled.strong_count() > 0 && loaded.strong_count() > 0);
             self.swept_at = self.functions.len();
         }
     }

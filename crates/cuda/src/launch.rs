@@ -49,13 +49,20 @@ impl CudaDevice {
     /// runs it while any of them holds it: an eager op met at a thousand sizes loads its code
     /// once, not once per size.
     pub fn shared_function(&self, compiled: &Arc<CompiledModule>, entry: &str) -> Result<Kernel> {
-        if let Some(kernel) = lock(&self.loaded).get(compiled, entry) {
-            return Ok(kernel);
-        }
-        let kernel = self.load_module(compiled)?.get_function(entry)?;
+        let module = {
+            let loaded = lock(&self.loaded);
+            if let Some(kernel) = loaded.function(compiled, entry) {
+                return Ok(kernel);
+            }
+            loaded.module(compiled, &self.ctx)
+        };
+        let kernel = match module {
+            Some(module) => module.get_function(entry)?,
+            None => self.load_module(compiled)?.get_function(entry)?,
+        };
         let mut loaded = lock(&self.loaded);
         // Another thread may have loaded it meanwhile: keep one.
-        if let Some(kernel) = loaded.get(compiled, entry) {
+        if let Some(kernel) = loaded.function(compiled, entry) {
             return Ok(kernel);
         }
         loaded.insert(compiled, entry, &kernel);
@@ -186,15 +193,18 @@ impl CudaDevice {
                 kernel.static_shared_bytes()
             ));
         }
-        let limit = &kernel.inner.dynamic_shared_limit;
-        if bytes > DEFAULT_DYNAMIC_SHARED_LIMIT && bytes > limit.load(Ordering::Acquire) {
+        if bytes <= DEFAULT_DYNAMIC_SHARED_LIMIT {
+            return Ok(());
+        }
+        let mut limit = lock(&kernel.inner.dynamic_shared_limit);
+        if bytes > *limit {
             self.ctx.bind_to_thread().map_err(|e| e.to_string())?;
             kernel
                 .inner
                 .function
                 .set_attribute(CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes as i32)
                 .map_err(|e| format!("setting the dynamic shared memory limit: {e}"))?;
-            limit.fetch_max(bytes, Ordering::AcqRel);
+            *limit = bytes;
         }
         Ok(())
     }

@@ -172,14 +172,18 @@ fn capture_rejects_host_work_and_leaves_the_device_usable() {
 fn a_compiled_module_loads_once_for_every_executable_that_holds_it() {
     let Some(device) = common::gpu() else { return };
     let opts = braze_cuda::CompileOptions { arch: device.arch(), ..braze_cuda::CompileOptions::default() };
+    // Two entries in one module: the second is taken from the module the first loaded.
+    let source = format!("{SCALE_ADD}{}", SCALE_ADD.replace("scale_add", "scale_add_again"));
     let compiled =
-        std::sync::Arc::new(braze_cuda::compile(SCALE_ADD, "scale_add.cu", &opts).unwrap_or_else(|e| panic!("{e}")));
+        std::sync::Arc::new(braze_cuda::compile(&source, "scale_add.cu", &opts).unwrap_or_else(|e| panic!("{e}")));
     let before = device.module_load_count();
     let first = device.shared_function(&compiled, "scale_add").unwrap();
     let second = device.shared_function(&compiled, "scale_add").unwrap();
+    let other_entry = device.shared_function(&compiled, "scale_add_again").unwrap();
     assert_eq!(device.module_load_count(), before + 1);
     assert_eq!(first.name(), second.name());
-    drop((first, second));
+    assert_eq!(other_entry.name(), "scale_add_again");
+    drop((first, second, other_entry));
     let again = device.shared_function(&compiled, "scale_add").unwrap();
     assert_eq!(device.module_load_count(), before + 2, "a module no executable holds is unloaded");
     assert!(device.shared_function(&compiled, "not_there").is_err());
