@@ -18,7 +18,13 @@ fn main() -> braze::Result<()> {
     let x = Tensor::randn([8, 8], DType::F32, 0)?;
     match compile(step).fullgraph(true).call(std::slice::from_ref(&x)) {
         Err(e) => println!("strict: {e}"),
-        Ok(_) => println!("strict: no error (unexpected)"),
+        Ok(_) => {
+            return Err(braze::Error::InvalidArgument {
+                op: "strict_sync".into(),
+                loc: None,
+                detail: "strict mode let the `item()` sync through".into(),
+            })
+        }
     }
     let lenient = compile(step);
     print!("lenient:\n{}", lenient.explain(&[x])?);

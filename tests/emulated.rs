@@ -398,10 +398,10 @@ fn gelu_of_16_bit_values_within_a_unit_of_the_last_place() {
         let grad = b.op(Op::Unary { op: braze_ir::UnaryOp::GeluErfGrad }, &[x]);
         let graph = b.finish(vec![gelu, grad]);
         let plan = compile_to_plan(&graph, &FusionOptions::default()).unwrap();
-        for k in &plan.kernels {
-            let source = match braze_codegen::generate(&plan, 0, &default_config(&plan, 0, &target), &target).unwrap() {
+        for (k, kernel) in plan.kernels.iter().enumerate() {
+            let source = match braze_codegen::generate(&plan, k, &default_config(&plan, k, &target), &target).unwrap() {
                 braze_codegen::KernelCode::Cuda(g) => g.source,
-                other => panic!("{}: {other:?}", k.name),
+                other => panic!("{}: {other:?}", kernel.name),
             };
             assert!(source.contains("normal_cdf_narrow_f32"), "{dtype}: the narrow helper\n{source}");
         }

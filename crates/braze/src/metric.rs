@@ -14,7 +14,10 @@ pub struct DeviceMetric {
     name: String,
     device: Device,
     sum: Option<Tensor>,
+    /// Values the sum holds (a `set` counts as one, and restarts the count).
     added: u64,
+    /// Calls of `add` and `set`, for the read cadence.
+    updates: u64,
     read_every: u64,
     pool: Option<PinnedPool>,
     pending: VecDeque<PendingRead>,
@@ -55,6 +58,7 @@ impl DeviceMetric {
             device,
             sum: None,
             added: 0,
+            updates: 0,
             read_every: 0,
             pool: None,
             pending: VecDeque::new(),
@@ -62,7 +66,7 @@ impl DeviceMetric {
         }
     }
 
-    /// Requests a read every `n` adds (0: never by itself).
+    /// Requests a read every `n` adds or sets (0: never by itself).
     pub fn read_every(mut self, n: u64) -> DeviceMetric {
         self.read_every = n;
         self
@@ -76,46 +80,45 @@ impl DeviceMetric {
     /// running sum, with device ops: nothing is read on the host.
     #[track_caller]
     pub fn add(&mut self, value: &Tensor) -> Result<()> {
-        if value.device() != self.device {
-            return Err(Error::DeviceMismatch {
-                op: format!("DeviceMetric::add (`{}`)", self.name),
-                loc: Some(crate::tensor::caller()),
-                expected: self.device,
-                actual: value.device(),
-            });
-        }
-        let sum = autograd::no_grad(|| {
-            let v = value.detach()?.cast(DType::F32)?.sum_all()?;
-            match &self.sum {
-                Some(sum) => sum.add(&v),
-                None => Ok(v),
-            }
-        })?;
-        self.sum = Some(sum);
-        self.added += 1;
-        if self.read_every > 0 && self.added.is_multiple_of(self.read_every) {
-            self.request()?;
-        }
-        Ok(())
+        let v = self.summed(value, "add")?;
+        let sum = match &self.sum {
+            Some(sum) => autograd::no_grad(|| sum.add(&v))?,
+            None => v,
+        };
+        self.update(sum, self.added + 1)
     }
 
-    /// Sets the metric to the sum of `value`'s elements: for a count kept on the device
-    /// elsewhere (an optimizer's [`crate::optim::Optimizer::skipped_steps`]), read like any
-    /// metric, without waiting. A read requested after this reports the value as the queue
-    /// reaches it: later updates of `value` do not change a read already requested.
+    /// Sets the metric to the sum of `value`'s elements, one value: for a count kept on the
+    /// device elsewhere (an optimizer's [`crate::optim::Optimizer::skipped_steps`]), read like
+    /// any metric, without waiting. A read requested after this reports the value as the queue
+    /// reaches it: later updates of `value` do not change a read already requested. An `add`
+    /// after it adds onto the value set.
     #[track_caller]
     pub fn set(&mut self, value: &Tensor) -> Result<()> {
+        let v = self.summed(value, "set")?;
+        self.update(v, 1)
+    }
+
+    /// The f32 sum of `value`'s elements, with device ops, after checking its device.
+    #[track_caller]
+    fn summed(&self, value: &Tensor, op: &str) -> Result<Tensor> {
         if value.device() != self.device {
             return Err(Error::DeviceMismatch {
-                op: format!("DeviceMetric::set (`{}`)", self.name),
+                op: format!("DeviceMetric::{op} (`{}`)", self.name),
                 loc: Some(crate::tensor::caller()),
                 expected: self.device,
                 actual: value.device(),
             });
         }
-        self.sum = Some(autograd::no_grad(|| value.detach()?.cast(DType::F32)?.sum_all())?);
-        self.added += 1;
-        if self.read_every > 0 && self.added.is_multiple_of(self.read_every) {
+        autograd::no_grad(|| value.detach()?.cast(DType::F32)?.sum_all())
+    }
+
+    /// Holds `sum` of `added` values, and requests a read when the cadence says so.
+    fn update(&mut self, sum: Tensor, added: u64) -> Result<()> {
+        self.sum = Some(sum);
+        self.added = added;
+        self.updates += 1;
+        if self.read_every > 0 && self.updates.is_multiple_of(self.read_every) {
             self.request()?;
         }
         Ok(())

@@ -242,5 +242,8 @@ fn grad_of_a_function_eagerly_and_compiled() -> Result<()> {
     let compiled = f.call(&[x, unused])?;
     assert_close(&values(&compiled[0]), &doubled, "compiled d/dx");
     assert_eq!(values(&compiled[1]), vec![0.0; 2], "compiled, the unused argument");
+    let counts = Tensor::from_vec(vec![1i32, 2], [2])?;
+    let err = braze::grad(|a: &[Tensor]| a[0].sum_all(), &[counts]).unwrap_err().to_string();
+    assert!(err.starts_with("grad") && err.contains("only float arguments") && err.contains("autograd.rs"), "{err}");
     Ok(())
 }

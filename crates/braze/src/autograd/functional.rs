@@ -12,10 +12,27 @@ pub fn value_and_grad<F>(f: F, args: &[Tensor]) -> Result<(Tensor, Vec<Tensor>)>
 where
     F: FnOnce(&[Tensor]) -> Result<Tensor>,
 {
-    let loc = crate::tensor::caller();
+    value_and_grad_as("value_and_grad", f, args, crate::tensor::caller())
+}
+
+/// The gradient of `f` at `args` with respect to each argument (`jax.grad`): [`value_and_grad`]
+/// without the value.
+#[track_caller]
+pub fn grad<F>(f: F, args: &[Tensor]) -> Result<Vec<Tensor>>
+where
+    F: FnOnce(&[Tensor]) -> Result<Tensor>,
+{
+    value_and_grad_as("grad", f, args, crate::tensor::caller()).map(|(_, grads)| grads)
+}
+
+/// [`value_and_grad`], its errors naming `op` and the caller's `loc`.
+fn value_and_grad_as<F>(op: &str, f: F, args: &[Tensor], loc: crate::SourceLoc) -> Result<(Tensor, Vec<Tensor>)>
+where
+    F: FnOnce(&[Tensor]) -> Result<Tensor>,
+{
     if let Some(arg) = args.iter().find(|a| !a.dtype().is_float()) {
         return Err(Error::invalid(
-            "value_and_grad",
+            op,
             &loc,
             format!("only float arguments have gradients, got {}{}", arg.dtype(), arg.shape()),
         ));
@@ -35,16 +52,6 @@ where
     }
     let grads = leaves.iter().map(Tensor::grad).collect();
     Ok((value.detach()?, fill_zeros(grads, args)?))
-}
-
-/// The gradient of `f` at `args` with respect to each argument (`jax.grad`): [`value_and_grad`]
-/// without the value.
-#[track_caller]
-pub fn grad<F>(f: F, args: &[Tensor]) -> Result<Vec<Tensor>>
-where
-    F: FnOnce(&[Tensor]) -> Result<Tensor>,
-{
-    value_and_grad(f, args).map(|(_, grads)| grads)
 }
 
 fn fill_zeros(grads: Vec<Option<Tensor>>, args: &[Tensor]) -> Result<Vec<Tensor>> {

@@ -99,6 +99,29 @@ static IS_FINITE: CudaHelper = CudaHelper {
     ],
     requires: &[],
 };
+/// `Q(t)` of [`ERFCX`]: `erfc(z) exp(z^2) = t Q(t)` for `t = 1 / (1 + z / 2)`, one home for the
+/// fit that the exact and the narrow Gaussians share.
+static ERFCX_FIT: CudaHelper = CudaHelper {
+    name: "erfcx_fit_f32",
+    source: &[
+        "// Q(t), a degree-10 fit of erfc(z) exp(z^2) / t for t = 1 / (1 + z / 2), z >= 0.",
+        "__device__ __forceinline__ float erfcx_fit_f32(float t) {",
+        "  float q = 0.042352594f;",
+        "  q = fmaf(q, t, -0.23085766f);",
+        "  q = fmaf(q, t, 0.48617887f);",
+        "  q = fmaf(q, t, -0.4469775f);",
+        "  q = fmaf(q, t, 0.12708952f);",
+        "  q = fmaf(q, t, -0.057232507f);",
+        "  q = fmaf(q, t, 0.09300059f);",
+        "  q = fmaf(q, t, 0.17537683f);",
+        "  q = fmaf(q, t, 0.2468806f);",
+        "  q = fmaf(q, t, 0.28209385f);",
+        "  q = fmaf(q, t, 0.2820948f);",
+        "  return q;",
+        "}",
+    ],
+    requires: &[],
+};
 /// `erfc(z) exp(z^2)` for `z >= 0` as `t Q(t)`, `t = 1 / (1 + z / 2)`: `Q` a degree-10 fit of
 /// relative error 1.1e-8 on all of `t` in `[0, 1]` (least squares for the relative error against
 /// 40-digit values), the reciprocal refined by one Newton step. With `exp(-z^2)` computed from
@@ -113,18 +136,7 @@ static ERFCX: CudaHelper = CudaHelper {
         "  const float d = fmaf(0.5f, z, 1.0f);",
         "  const float r = __fdividef(1.0f, d);",
         "  const float t = fmaf(r, fmaf(-d, r, 1.0f), r);",
-        "  float q = 0.042352594f;",
-        "  q = fmaf(q, t, -0.23085766f);",
-        "  q = fmaf(q, t, 0.48617887f);",
-        "  q = fmaf(q, t, -0.4469775f);",
-        "  q = fmaf(q, t, 0.12708952f);",
-        "  q = fmaf(q, t, -0.057232507f);",
-        "  q = fmaf(q, t, 0.09300059f);",
-        "  q = fmaf(q, t, 0.17537683f);",
-        "  q = fmaf(q, t, 0.2468806f);",
-        "  q = fmaf(q, t, 0.28209385f);",
-        "  q = fmaf(q, t, 0.2820948f);",
-        "  return t * q;",
+        "  return t * erfcx_fit_f32(t);",
         "}",
         "// exp(-(hi + lo)) for lo below hi's last place (hi + lo an exact square).",
         "__device__ __forceinline__ float exp_neg_split_f32(float hi, float lo) {",
@@ -132,7 +144,7 @@ static ERFCX: CudaHelper = CudaHelper {
         "  return fmaf(e, -lo, e);",
         "}",
     ],
-    requires: &[],
+    requires: &[&ERFCX_FIT],
 };
 static ERFC: CudaHelper = CudaHelper {
     name: "erfc_f32",
@@ -202,22 +214,11 @@ static NORMAL_CDF_NARROW: CudaHelper = CudaHelper {
         "  *gauss = g;",
         "  const float z = a * 0.70710678f;",
         "  const float t = __fdividef(1.0f, fmaf(0.5f, z, 1.0f));",
-        "  float q = 0.042352594f;",
-        "  q = fmaf(q, t, -0.23085766f);",
-        "  q = fmaf(q, t, 0.48617887f);",
-        "  q = fmaf(q, t, -0.4469775f);",
-        "  q = fmaf(q, t, 0.12708952f);",
-        "  q = fmaf(q, t, -0.057232507f);",
-        "  q = fmaf(q, t, 0.09300059f);",
-        "  q = fmaf(q, t, 0.17537683f);",
-        "  q = fmaf(q, t, 0.2468806f);",
-        "  q = fmaf(q, t, 0.28209385f);",
-        "  q = fmaf(q, t, 0.2820948f);",
-        "  const float tail = 0.5f * t * q * g;",
+        "  const float tail = 0.5f * t * erfcx_fit_f32(t) * g;",
         "  return x >= 0.0f ? 1.0f - tail : tail;",
         "}",
     ],
-    requires: &[],
+    requires: &[&ERFCX_FIT],
 };
 static GELU_ERF_NARROW: CudaHelper = CudaHelper {
     name: "gelu_erf_narrow_f32",
