@@ -354,12 +354,16 @@ pub(crate) fn generate(
     let first_row = "(idx_t)blockIdx.y * CHUNK_ROWS + ty";
     w.open("if (c0 < COLS)");
     w.line("const idx_t row_end = ((idx_t)blockIdx.y + 1) * CHUNK_ROWS < ROWS ? ((idx_t)blockIdx.y + 1) * CHUNK_ROWS : ROWS;");
+    // Only where `vec` does not divide the columns can a thread's vector run past the last one.
+    let partial_tiles = !cols.is_multiple_of(vec);
     if !vector_ids.is_empty() {
         // Threads whose columns all exist load `batch` rows' vectors before folding any: the
         // loads are in flight together (with the test for a partial tile inside the row loop,
         // each row's load waited for the one before: a column kernel ran at a third of the
         // DRAM bandwidth so).
-        w.open(format!("if (c0 + {} <= COLS)", lit(vec)));
+        if partial_tiles {
+            w.open(format!("if (c0 + {} <= COLS)", lit(vec)));
+        }
         w.open(format!("for (idx_t r0 = {first_row}; r0 < row_end; r0 += {})", lit(batch * ty)));
         for &id in &vector_ids {
             let dtype = input_dtypes[loads[id].as_ref().unwrap().slot];
@@ -396,15 +400,19 @@ pub(crate) fn generate(
         w.close();
         w.close();
         w.close();
-        w.reopen("else");
+        if partial_tiles {
+            w.reopen("else");
+        }
     }
-    // A partial tile (or loads that are no vectors): each row's elements loaded where they are
-    // used, unrolled so that several rows' loads are in flight.
-    w.line(format!("#pragma unroll {}", batch.min(4)));
-    w.open(format!("for (idx_t r = {first_row}; r < row_end; r += {})", lit(ty)));
-    emit_row(&mut w, helpers, &|_| None, gathers || !vector_ids.is_empty())?;
-    w.close();
-    if !vector_ids.is_empty() {
+    if vector_ids.is_empty() || partial_tiles {
+        // A partial tile (or loads that are no vectors): each row's elements loaded where they
+        // are used, unrolled so that several rows' loads are in flight.
+        w.line(format!("#pragma unroll {}", batch.min(4)));
+        w.open(format!("for (idx_t r = {first_row}; r < row_end; r += {})", lit(ty)));
+        emit_row(&mut w, helpers, &|_| None, gathers || !vector_ids.is_empty())?;
+        w.close();
+    }
+    if !vector_ids.is_empty() && partial_tiles {
         w.close();
     }
     w.close();

@@ -770,3 +770,20 @@ fn gelu_of_16_bit_values_is_narrow_unless_an_exact_gaussian_shares_the_kernel() 
     let source = cuda(&beside, &default_config(&beside, 0, &Target::h200())).source;
     assert!(source.contains("gelu_erf_f32(") && !source.contains("narrow"), "{source}");
 }
+
+/// A column kernel whose vector width divides the columns has no partial tile, so it emits no
+/// per-element fallback loop (dead code that held registers); a width that does not divide
+/// them keeps the fallback for the last tile.
+#[test]
+fn column_kernels_emit_a_partial_tile_loop_only_when_a_tile_can_be_partial() {
+    let whole = plans::bias_grad(4096, 1024);
+    let config = default_config(&whole, 0, &Target::h200());
+    let KernelConfig::Column { vec, .. } = config else { panic!("{config}") };
+    assert!(vec > 1 && 1024 % vec == 0, "{config}");
+    let source = cuda(&whole, &config).source;
+    assert!(!source.contains("columns past the end") && !source.contains("<= COLS)"), "{source}");
+    let partial = plans::bias_grad(4096, 1022);
+    let config = KernelConfig::Column { col_threads: 32, row_threads: 8, vec: 4, rows_per_block: 512 };
+    let source = cuda(&partial, &config).source;
+    assert!(source.contains("columns past the end"), "{source}");
+}
