@@ -1,16 +1,9 @@
 //! `braze compile-time` traces a workload without running it and times every host stage of its
 //! cold compile, with no GPU.
 
-use std::process::{Command, Output};
+mod common;
 
-fn braze(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_braze")).args(args).output().expect("running braze")
-}
-
-fn stdout(out: &Output) -> String {
-    assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+use common::braze_stdout;
 
 fn stage_ms(text: &str, stage: &str) -> Option<f64> {
     text.lines().find(|l| l.starts_with(stage))?.split_whitespace().nth(stage.split_whitespace().count())?.parse().ok()
@@ -18,7 +11,7 @@ fn stage_ms(text: &str, stage: &str) -> Option<f64> {
 
 #[test]
 fn gpt2_step_small_reports_every_stage() {
-    let text = stdout(&braze(&["compile-time", "gpt2_step", "--small", "--no-nvrtc"]));
+    let text = braze_stdout(&["compile-time", "gpt2_step", "--small", "--no-nvrtc"]);
     for stage in ["setup", "trace", "passes", "fusion", "memory plan", "codegen", "total"] {
         assert!(stage_ms(&text, stage).is_some(), "no time for {stage}:\n{text}");
     }
@@ -33,7 +26,7 @@ fn nvrtc_compiles_each_distinct_unit_once_cold_and_none_warm() {
     if std::env::var_os("BRAZE_REQUIRE_NVRTC").is_none() && !braze_cuda::nvrtc_available() {
         return;
     }
-    let text = stdout(&braze(&["compile-time", "ln_relu_res"]));
+    let text = braze_stdout(&["compile-time", "ln_relu_res"]);
     assert!(stage_ms(&text, "nvrtc").is_some(), "{text}");
     let counts = text.lines().find(|l| l.starts_with("counts: ")).unwrap_or_else(|| panic!("{text}"));
     assert!(counts.ends_with("1 kernels, 1 CUDA C, 1 distinct units, 1 NVRTC compiles"), "{counts}");
@@ -45,7 +38,7 @@ fn nvrtc_compiles_each_distinct_unit_once_cold_and_none_warm() {
 fn memory_lists_each_kernel_and_what_is_alive_at_the_peak() {
     let args =
         ["compile-time", "mlp_step", "--no-nvrtc", "--memory", "--rows", "2048", "--hidden", "128", "--dtype", "bf16"];
-    let text = stdout(&braze(&args));
+    let text = braze_stdout(&args);
     assert!(text.contains("(x: bf16[2048,128]"), "the sizes given: {text}");
     let per_kernel: Vec<f64> = text
         .lines()

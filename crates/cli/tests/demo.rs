@@ -2,7 +2,7 @@
 //! trace, breaks, fused plan, timings and check against the reference, then the naive training
 //! loop beside the braze one, ending with the naive loop's syncs and their source lines.
 
-use std::process::Command;
+mod common;
 
 /// The number in the column `col` (0: naive, 1: braze) of the table row starting with `row`.
 fn cell(table: &str, row: &str, col: usize) -> f64 {
@@ -13,14 +13,7 @@ fn cell(table: &str, row: &str, col: usize) -> f64 {
 
 #[test]
 fn demo_on_the_cpu_shows_every_part_and_ends_with_the_loop_table() {
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    let out = Command::new(env!("CARGO_BIN_EXE_braze"))
-        .args(["demo", "--device", "cpu"])
-        .env("BRAZE_CACHE_DIR", dir.path().join("cache"))
-        .output()
-        .expect("braze runs");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    let text = common::braze_stdout(&["demo", "--device", "cpu"]);
     assert!(text.starts_with("braze demo on the CPU"), "{text}");
 
     // Each fused workload: trace, plan with its kernels, timings and the reference check.

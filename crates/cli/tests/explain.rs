@@ -2,21 +2,13 @@
 //! graph with no breaks, and the report gives kernels, launches, peak memory and what is saved
 //! for backward.
 
-use std::process::Command;
+mod common;
 
 /// Runs `braze explain` with `args` on the CPU and returns its stdout, failing on a non-zero exit.
 fn explain(args: &[&str]) -> String {
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    let out = Command::new(env!("CARGO_BIN_EXE_braze"))
-        .arg("explain")
-        .args(args)
-        .args(["--strict", "--device", "cpu"])
-        .env("BRAZE_CACHE_DIR", dir.path().join("cache"))
-        .output()
-        .expect("braze runs");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
-    stdout
+    let args: Vec<&str> =
+        ["explain"].into_iter().chain(args.iter().copied()).chain(["--strict", "--device", "cpu"]).collect();
+    common::braze_stdout(&args)
 }
 
 /// The line starting with `prefix`, without it.

@@ -133,13 +133,13 @@ pub(crate) fn render_value(
             // An op's narrow form (16-bit values) only where no op of the body takes the exact
             // form of such an op anyway: GELU(h) in bf16 beside its f32 derivative computes one
             // Gaussian for both in the exact form, two with a narrow one beside it.
-            let exact_elsewhere = body.values.iter().any(|v| match &v.expr {
-                Expr::Unary { op, x } => {
-                    op.def().narrow_cuda.is_some() && !matches!(operand_dtype(x), DType::BF16 | DType::F16)
-                }
-                _ => false,
-            });
-            render_unary(kernel, helpers, *op, operand_dtype(x), &x_name, !exact_elsewhere)
+            let is_narrow = |dtype: DType| matches!(dtype, DType::BF16 | DType::F16);
+            let narrow = op.def().narrow_cuda.is_some()
+                && is_narrow(operand_dtype(x))
+                && !body.values.iter().any(|v| {
+                    matches!(&v.expr, Expr::Unary { op, x } if op.def().narrow_cuda.is_some() && !is_narrow(operand_dtype(x)))
+                });
+            render_unary(kernel, helpers, *op, operand_dtype(x), &x_name, narrow)
         }
         Expr::Binary { op, a, b } => {
             let (da, db) = (operand_dtype(a), operand_dtype(b));
@@ -163,19 +163,19 @@ pub(crate) fn render_value(
     }
 }
 
-/// `op` on `x`, a value of `dtype`; in the op's narrow form where it has one, `dtype` is 16 bits
-/// wide and `narrow_allowed`.
+/// `op` on `x`, a value of `dtype`: in the op's narrow form when `narrow` (the caller checked
+/// that the op has one and `dtype` is 16 bits wide).
 pub(crate) fn render_unary(
     kernel: &str,
     helpers: &mut Helpers,
     op: UnaryOp,
     dtype: DType,
     x: &str,
-    narrow_allowed: bool,
+    narrow: bool,
 ) -> Result<String> {
     let def = op.def();
-    let expr = match (def.narrow_cuda, dtype) {
-        (Some(narrow), DType::BF16 | DType::F16) if narrow_allowed => Some(narrow(x)),
+    let expr = match def.narrow_cuda {
+        Some(narrow_form) if narrow => Some(narrow_form(x)),
         _ => (def.cuda)(x, CType::of(dtype)),
     };
     emit_op(kernel, helpers, expr, || format!("{} on {dtype}", op.name()))

@@ -53,7 +53,6 @@ mod multi_pointwise;
 mod multi_reduce;
 mod multi_reduce_epilogue;
 mod pointwise;
-use pointwise::Extent;
 mod reduce;
 mod row;
 mod target;
@@ -68,6 +67,7 @@ use braze_ir::DType;
 use braze_plan::{Kernel, KernelKind, MatMul, Plan};
 use cuda::{storage_type, Helpers};
 use index::IndexWidth;
+use pointwise::Extent;
 use writer::CodeWriter;
 
 /// What the runtime runs for one plan kernel.

@@ -60,13 +60,10 @@ impl CapturedGraph {
     /// Enqueues one replay on `inputs`, which must lie at the addresses and have the lengths of
     /// the inputs the graph was captured reading (its kernels have those addresses baked in).
     pub fn replay_reading(&self, inputs: &[DeviceBuffer]) -> Result<()> {
-        let matches = inputs.len() == self.inputs.len()
-            && inputs
-                .iter()
-                .zip(&self.inputs)
-                .all(|(b, &(address, len))| (b.device_address(), b.len_bytes()) == (address, len));
+        let matches =
+            inputs.len() == self.inputs.len() && inputs.iter().zip(&self.inputs).all(|(b, &at)| placement(b) == at);
         if !matches {
-            let given: Vec<(u64, usize)> = inputs.iter().map(|b| (b.device_address(), b.len_bytes())).collect();
+            let given: Vec<(u64, usize)> = inputs.iter().map(placement).collect();
             return Err(CudaError::InvalidArgument(format!(
                 "the graph was captured reading inputs at {:x?}, given {:x?}",
                 self.inputs, given
@@ -150,7 +147,12 @@ impl CudaDevice {
             .ok_or_else(|| CudaError::Capture("the capture produced no graph".into()))?;
         let (mut buffers, kernels) = kept.into_parts();
         buffers.retain(|b| !inputs.iter().any(|input| input.same_allocation(b)));
-        let inputs = inputs.iter().map(|b| (b.device_address(), b.len_bytes())).collect();
+        let inputs = inputs.iter().map(placement).collect();
         Ok(CapturedGraph { graph: DropOutsideCapture::new(graph), device: self.clone(), buffers, kernels, inputs })
     }
+}
+
+/// Where a buffer lies: its address and length, what a graph reading it has baked in.
+fn placement(buffer: &DeviceBuffer) -> (u64, usize) {
+    (buffer.device_address(), buffer.len_bytes())
 }

@@ -90,45 +90,58 @@ impl LoadedModule {
     }
 }
 
-type WeakModule = Weak<DropOutsideCapture<Arc<CudaModule>>>;
-
-/// Modules and functions loaded on a device, by compiled module (its address; the weak handle
-/// to it keeps the address from being reused while an entry names it) and entry name. Weak: a
-/// module is unloaded once no executable holds one of its functions.
+/// Modules loaded on a device and the functions taken from them, by compiled module (its
+/// address; the weak handle to it keeps the address from being reused while the entry names it).
+/// Weak: a module is unloaded once no executable holds one of its functions.
 #[derive(Debug, Default)]
 pub(crate) struct LoadedFunctions {
-    modules: HashMap<usize, (Weak<CompiledModule>, WeakModule)>,
-    functions: HashMap<(usize, String), (Weak<CompiledModule>, Weak<KernelInner>)>,
-    /// The tables' size after their last sweep of dead entries.
+    modules: HashMap<usize, LoadedEntry>,
+    /// The table's size after its last sweep of dead entries.
     swept_at: usize,
 }
 
+#[derive(Debug)]
+struct LoadedEntry {
+    compiled: Weak<CompiledModule>,
+    module: Weak<DropOutsideCapture<Arc<CudaModule>>>,
+    functions: HashMap<String, Weak<KernelInner>>,
+}
+
 impl LoadedFunctions {
-    pub(crate) fn function(&self, module: &Arc<CompiledModule>, entry: &str) -> Option<Kernel> {
-        let (compiled, function) = self.functions.get(&(Arc::as_ptr(module) as usize, entry.to_string()))?;
-        if compiled.strong_count() == 0 {
-            return None;
-        }
-        function.upgrade().map(|inner| Kernel { inner })
+    /// The loaded entry of `module`, while its compiled module and a function of it live.
+    fn entry(&self, module: &Arc<CompiledModule>) -> Option<&LoadedEntry> {
+        let entry = self.modules.get(&(Arc::as_ptr(module) as usize))?;
+        (entry.compiled.strong_count() > 0 && entry.module.strong_count() > 0).then_some(entry)
+    }
+
+    pub(crate) fn function(&self, module: &Arc<CompiledModule>, name: &str) -> Option<Kernel> {
+        self.entry(module)?.functions.get(name)?.upgrade().map(|inner| Kernel { inner })
     }
 
     /// The module loaded from `module`, while a function of it is held.
     pub(crate) fn module(&self, module: &Arc<CompiledModule>, context: &Arc<CudaContext>) -> Option<LoadedModule> {
-        let (compiled, loaded) = self.modules.get(&(Arc::as_ptr(module) as usize))?;
-        if compiled.strong_count() == 0 {
-            return None;
-        }
-        loaded.upgrade().map(|module| LoadedModule { module, context: context.clone() })
+        let loaded = self.entry(module)?.module.upgrade()?;
+        Some(LoadedModule { module: loaded, context: context.clone() })
     }
 
-    pub(crate) fn insert(&mut self, module: &Arc<CompiledModule>, entry: &str, kernel: &Kernel) {
-        let address = Arc::as_ptr(module) as usize;
-        self.modules.insert(address, (Arc::downgrade(module), Arc::downgrade(&kernel.inner.module)));
-        self.functions.insert((address, entry.to_string()), (Arc::downgrade(module), Arc::downgrade(&kernel.inner)));
-        if self.functions.len() > 2 * self.swept_at + 64 {
-            self.functions.retain(|_, (compiled, function)| compiled.strong_count() > 0 && function.strong_count() > 0);
-            self.modules.retain(|_, (compiled, loaded)| compiled.strong_count() > 0 && loaded.strong_count() > 0);
-            self.swept_at = self.functions.len();
+    pub(crate) fn insert(&mut self, module: &Arc<CompiledModule>, name: &str, kernel: &Kernel) {
+        let live = self.entry(module).is_some();
+        let entry = self.modules.entry(Arc::as_ptr(module) as usize).or_insert_with(|| LoadedEntry {
+            compiled: Weak::new(),
+            module: Weak::new(),
+            functions: HashMap::new(),
+        });
+        if !live {
+            *entry = LoadedEntry {
+                compiled: Arc::downgrade(module),
+                module: Arc::downgrade(&kernel.inner.module),
+                functions: HashMap::new(),
+            };
+        }
+        entry.functions.insert(name.to_string(), Arc::downgrade(&kernel.inner));
+        if self.modules.len() > 2 * self.swept_at + 64 {
+            self.modules.retain(|_, e| e.compiled.strong_count() > 0 && e.module.strong_count() > 0);
+            self.swept_at = self.modules.len();
         }
     }
 }
