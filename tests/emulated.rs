@@ -428,3 +428,62 @@ fn gelu_of_16_bit_values_within_a_unit_of_the_last_place() {
         }
     }
 }
+
+/// A row kernel folding column reductions into partials (a centred row stored, column sums of
+/// it and of its product with the input, a column max), in every row layout the row family has:
+/// a thread a row, a few threads a row with several rows a block (their groups folded through
+/// shared memory), a warp, several warps, cached and re-read; rows that the groups of partials
+/// divide and rows that they do not; against the reference.
+#[test]
+fn row_kernel_partials_in_every_row_layout() {
+    use braze_ir::{BinaryOp, ReduceOp};
+    if !enabled() {
+        return;
+    }
+    let target = Target::h200();
+    // (dtype, rows, cols, [(threads_per_row, rows_per_block, cached)]): narrow rows for the
+    // layouts whose threads hold many columns of each partial. The emulator's shuffles wait for
+    // every lane of the warp, so where several rows share a warp its groups get as many rows
+    // each (100 rows: a last group of 4 rows over 4 row groups of 8 lanes).
+    let few = [(1, 32, false), (4, 8, true), (4, 16, false), (8, 4, true)];
+    let many = [(8, 4, false), (32, 1, true), (64, 1, true), (64, 1, false)];
+    for (dtype, rows, cols, layouts) in
+        [(DType::F32, 96, 8, few), (DType::F32, 100, 64, many), (DType::BF16, 72, 48, many), (DType::BF16, 64, 8, few)]
+    {
+        let mut b = Builder::new();
+        let x = b.input(dtype, [rows, cols]);
+        let xf = b.cast(x, DType::F32);
+        let mean = b.reduce(ReduceOp::Mean, xf, &[1], true);
+        let centred = b.bin(BinaryOp::Sub, xf, mean);
+        let y = b.cast(centred, dtype);
+        let yf = b.cast(y, DType::F32);
+        let product = b.mul(xf, yf);
+        let sum_y = b.reduce(ReduceOp::Sum, yf, &[0], false);
+        let sum_xy = b.reduce(ReduceOp::Sum, product, &[0], false);
+        let max_y = b.reduce(ReduceOp::Max, yf, &[0], false);
+        let graph = b.finish(vec![y, sum_y, sum_xy, max_y]);
+        let plan = compile_to_plan(&graph, &FusionOptions::default()).unwrap();
+        let row_kernel = plan
+            .kernels
+            .iter()
+            .position(|k| matches!(&k.kind, braze_plan::KernelKind::Row(row) if !row.partials.is_empty()))
+            .unwrap_or_else(|| panic!("{dtype}: no row kernel with partials\n{plan}"));
+        let inputs = random_inputs(&graph, 17, |_| false);
+        let expected = eval_graph(&graph, &inputs).unwrap();
+        for (threads_per_row, rows_per_block, cached) in layouts {
+            let what = format!("{dtype} [{rows}, {cols}] tpr={threads_per_row} rpb={rows_per_block} cached={cached}");
+            let configs: Vec<KernelConfig> = (0..plan.kernels.len())
+                .map(|k| {
+                    if k == row_kernel {
+                        KernelConfig::Row { threads_per_row, rows_per_block, cached }
+                    } else {
+                        default_config(&plan, k, &target)
+                    }
+                })
+                .collect();
+            let actual =
+                emulator::run_plan(&plan, &configs, &target, &inputs).unwrap_or_else(|e| panic!("{what}: {e}"));
+            compare_outputs(&actual, &expected, None, dtype).unwrap_or_else(|e| panic!("{what}: {e}"));
+        }
+    }
+}

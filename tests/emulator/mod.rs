@@ -68,6 +68,8 @@ fn translate_asm(line: &str) -> Result<String, String> {
     let call = |f: &str, args: &[&str]| format!("{indent}{} = {f}({});", ops[0], args.join(", "));
     Ok(match instruction {
         "prmt.b32" if template.ends_with("0, 0x3210;") => format!("{indent}/* identity permute */"),
+        // A compiler-only barrier (no instruction): nothing to run.
+        "" if line.contains("::: \"memory\"") => format!("{indent}/* compiler barrier */"),
         "cp.async.commit_group;" | "cp.async.wait_group" | "cp.async.wait_all;" => {
             format!("{indent}/* cp.async completes at once here */")
         }

@@ -521,7 +521,7 @@ fn row_candidates(unit: &Unit<'_>, row: &RowKernel) -> Vec<KernelConfig> {
     let cols = row.cols();
     let rows = row.rows();
     let vec = vector_width(unit, row);
-    let analysis = RowAnalysis::new(&row.body, row.outer.len(), true);
+    let analysis = RowAnalysis::of(row, true);
     let peak = analysis.peak_cached_arrays().max(1);
     let rounds = analysis.rounds;
     let target = unit.target;
@@ -574,14 +574,46 @@ fn row_candidates(unit: &Unit<'_>, row: &RowKernel) -> Vec<KernelConfig> {
     candidates.push(config(most, fits(most)));
     // No more threads than the row has vectors (rounded up to a warp).
     let most_threads = cols.div_ceil(vec).next_power_of_two().max(32);
+    if !row.partials.is_empty() {
+        candidates = candidates.into_iter().map(|c| with_room_for_partials(c, row, vec, most)).collect();
+    }
     candidates.retain(|c| {
         row_config_valid(cols, vec, c, target)
             && matches!(c, KernelConfig::Row { threads_per_row, .. } if *threads_per_row as usize <= most_threads)
+            && partials_fit(row, vec, c)
     });
     if candidates.is_empty() {
-        candidates.push(config(32, false));
+        candidates.push(with_room_for_partials(config(32, false), row, vec, most));
     }
     candidates
+}
+
+/// Whether `config`'s threads hold the row kernel's partial accumulators in registers.
+fn partials_fit(row: &RowKernel, vec: usize, config: &KernelConfig) -> bool {
+    let KernelConfig::Row { threads_per_row: tpr, .. } = *config else { return false };
+    crate::row::partial_accumulators(row, tpr as usize, vec) <= crate::row::MAX_PARTIAL_ACCUMULATORS
+}
+
+/// `config` with threads enough a row for the partials' accumulators (up to `most`), and no
+/// more row groups a block than a block has rows of partials.
+fn with_room_for_partials(config: KernelConfig, row: &RowKernel, vec: usize, most: u32) -> KernelConfig {
+    let KernelConfig::Row { mut threads_per_row, mut rows_per_block, cached } = config else { return config };
+    while threads_per_row < most
+        && !partials_fit(row, vec, &KernelConfig::Row { threads_per_row, rows_per_block, cached })
+    {
+        threads_per_row *= 2;
+    }
+    let tpr = threads_per_row as usize;
+    if tpr > 32 {
+        rows_per_block = 1;
+    } else {
+        // Blocks of a warp at least, of no more row groups than the block's rows.
+        let least = 32 / tpr;
+        let wanted = (rows_per_block as usize).min(row.partial_rows.max(1));
+        rows_per_block = wanted.max(least) as u32;
+    }
+    let held = per_thread_elements(row.cols(), tpr, vec);
+    KernelConfig::Row { threads_per_row, rows_per_block, cached: cached && held <= MAX_CACHED_PER_THREAD }
 }
 
 /// A multi-reduce's default `(block, chunk)`: 256 threads over 16,384 elements, or 512 over

@@ -174,7 +174,7 @@ fn layer_norm_row_kernel(dtype: DType, outer: &[usize], cols: usize, eps: f64) -
     let mean_out = body.push(Expr::Cast { x: mean }, dtype);
     body.stores.push(Store { value: y, output: 0 });
     body.stores.push(Store { value: mean_out, output: 1 });
-    RowKernel { outer: outer.to_vec(), inner: vec![cols], body }
+    RowKernel::new(outer.to_vec(), vec![cols], body)
 }
 
 fn layer_norm_plan(dtype: DType, outer: &[usize], cols: usize) -> Plan {
@@ -237,12 +237,7 @@ fn row_kernel_over_a_middle_axis_writes_the_domain_order() {
         buffers: vec![buffer(f, 24, BufferRole::Input(0)), buffer(f, 24, BufferRole::Output)],
         inputs: vec![BufferId(0)],
         outputs: vec![output(1, &[2, 4, 3])],
-        kernels: vec![kernel(
-            "row_softmax",
-            KernelKind::Row(RowKernel { outer: vec![2, 4], inner: vec![3], body }),
-            &[0],
-            &[1],
-        )],
+        kernels: vec![kernel("row_softmax", KernelKind::Row(RowKernel::new(vec![2, 4], vec![3], body)), &[0], &[1])],
     };
     let g = graph(&[(f, &[2, 3, 4])], |g, i| {
         let s = g.add(Op::Softmax { axis: 1 }, &[i[0]], None).unwrap();
@@ -266,12 +261,7 @@ fn row_kernel_with_empty_rows_stores_identities() {
         buffers: vec![buffer(f, 0, BufferRole::Input(0)), buffer(f, 3, BufferRole::Output)],
         inputs: vec![BufferId(0)],
         outputs: vec![output(1, &[3])],
-        kernels: vec![kernel(
-            "row_max",
-            KernelKind::Row(RowKernel { outer: vec![3], inner: vec![0], body }),
-            &[0],
-            &[1],
-        )],
+        kernels: vec![kernel("row_max", KernelKind::Row(RowKernel::new(vec![3], vec![0], body)), &[0], &[1])],
     };
     let g = graph(&[(f, &[3, 0])], |g, i| {
         vec![g.add(Op::Reduce { op: ReduceOp::Max, axes: vec![1], keepdim: false }, &[i[0]], None).unwrap()]

@@ -273,7 +273,9 @@ fn a_value_also_needed_elsewhere_is_read_from_its_kernel_not_recomputed() {
     let e = un(&mut g, UnaryOp::Exp, x);
     let s = sum(&mut g, e, &[0], true);
     g.set_outputs(vec![e, s]);
-    assert_eq!(families(&g), ["pointwise", "column"]);
+    // The kernel storing `e` folds its column sums too (as a row kernel without reductions), and
+    // the column kernel reduces those partials.
+    assert_eq!(families(&g), ["row", "column"]);
 }
 
 #[test]
@@ -719,11 +721,56 @@ fn a_widened_bf16_intermediate_is_stored_narrow() {
     let spread = sum(&mut g, squares, &[1], false);
     let columns = sum(&mut g, c, &[0], false);
     g.set_outputs(vec![spread, columns]);
-    let plan = compile_to_plan(&g, &defaults()).unwrap();
+    // Column partials would fold the column sum into the row kernel, which then stores no sum.
+    let options = FusionOptions { column_partials: false, ..defaults() };
+    let plan = compile_to_plan(&g, &options).unwrap();
     let column = plan.kernels.iter().find(|k| matches!(k.kind, KernelKind::Column(_))).expect("a column kernel");
     let read = plan.buffer(column.inputs[0]);
     assert_eq!(read.dtype, DType::BF16, "{plan}");
-    check("widened_intermediate_stored_narrow", g, defaults(), 2);
+    check("widened_intermediate_stored_narrow", g, options, 2);
+}
+
+#[test]
+fn column_sums_of_a_row_kernels_values_fold_into_its_partials() {
+    // A row kernel centres each row (`y = x - mean(x)`); the column sums of `y` (which it
+    // stores) and of `x * y` (which it could compute) read rows it reads or writes, so it folds
+    // them over groups of 8 rows, and the column kernel reduces its 32 x 64 partials.
+    let mut g = Graph::new();
+    let x = g.input(DType::F32, [256, 64]);
+    let mean = op(&mut g, Op::Reduce { op: ReduceOp::Mean, axes: vec![1], keepdim: true }, &[x]);
+    let y = bin(&mut g, BinaryOp::Sub, x, mean);
+    let xy = mul(&mut g, x, y);
+    let sum_y = sum(&mut g, y, &[0], false);
+    let sum_xy = sum(&mut g, xy, &[0], false);
+    g.set_outputs(vec![y, sum_y, sum_xy]);
+    let plan = check("column_partials_of_a_row_kernel", g.clone(), defaults(), 2);
+    let KernelKind::Row(row) = &plan.kernels[0].kind else { panic!("a row kernel first\n{plan}") };
+    assert_eq!((row.partials.len(), row.partial_rows, row.partial_groups()), (2, 8, 32), "{plan}");
+    let KernelKind::Column(col) = &plan.kernels[1].kind else { panic!("a column kernel second\n{plan}") };
+    assert_eq!((col.rows(), col.cols()), (32, 64), "{plan}");
+    // The column kernel reads the partials alone: the rows cross memory once.
+    assert!(plan.kernels[1].inputs.iter().all(|&b| plan.buffer(b).numel == 32 * 64), "{plan}");
+    let unfolded = compile_to_plan(&g, &FusionOptions { column_partials: false, ..defaults() }).unwrap();
+    let KernelKind::Column(col) = &unfolded.kernels[1].kind else { panic!("{unfolded}") };
+    assert_eq!(col.rows(), 256, "{unfolded}");
+    assert!(unfolded.bytes_moved() > plan.bytes_moved() + 256 * 64 * 4, "{unfolded}\n{plan}");
+}
+
+#[test]
+fn a_value_stored_only_for_a_folded_column_kernel_is_no_longer_stored() {
+    // The row kernel stored `y` only for the column sum; folded, it stores only the row spread.
+    let mut g = Graph::new();
+    let x = g.input(DType::F32, [128, 32]);
+    let mean = op(&mut g, Op::Reduce { op: ReduceOp::Mean, axes: vec![1], keepdim: true }, &[x]);
+    let y = bin(&mut g, BinaryOp::Sub, x, mean);
+    let squares = mul(&mut g, y, y);
+    let spread = sum(&mut g, squares, &[1], false);
+    let sum_y = sum(&mut g, y, &[0], false);
+    g.set_outputs(vec![spread, sum_y]);
+    let plan = check("column_partials_drop_an_unread_store", g, defaults(), 2);
+    let row = &plan.kernels[0];
+    assert_eq!(row.outputs.len(), 2, "the spread and one partial\n{plan}");
+    assert!(row.outputs.iter().all(|&b| plan.buffer(b).numel == 128 || plan.buffer(b).numel == 16 * 32), "{plan}");
 }
 
 /// `attention(q, k, v)` of `[B, H, T, D]` f32 operands and, when `lse`, its logsumexp.

@@ -1,6 +1,7 @@
 //! Every plan computes what its graph computes: each case runs through `braze-cpu`'s reference
-//! as a graph (`eval_graph`, the f64 oracle) and as plans fused three ways (default, unfused, and
-//! with a tiny row cache so long-row splitting and multi-reduce items are exercised) through
+//! as a graph (`eval_graph`, the f64 oracle) and as plans fused four ways (default, unfused,
+//! with a tiny row cache so long-row splitting and multi-reduce items are exercised, and without
+//! column reductions folded into row kernels' partials) through
 //! `eval_plan` (f32, the GPU kernels' loop structure), on seeded random inputs; results agree
 //! within each dtype's tolerance.
 
@@ -30,6 +31,7 @@ fn check_on(name: &str, g: Graph, inputs: &[HostTensor]) {
         ("default", FusionOptions::default()),
         ("unfused", FusionOptions { fuse: false, ..FusionOptions::default() }),
         ("short rows", FusionOptions { row_cache_limit: 8, ..FusionOptions::default() }),
+        ("no column partials", FusionOptions { column_partials: false, ..FusionOptions::default() }),
     ];
     for (variant, options) in variants {
         let plan = compile_to_plan(&g, &options).unwrap_or_else(|e| panic!("{name} ({variant}): {e}"));
@@ -544,4 +546,41 @@ fn comparisons_and_casts_observe_computed_bf16_values_rounded() {
         assert!(out.to_f64_vec().iter().all(|&v| v == 1.0), "the reference sees every tie");
     }
     check_on("bf16 ties", g, &inputs);
+}
+
+/// Column reductions folded into a row kernel's partials: sums, a mean and a max of values the
+/// row kernel stores or computes, over rows that groups divide and rows that they do not, f32
+/// and bf16, next to a per-column epilogue.
+#[test]
+fn column_reductions_from_row_kernel_partials() {
+    for (dtype, rows, cols) in [(DType::F32, 256, 64), (DType::F32, 100, 48), (DType::BF16, 77, 40)] {
+        let name = format!("partials {dtype} {rows}x{cols}");
+        let g = graph(|g| {
+            let x = g.input(dtype, [rows, cols]);
+            let w = g.input(DType::F32, [cols]);
+            let xf = g.cast(x, DType::F32).unwrap();
+            let mean = op(g, Op::Reduce { op: ReduceOp::Mean, axes: vec![1], keepdim: true }, &[xf]);
+            let centred = bin(g, BinaryOp::Sub, xf, mean);
+            let y = g.cast(centred, dtype).unwrap();
+            let yf = g.cast(y, DType::F32).unwrap();
+            let product = mul(g, xf, yf);
+            let sum_y = sum(g, yf, &[0], false);
+            let sum_xy = sum(g, product, &[0], false);
+            let mean_x = op(g, Op::Reduce { op: ReduceOp::Mean, axes: vec![0], keepdim: false }, &[xf]);
+            let max_y = op(g, Op::Reduce { op: ReduceOp::Max, axes: vec![0], keepdim: false }, &[yf]);
+            let scaled = mul(g, sum_xy, w);
+            vec![y, sum_y, scaled, mean_x, max_y]
+        });
+        let plan = compile_to_plan(&g, &FusionOptions::default()).unwrap();
+        let partials: usize = plan
+            .kernels
+            .iter()
+            .map(|k| match &k.kind {
+                braze_plan::KernelKind::Row(row) => row.partials.len(),
+                _ => 0,
+            })
+            .sum();
+        assert_eq!(partials, 4, "{name}: every column reduction folds\n{plan}");
+        check(&name, g);
+    }
 }

@@ -84,6 +84,12 @@ pub enum Rule {
     /// (`Body::column_values`): an element value varies with the row and has no place in the
     /// `[cols]` outputs.
     ColumnReduce,
+    /// A row kernel's partials ([`crate::ColumnPartial`]) fold float values by sum, max or min
+    /// in groups of `partial_rows` rows (at least one), at most
+    /// [`crate::RowKernel::MAX_PARTIALS`] of them over rows of at most
+    /// [`crate::RowKernel::MAX_PARTIAL_COLS`] columns; each writes an output slot of its own (no
+    /// store writes it), an f32 buffer of `groups * cols` elements.
+    ColumnPartials,
     /// A multi-reduce has one input per leaf of each item (its reduction's `leaves`, at least
     /// one), in item order, each holding the item's elements of its reduction's dtype. Each
     /// reduction's prologue computes at least one value, stores nothing, loads only the current

@@ -270,19 +270,62 @@ pub struct Pointwise {
 /// (cols = product of `inner`). Values are either per-element (vary with the column) or per-row
 /// (see [`Body::row_values`]); several dependent reductions may follow each other in one body
 /// (layer norm: mean, then variance), and whole chains of row-local layers may share one kernel.
+///
+/// A row kernel may also fold values down its columns ([`ColumnPartial`]): the rows are cut into
+/// groups of `partial_rows`, and for each group and column the kernel writes the group's fold of
+/// the value, so that a column kernel over the `[groups, cols]` partials finishes the reduction
+/// (a layer norm's weight and bias grads from the rows its backward reads anyway).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RowKernel {
     pub outer: Vec<usize>,
     pub inner: Vec<usize>,
     pub body: Body,
+    /// Values folded over each group of `partial_rows` rows, column by column.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub partials: Vec<ColumnPartial>,
+    /// Rows per group of the partials (0 when there are none).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub partial_rows: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+/// Output slot `output` of a row kernel holds, for each group `g` of its rows and column `c`, the
+/// fold by `op` (`Sum`, `Max` or `Min`, in f32) of `value` over the group's rows at column `c`,
+/// at `g * cols + c`: an f32 buffer of `groups * cols` elements.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ColumnPartial {
+    pub op: ReduceOp,
+    pub value: ValueId,
+    pub output: usize,
 }
 
 impl RowKernel {
+    /// Most columns a row kernel with partials may have (codegen folds a block's row groups
+    /// through one row of f32 in shared memory).
+    pub const MAX_PARTIAL_COLS: usize = 8192;
+    /// Most partials one row kernel may fold (codegen keeps them in registers).
+    pub const MAX_PARTIALS: usize = 4;
+
+    /// A row kernel without partials.
+    pub fn new(outer: Vec<usize>, inner: Vec<usize>, body: Body) -> RowKernel {
+        RowKernel { outer, inner, body, partials: Vec::new(), partial_rows: 0 }
+    }
     pub fn rows(&self) -> usize {
         self.outer.iter().product()
     }
     pub fn cols(&self) -> usize {
         self.inner.iter().product()
+    }
+    /// Groups of `partial_rows` rows the partials fold (0 without partials).
+    pub fn partial_groups(&self) -> usize {
+        if self.partials.is_empty() || self.partial_rows == 0 {
+            0
+        } else {
+            self.rows().div_ceil(self.partial_rows)
+        }
     }
     /// Domain shape `outer ++ inner`, the shape the load strides index.
     pub fn domain(&self) -> Shape {
@@ -771,6 +814,9 @@ impl Kernel {
     pub fn reads_only_stored_element(&self, input: usize, output: usize) -> bool {
         match &self.kind {
             KernelKind::Pointwise(pw) => pointwise_reads_only_stored_element(pw, input),
+            // A row kernel's thread stores the elements it loads (every pass walks the same
+            // columns), so an input read only at the element stored is read before it is written.
+            KernelKind::Row(row) => reads_only_at(&row.body, &row.domain(), input),
             // The member storing `output` must read `input` only there, and no other member may
             // read it at all: members run concurrently, so another's read could see a new value.
             KernelKind::MultiPointwise(multi) => multi.members.iter().all(|member| {
@@ -786,8 +832,7 @@ impl Kernel {
                     !reads_input
                 }
             }),
-            KernelKind::Row(_)
-            | KernelKind::Column(_)
+            KernelKind::Column(_)
             | KernelKind::MultiReduce(_)
             | KernelKind::MatMul(_)
             | KernelKind::Concat(_)
@@ -800,10 +845,16 @@ impl Kernel {
 
 /// Whether every load of input slot `input` in `pw` reads the element at the point being computed.
 fn pointwise_reads_only_stored_element(pw: &Pointwise, input: usize) -> bool {
-    let contiguous = pw.shape.strides();
-    pw.body.values.iter().all(|v| match &v.expr {
+    reads_only_at(&pw.body, &pw.shape, input)
+}
+
+/// Whether every load of input slot `input` in `body` over `domain` reads the element at the
+/// point being computed.
+fn reads_only_at(body: &Body, domain: &Shape, input: usize) -> bool {
+    let contiguous = domain.strides();
+    body.values.iter().all(|v| match &v.expr {
         Expr::Load { input: slot, offset, strides } if *slot == input => {
-            *offset == 0 && strides.iter().zip(&contiguous).zip(pw.shape.dims()).all(|((s, c), &d)| d == 1 || s == c)
+            *offset == 0 && strides.iter().zip(&contiguous).zip(domain.dims()).all(|((s, c), &d)| d == 1 || s == c)
         }
         Expr::Gather { input: slot, .. } => *slot != input,
         _ => true,
@@ -813,6 +864,46 @@ fn pointwise_reads_only_stored_element(pw: &Pointwise, input: usize) -> bool {
 impl Plan {
     pub fn buffer(&self, id: BufferId) -> &Buffer {
         &self.buffers[id.0]
+    }
+
+    /// Removes the intermediates no kernel writes or reads (left behind by a rewrite that
+    /// stopped storing them), renumbering the buffers after them.
+    pub fn remove_unused_intermediates(&mut self) {
+        let mut used = vec![false; self.buffers.len()];
+        for k in &self.kernels {
+            for b in k.inputs.iter().chain(&k.outputs) {
+                used[b.0] = true;
+            }
+        }
+        for o in &self.outputs {
+            used[o.buffer.0] = true;
+        }
+        for (b, buffer) in self.buffers.iter().enumerate() {
+            used[b] |= buffer.role != BufferRole::Intermediate;
+        }
+        if used.iter().all(|&u| u) {
+            return;
+        }
+        let mut renumbered = vec![BufferId(usize::MAX); self.buffers.len()];
+        let mut next = 0;
+        for (b, &u) in used.iter().enumerate() {
+            if u {
+                renumbered[b] = BufferId(next);
+                next += 1;
+            }
+        }
+        let mut b = 0;
+        self.buffers.retain(|_| {
+            b += 1;
+            used[b - 1]
+        });
+        let map = |id: &mut BufferId| *id = renumbered[id.0];
+        self.inputs.iter_mut().for_each(map);
+        self.outputs.iter_mut().for_each(|o| map(&mut o.buffer));
+        for k in &mut self.kernels {
+            k.inputs.iter_mut().for_each(map);
+            k.outputs.iter_mut().for_each(map);
+        }
     }
 
     /// The inputs some output is written in place of.

@@ -207,6 +207,16 @@ impl Plan {
             KernelKind::Row(row) => {
                 let per_row = row.body.row_values(row.outer.len());
                 fmt_body(f, &row.body, Some((&per_row, "per-row")))?;
+                for p in &row.partials {
+                    writeln!(
+                        f,
+                        "  partial {} {} -> out{} (groups of {} rows)",
+                        p.op.name(),
+                        p.value,
+                        p.output,
+                        row.partial_rows
+                    )?;
+                }
                 if !row.preserves_layout_hint() {
                     writeln!(f, "  note: reduces leading axes; loads are strided")?;
                 }

@@ -245,7 +245,7 @@ impl Plan {
             KernelKind::Pointwise(pw) => {
                 let numel = pw.shape.numel();
                 self.validate_body(&kernel.inputs, &pw.body, pw.shape.dims(), false, |_| numel > 0)?;
-                self.validate_stores(kernel, &pw.body, |_| numel)
+                self.validate_stores(kernel, &pw.body, &[], |_| numel)
             }
             KernelKind::Row(row) => {
                 let domain = row.domain();
@@ -256,7 +256,8 @@ impl Plan {
                 self.validate_body(&kernel.inputs, &row.body, domain.dims(), true, |i| {
                     rows > 0 && (per_row[i] || cols > 0)
                 })?;
-                self.validate_stores(kernel, &row.body, |v| if per_row[v.0] { rows } else { rows * cols })
+                let filled = self.validate_partials(kernel, row)?;
+                self.validate_stores(kernel, &row.body, &filled, |v| if per_row[v.0] { rows } else { rows * cols })
             }
             KernelKind::Column(col) => self.validate_column(kernel, col),
             KernelKind::MultiReduce(mr) => self.validate_multi_reduce(kernel, mr),
@@ -555,9 +556,21 @@ impl Plan {
     }
 
     /// Every output slot stored once, with the dtype and element count (`numel(value)`) of its
-    /// buffer.
-    fn validate_stores(&self, kernel: &Kernel, body: &Body, numel: impl Fn(ValueId) -> usize) -> KernelResult {
+    /// buffer; the slots `filled` are written otherwise (a row kernel's partials) and take no
+    /// store.
+    fn validate_stores(
+        &self,
+        kernel: &Kernel,
+        body: &Body,
+        filled: &[usize],
+        numel: impl Fn(ValueId) -> usize,
+    ) -> KernelResult {
         let mut stored = vec![false; kernel.outputs.len()];
+        for &slot in filled {
+            if let Some(done) = stored.get_mut(slot) {
+                *done = true;
+            }
+        }
         for s in &body.stores {
             let Some(value) = body.values.get(s.value.0) else {
                 return Err(broken(Rule::ValueOrder, format!("stores {}, which is not a value", s.value)));
@@ -593,6 +606,63 @@ impl Plan {
         }
     }
 
+    /// [`Rule::ColumnPartials`] of a row kernel; returns the output slots its partials fill.
+    fn validate_partials(
+        &self,
+        kernel: &Kernel,
+        row: &crate::plan::RowKernel,
+    ) -> std::result::Result<Vec<usize>, Broken> {
+        let fail = |detail: String| Err(broken(Rule::ColumnPartials, detail));
+        if row.partials.is_empty() {
+            return if row.partial_rows == 0 { Ok(Vec::new()) } else { fail("partial_rows without partials".into()) };
+        }
+        if row.partial_rows == 0 {
+            return fail("partials in groups of 0 rows".into());
+        }
+        if row.partials.len() > crate::plan::RowKernel::MAX_PARTIALS {
+            return fail(format!(
+                "{} partials, more than {}",
+                row.partials.len(),
+                crate::plan::RowKernel::MAX_PARTIALS
+            ));
+        }
+        if row.cols() > crate::plan::RowKernel::MAX_PARTIAL_COLS {
+            return fail(format!(
+                "partials of {} columns, more than {}",
+                row.cols(),
+                crate::plan::RowKernel::MAX_PARTIAL_COLS
+            ));
+        }
+        let numel = row.partial_groups() * row.cols();
+        let mut slots = Vec::new();
+        for p in &row.partials {
+            let Some(value) = row.body.values.get(p.value.0) else {
+                return fail(format!("folds {}, which is not a value", p.value));
+            };
+            if !matches!(p.op, braze_ir::ReduceOp::Sum | braze_ir::ReduceOp::Max | braze_ir::ReduceOp::Min) {
+                return fail(format!("folds {} by {}, not sum, max or min", p.value, p.op.name()));
+            }
+            if !value.dtype.is_float() {
+                return fail(format!("folds {} of {}, not a float", p.value, value.dtype));
+            }
+            let Some(&b) = kernel.outputs.get(p.output) else {
+                return fail(format!("writes output slot {} of {}", p.output, kernel.outputs.len()));
+            };
+            if slots.contains(&p.output) || row.body.stores.iter().any(|s| s.output == p.output) {
+                return fail(format!("output slot {} is written twice", p.output));
+            }
+            let buffer = self.buffer(b);
+            if buffer.dtype != DType::F32 || buffer.numel != numel {
+                return fail(format!(
+                    "partials of {} into {b}: {} x {}, expected {numel} x f32",
+                    p.value, buffer.numel, buffer.dtype
+                ));
+            }
+            slots.push(p.output);
+        }
+        Ok(slots)
+    }
+
     fn validate_column(&self, kernel: &Kernel, col: &crate::plan::ColumnKernel) -> KernelResult {
         let domain = col.domain();
         let (rows, cols) = (col.rows(), col.cols());
@@ -614,7 +684,7 @@ impl Plan {
         if let Some(s) = col.body.stores.iter().find(|s| s.value.0 < per_column.len() && !per_column[s.value.0]) {
             return Err(broken(Rule::ColumnReduce, format!("stores {}, which varies with the row", s.value)));
         }
-        self.validate_stores(kernel, &col.body, |_| cols)
+        self.validate_stores(kernel, &col.body, &[], |_| cols)
     }
 
     /// [`Rule::MultiPointwise`], with each member's body held to the pointwise rules.

@@ -85,12 +85,7 @@ fn row() -> Plan {
         ],
         inputs: ids(&[0]),
         outputs: vec![output(1, &[2]), output(2, &[2, 3])],
-        kernels: vec![kernel(
-            "row_sum",
-            KernelKind::Row(RowKernel { outer: vec![2], inner: vec![3], body }),
-            &[0],
-            &[1, 2],
-        )],
+        kernels: vec![kernel("row_sum", KernelKind::Row(RowKernel::new(vec![2], vec![3], body)), &[0], &[1, 2])],
     }
 }
 

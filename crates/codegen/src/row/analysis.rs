@@ -2,7 +2,7 @@
 //! which passes each element value is needed (and so whether it is kept in registers).
 
 use crate::body::{live_values, users};
-use braze_plan::{Body, Expr};
+use braze_plan::{Body, Expr, RowKernel};
 
 /// Which values are per row, how deep in reductions each value is, and in which passes each
 /// element value is needed.
@@ -21,10 +21,22 @@ pub(crate) struct RowAnalysis {
 }
 
 impl RowAnalysis {
-    pub(crate) fn new(body: &Body, outer_rank: usize, cached_mode: bool) -> RowAnalysis {
+    /// The analysis of `row`'s body; its partials' values are element outputs of the last pass
+    /// like its element stores.
+    pub(crate) fn of(row: &RowKernel, cached_mode: bool) -> RowAnalysis {
+        let partials: Vec<braze_plan::ValueId> = row.partials.iter().map(|p| p.value).collect();
+        RowAnalysis::new(&row.body, row.outer.len(), cached_mode, &partials)
+    }
+
+    pub(crate) fn new(
+        body: &Body,
+        outer_rank: usize,
+        cached_mode: bool,
+        partials: &[braze_plan::ValueId],
+    ) -> RowAnalysis {
         let n = body.values.len();
         let per_row = body.row_values(outer_rank);
-        let live = live_values(body, body.stores.iter().map(|s| s.value));
+        let live = live_values(body, body.stores.iter().map(|s| s.value).chain(partials.iter().copied()));
         let mut depth = vec![0; n];
         for (id, value) in body.values.iter().enumerate() {
             let deepest = value.expr.operands().iter().map(|o| depth[o.0]).max().unwrap_or(0);
@@ -38,9 +50,9 @@ impl RowAnalysis {
         let final_pass = rounds + 1;
         let users = users(body);
         let mut stored_elements = vec![false; n];
-        for store in &body.stores {
-            if !per_row[store.value.0] {
-                stored_elements[store.value.0] = true;
+        for value in body.stores.iter().map(|s| s.value).chain(partials.iter().copied()) {
+            if !per_row[value.0] {
+                stored_elements[value.0] = true;
             }
         }
         let mut needed: Vec<Vec<usize>> = vec![Vec::new(); n];
@@ -79,7 +91,7 @@ impl RowAnalysis {
             live,
             needed,
             cached,
-            has_element_stores: stored_elements.iter().any(|&s| s),
+            has_element_stores: stored_elements.iter().any(|&s| s) || !partials.is_empty(),
         }
     }
 
@@ -132,13 +144,13 @@ mod tests {
         let v = body.push(Expr::Reduce { op: ReduceOp::Sum, x: dd }, DType::F32);
         let y = body.push(Expr::Binary { op: BinaryOp::Mul, a: d, b: v }, DType::F32);
         body.stores.push(braze_plan::Store { value: y, output: 0 });
-        let a = RowAnalysis::new(&body, 1, true);
+        let a = RowAnalysis::new(&body, 1, true, &[]);
         assert_eq!(a.rounds, 2);
         assert_eq!(a.needed[x.0], vec![1, 2]);
         assert_eq!(a.needed[d.0], vec![2, 3]);
         assert!(a.cached[x.0] && a.cached[d.0] && !a.cached[dd.0] && !a.cached[y.0]);
         assert_eq!(a.peak_cached_arrays(), 2);
-        let uncached = RowAnalysis::new(&body, 1, false);
+        let uncached = RowAnalysis::new(&body, 1, false, &[]);
         assert_eq!(uncached.needed[x.0], vec![1, 2, 3]);
         assert!(!uncached.cached.iter().any(|&c| c));
     }

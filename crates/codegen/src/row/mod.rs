@@ -17,7 +17,7 @@ use crate::body::{check_body, emit_values, value_name, BodyRules};
 use crate::cuda::{cast, narrow, value_type, Helpers};
 use crate::error::{invalid_config, Result};
 use crate::index::{classify, merge_view, offset_expr, IndexWidth, VectorAccess, ViewDim};
-use crate::reduce::accumulator_dtype;
+use crate::reduce::{accumulator_dtype, combine};
 use crate::vector::load_rhs;
 use crate::writer::CodeWriter;
 use crate::{grid_for, Emitted, Launch, Unit};
@@ -32,6 +32,14 @@ const HOIST_BARRIER: &str =
 
 /// Most elements of one value a thread may keep in registers.
 pub(crate) const MAX_CACHED_PER_THREAD: usize = 64;
+
+/// Most f32 partial accumulators (over every partial of the kernel) one thread may hold.
+pub(crate) const MAX_PARTIAL_ACCUMULATORS: usize = 32;
+
+/// Partial accumulators a thread holds: its elements of the row for each partial.
+pub(crate) fn partial_accumulators(row: &RowKernel, tpr: usize, vec: usize) -> usize {
+    row.cols().div_ceil(tpr * vec) * vec * row.partials.len()
+}
 
 /// The widest vector (elements per thread per chunk, at most 16 bytes of the narrowest element
 /// the kernel streams and at most 8) that divides the row.
@@ -142,7 +150,22 @@ pub(crate) fn generate(unit: &mut Unit<'_>, row: &RowKernel, tpr: u32, rpb: u32,
             ),
         ));
     }
-    let analysis = RowAnalysis::new(body, outer_rank, cached);
+    let has_partials = !row.partials.is_empty();
+    if has_partials && partial_accumulators(row, tpr_n, vec) > MAX_PARTIAL_ACCUMULATORS {
+        return Err(invalid_config(
+            unit.name(),
+            format!(
+                "{} partial accumulators a thread (cols {cols} over {tpr} threads, {} partials): more than {MAX_PARTIAL_ACCUMULATORS}",
+                partial_accumulators(row, tpr_n, vec),
+                row.partials.len()
+            ),
+        ));
+    }
+    let groups = row.partial_groups();
+    if groups > i32::MAX as usize {
+        return Err(invalid_config(unit.name(), format!("{groups} groups of partials: more blocks than a grid has")));
+    }
+    let analysis = RowAnalysis::of(row, cached);
     let input_dtypes: Vec<DType> = (0..kernel.inputs.len()).map(|slot| unit.input_dtype(slot)).collect();
     let output_dtypes: Vec<DType> = (0..kernel.outputs.len()).map(|slot| unit.output_dtype(slot)).collect();
     let mut loads = plan_loads(row, &analysis, vec, width);
@@ -178,10 +201,20 @@ pub(crate) fn generate(unit: &mut Unit<'_>, row: &RowKernel, tpr: u32, rpb: u32,
     }
     let mask = emit_thread_indices(&mut w, tpr, rpb);
     // A grid covers every row unless there are more rows than a grid can have blocks: then each
-    // group of threads loops over rows.
-    let grid = grid_for(rows.div_ceil(rpb as usize), 1, i32::MAX as u32);
-    let rows_repeat = (grid as usize) * (rpb as usize) < rows;
-    open_row_loop(&mut w, rpb, rows_repeat, width);
+    // group of threads loops over rows. With partials a block takes one group of
+    // `partial_rows` rows.
+    let (grid, rows_repeat) = if has_partials {
+        emit_partial_accumulators(&mut w, row, &layout);
+        (groups as u32, true)
+    } else {
+        let grid = grid_for(rows.div_ceil(rpb as usize), 1, i32::MAX as u32);
+        (grid, (grid as usize) * (rpb as usize) < rows)
+    };
+    if has_partials {
+        open_partial_row_loop(&mut w, row.partial_rows, rpb, width);
+    } else {
+        open_row_loop(&mut w, rpb, rows_repeat, width);
+    }
     let mut names: Vec<String> = (0..body.values.len()).map(value_name).collect();
     // Per-row values that need no reduction, per-row loads among them.
     emit_values(&mut w, &kernel.name, helpers, body, per_row_at(body, &analysis, 0), &mut names, |id, helpers| {
@@ -199,6 +232,7 @@ pub(crate) fn generate(unit: &mut Unit<'_>, row: &RowKernel, tpr: u32, rpb: u32,
         layout: &layout,
         input_dtypes: &input_dtypes,
         output_dtypes: &output_dtypes,
+        partials: &row.partials,
         width,
     };
     for round in 1..=analysis.rounds {
@@ -221,10 +255,13 @@ pub(crate) fn generate(unit: &mut Unit<'_>, row: &RowKernel, tpr: u32, rpb: u32,
         w.line("__syncthreads();  // the next row reuses the shared partials");
     }
     w.close();
+    if has_partials {
+        emit_partial_stores(&mut w, &mut unit.helpers, row, &layout, rpb);
+    }
     w.close();
 
     let mut launches = Vec::new();
-    if rows > 0 && !body.stores.is_empty() {
+    if rows > 0 && (!body.stores.is_empty() || has_partials) {
         launches.push(Launch {
             entry: kernel.name.clone(),
             grid: [grid, 1, 1],
@@ -350,6 +387,77 @@ fn open_row_loop(w: &mut CodeWriter, rpb: u32, rows_repeat: bool, width: IndexWi
         // One row per group: no loop, so nothing row-invariant gets hoisted into registers.
         w.line(format!("const idx_t row = {first_row};"));
         w.open("if (row < ROWS)");
+    }
+}
+
+/// Declares each partial's accumulators (a thread's elements of the row, in registers, across
+/// the block's rows), at their identities.
+fn emit_partial_accumulators(w: &mut CodeWriter, row: &RowKernel, layout: &Layout) {
+    let held = layout.chunks * layout.vec;
+    for (k, p) in row.partials.iter().enumerate() {
+        let operand = row.body.values[p.value.0].dtype;
+        w.line(format!("float pacc{k}[{held}];  // partial {} of v{} over this block's rows", p.op.name(), p.value.0));
+        w.line("#pragma unroll");
+        w.line(format!(
+            "for (unsigned i = 0u; i < {held}u; ++i) pacc{k}[i] = {};",
+            crate::reduce::identity(p.op, operand, DType::F32)
+        ));
+    }
+}
+
+/// Opens the loop over one group of `partial_rows` rows: block `b` takes rows `b *
+/// partial_rows ..`, its `rpb` groups of threads a row at a time.
+fn open_partial_row_loop(w: &mut CodeWriter, partial_rows: usize, rpb: u32, width: IndexWidth) {
+    w.line(format!("const idx_t row_begin = (idx_t)blockIdx.x * {};", width.lit(partial_rows)));
+    w.line(format!("const idx_t row_end = row_begin + {0} < ROWS ? row_begin + {0} : ROWS;", width.lit(partial_rows)));
+    let (first, step) = if rpb == 1 {
+        ("row_begin".to_string(), width.lit(1))
+    } else {
+        ("row_begin + group".to_string(), width.lit(rpb as usize))
+    };
+    w.open(format!("for (idx_t row = {first}; row < row_end; row += {step})"));
+}
+
+/// After a block's rows: its groups of threads fold their partials in group order through one
+/// row of shared memory, then the first group writes the block's row of each partial.
+fn emit_partial_stores(w: &mut CodeWriter, helpers: &mut Helpers, row: &RowKernel, layout: &Layout, rpb: u32) {
+    let (tpr, vec) = (layout.threads_per_row, layout.vec);
+    let t = if tpr > 1 { "t" } else { "0u" };
+    // `line` runs for each of the thread's columns `col` of the row, accumulator `i`.
+    let each_column = |w: &mut CodeWriter, line: &str| {
+        w.line("#pragma unroll");
+        w.open(format!("for (unsigned c = 0u; c < {}u; ++c)", layout.chunks));
+        w.line("#pragma unroll");
+        w.open(format!("for (unsigned u = 0u; u < {vec}u; ++u)"));
+        w.line(format!("const unsigned i = c * {vec}u + u;"));
+        w.line(format!("const idx_t col = (idx_t)(c * {tpr}u + {t}) * {vec}u + u;"));
+        w.line(format!("if (col < COLS) {line}"));
+        w.close();
+        w.close();
+    };
+    if rpb > 1 {
+        w.line(format!("// the block's {rpb} row groups fold their partials in group order"));
+        w.line("__shared__ float partial_row[COLS];");
+        for (k, p) in row.partials.iter().enumerate() {
+            let folded = combine(helpers, p.op, DType::F32, &format!("pacc{k}[i]"), "partial_row[col]");
+            w.open(format!("for (unsigned g = 1u; g < {rpb}u; ++g)"));
+            w.open("if (group == g)");
+            each_column(w, &format!("partial_row[col] = pacc{k}[i];"));
+            w.close();
+            w.line("__syncthreads();");
+            w.open("if (group == 0u)");
+            each_column(w, &format!("pacc{k}[i] = {folded};"));
+            w.close();
+            w.line("__syncthreads();");
+            w.close();
+        }
+        w.open("if (group == 0u)");
+    }
+    for (k, p) in row.partials.iter().enumerate() {
+        each_column(w, &format!("out{}[(idx_t)blockIdx.x * COLS + col] = pacc{k}[i];", p.output));
+    }
+    if rpb > 1 {
+        w.close();
     }
 }
 

@@ -20,6 +20,8 @@ pub(super) struct PassContext<'a> {
     pub(super) layout: &'a Layout,
     pub(super) input_dtypes: &'a [DType],
     pub(super) output_dtypes: &'a [DType],
+    /// Values the last pass folds into the block's partial accumulators (`pacc{k}`).
+    pub(super) partials: &'a [braze_plan::ColumnPartial],
     pub(super) width: IndexWidth,
 }
 
@@ -114,7 +116,10 @@ impl PassContext<'_> {
         // Whether the pass touches memory (else it runs from registers and needs no column).
         let touches_memory = final_pass || values.iter().any(|&id| fresh(id) && self.loads[id].is_some());
         let tpr = layout.threads_per_row;
-        if layout.cached {
+        // The partials' accumulators are indexed by the chunk: the last pass of a kernel with
+        // partials walks the chunks as cached rows do.
+        let chunked = layout.cached || (final_pass && !self.partials.is_empty());
+        if chunked {
             w.line("#pragma unroll");
             w.open(format!("for (unsigned c = 0u; c < {}u; ++c)", layout.chunks));
             if touches_memory || layout.partial {
@@ -229,6 +234,12 @@ impl PassContext<'_> {
             );
             w.line(format!("st{}[u] = {value};", store.output));
         }
+        if final_pass {
+            for (k, p) in self.partials.iter().enumerate() {
+                let dtype = body.values[p.value.0].dtype;
+                w.line(accumulate(helpers, p.op, DType::F32, &format!("pacc{k}[{slot}]"), &names[p.value.0], dtype));
+            }
+        }
         w.close();
         for &out in &stored_slots {
             emit_vector_store(
@@ -242,7 +253,7 @@ impl PassContext<'_> {
                 width,
             );
         }
-        if layout.cached && layout.partial {
+        if chunked && layout.partial {
             w.close();
         }
         w.close();

@@ -455,12 +455,15 @@ impl Lane {
 }
 
 /// One block per row: per-row values are computed once, per-element values for every column,
-/// and each reduction folds its operand over the row's columns in f32 (sums as trees).
+/// and each reduction folds its operand over the row's columns in f32 (sums as trees). Partials
+/// fold their values over each group's rows, column by column, in f32 (sums as trees).
 fn run_row(row_kernel: &RowKernel, inputs: &[&HostData], outputs: &mut [HostData]) {
     let outer_rank = row_kernel.outer.len();
     let (rows, cols) = (row_kernel.rows(), row_kernel.cols());
     let body = &row_kernel.body;
     let per_row = body.row_values(outer_rank);
+    // For each partial and column: the values of the current group's rows so far.
+    let mut pending: Vec<Vec<Vec<Val>>> = vec![vec![Vec::new(); cols]; row_kernel.partials.len()];
 
     let mut outer_coord = vec![0; outer_rank];
     let mut inner_coord = vec![0; row_kernel.inner.len()];
@@ -503,6 +506,18 @@ fn run_row(row_kernel: &RowKernel, inputs: &[&HostData], outputs: &mut [HostData
                     for (col, v) in values.iter().enumerate() {
                         store(&mut outputs[s.output], row * cols + col, *v);
                     }
+                }
+            }
+        }
+        for (p, partial) in row_kernel.partials.iter().enumerate() {
+            for (col, held) in pending[p].iter_mut().enumerate() {
+                held.push(lanes[partial.value.0].at(col));
+            }
+            if (row + 1) % row_kernel.partial_rows == 0 || row + 1 == rows {
+                let group = row / row_kernel.partial_rows;
+                for (col, held) in pending[p].iter_mut().enumerate() {
+                    let folded = reduce(partial.op, DType::F32, held.len(), held.drain(..));
+                    store(&mut outputs[partial.output], group * cols + col, folded);
                 }
             }
         }

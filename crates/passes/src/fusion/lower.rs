@@ -285,7 +285,7 @@ impl Fuser<'_> {
             GroupKind::Row(geo) => {
                 self.lower_members(&mut bb, gid, &Domain::Rows(geo), &members)?;
                 self.add_stores(&mut bb, &stored);
-                KernelKind::Row(RowKernel { outer: geo.outer(), inner: geo.inner(), body: bb.body.clone() })
+                KernelKind::Row(RowKernel::new(geo.outer(), geo.inner(), bb.body.clone()))
             }
             GroupKind::Column(geo) => {
                 self.lower_members(&mut bb, gid, &Domain::Columns(geo), &members)?;

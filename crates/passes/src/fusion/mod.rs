@@ -23,7 +23,10 @@
 //! | index_add | index add |
 //!
 //! Then, across the kernels formed: an intermediate stored as the f32 cast of a bf16/f16 value is
-//! stored narrow and widened by its readers as they load it (`narrow_stores.rs`); pointwise
+//! stored narrow and widened by its readers as they load it (`narrow_stores.rs`); a column
+//! kernel whose operands an earlier row kernel over the same rows can compute folds into it: the
+//! row kernel writes the reductions' partials over groups of rows and the column kernel reduces
+//! those (`column_partials.rs`); pointwise
 //! kernels that are mutually independent (no path between any two, through any kernels) and of
 //! at most `multi_pointwise_limit` elements become one multi-pointwise kernel, one launch, each
 //! keeping its own program (`multi_pointwise.rs`); a concat of attention gradients that nothing
@@ -40,6 +43,7 @@
 mod access;
 mod attention;
 mod column;
+mod column_partials;
 mod concat_in_place;
 mod cycles;
 mod grouping;
@@ -90,6 +94,10 @@ pub struct FusionOptions {
     /// same at every size (the work list is a table the runtime uploads), which eager ops want.
     /// Off, a reduction short enough for one row is a row kernel of its own size.
     pub full_reductions_in_multi_reduce: bool,
+    /// A column kernel whose rows an earlier row kernel reads is folded into it: the row kernel
+    /// writes partial column sums of groups of rows, and the column kernel reduces those
+    /// (`column_partials.rs`).
+    pub column_partials: bool,
 }
 
 impl Default for FusionOptions {
@@ -100,6 +108,7 @@ impl Default for FusionOptions {
             in_place: Vec::new(),
             multi_pointwise_limit: 1 << 24,
             full_reductions_in_multi_reduce: false,
+            column_partials: true,
         }
     }
 }
@@ -149,6 +158,9 @@ fn fuse_with_origins(graph: &Graph, options: &FusionOptions, origins: &Origins) 
     fuser.group_nodes()?;
     let mut plan = fuser.lower()?;
     narrow_stores::narrow_widened_stores(&mut plan);
+    if options.fuse && options.column_partials {
+        column_partials::fold_into_row_kernels(&mut plan);
+    }
     if options.fuse {
         plan = multi_pointwise::group_independent_pointwise(plan, options)?;
     }
