@@ -24,8 +24,11 @@ use braze_plan::{
 use std::collections::HashMap;
 
 /// Groups of rows the partials aim at: a block of the row kernel takes one group, so the groups
-/// are its grid, and 512 blocks keep four resident on every SM of a large GPU.
-const TARGET_GROUPS: usize = 512;
+/// are its grid. On the H100 (RESULTS, 2026-12-07 run C) groups of 8 rows beat groups of 16 in
+/// mlp_step's step (3494 against 3541 us: its GELU backward rows 108 us against 120, though its
+/// layer norm backward rows took 57 against 47) and groups of 32 in gpt2_step's (35.75 against
+/// 35.86 ms: layer norm backward rows 83 us against 87, GELU backward rows 165 against 198).
+const TARGET_GROUPS: usize = 2048;
 /// Fewest rows a group folds: each group writes one row of f32 per partial, which the column
 /// kernel reads back, so a group of `r` rows adds `1 / r` of an f32 row's bytes to each row.
 const MIN_PARTIAL_ROWS: usize = 8;
