@@ -445,8 +445,10 @@ fn row_kernel_partials_in_every_row_layout() {
     // layouts whose threads hold many columns of each partial. The emulator's shuffles wait for
     // every lane of the warp, so where several rows share a warp its groups get as many rows
     // each (100 rows: a last group of 4 rows over 4 row groups of 8 lanes).
-    let few = [(1, 32, false), (4, 8, true), (4, 16, false), (8, 4, true)];
-    let many = [(8, 4, false), (32, 1, true), (64, 1, true), (64, 1, false)];
+    // Rows of several warps several a block (each row's warps at a named barrier of their
+    // own): 3 slots over groups of 8 rows walk 3, 3 and 2 rows.
+    let few = [(1, 32, false), (4, 8, true), (4, 16, false), (8, 4, true), (64, 4, true), (64, 2, false)];
+    let many = [(8, 4, false), (32, 1, true), (64, 1, true), (64, 1, false), (64, 3, true), (128, 2, false)];
     for (dtype, rows, cols, layouts) in
         [(DType::F32, 96, 8, few), (DType::F32, 100, 64, many), (DType::BF16, 72, 48, many), (DType::BF16, 64, 8, few)]
     {
@@ -472,6 +474,55 @@ fn row_kernel_partials_in_every_row_layout() {
         let expected = eval_graph(&graph, &inputs).unwrap();
         for (threads_per_row, rows_per_block, cached) in layouts {
             let what = format!("{dtype} [{rows}, {cols}] tpr={threads_per_row} rpb={rows_per_block} cached={cached}");
+            let configs: Vec<KernelConfig> = (0..plan.kernels.len())
+                .map(|k| {
+                    if k == row_kernel {
+                        KernelConfig::Row { threads_per_row, rows_per_block, cached }
+                    } else {
+                        default_config(&plan, k, &target)
+                    }
+                })
+                .collect();
+            let actual =
+                emulator::run_plan(&plan, &configs, &target, &inputs).unwrap_or_else(|e| panic!("{what}: {e}"));
+            compare_outputs(&actual, &expected, None, dtype).unwrap_or_else(|e| panic!("{what}: {e}"));
+        }
+    }
+}
+
+/// Row kernels of several warps a row, several rows a block, without partials: each row's
+/// warps combine their reductions at their slot's named barrier, and the block's last rows
+/// (7 rows over blocks of 2 and 3) leave slots idle.
+#[test]
+fn multi_warp_rows_several_a_block() {
+    use braze_ir::{BinaryOp, ReduceOp, UnaryOp};
+    if !enabled() {
+        return;
+    }
+    let target = Target::h200();
+    for dtype in [DType::F32, DType::BF16] {
+        let (rows, cols) = (7, 200);
+        let mut b = Builder::new();
+        let x = b.input(dtype, [rows, cols]);
+        let xf = b.cast(x, DType::F32);
+        let mean = b.reduce(ReduceOp::Mean, xf, &[1], true);
+        let centred = b.bin(BinaryOp::Sub, xf, mean);
+        let square = b.mul(centred, centred);
+        let var = b.reduce(ReduceOp::Mean, square, &[1], true);
+        let std = b.un(UnaryOp::Sqrt, var);
+        let y = b.bin(BinaryOp::Div, centred, std);
+        let y = b.cast(y, dtype);
+        let graph = b.finish(vec![y]);
+        let plan = compile_to_plan(&graph, &FusionOptions::default()).unwrap();
+        let row_kernel = plan
+            .kernels
+            .iter()
+            .position(|k| matches!(&k.kind, braze_plan::KernelKind::Row(_)))
+            .unwrap_or_else(|| panic!("{dtype}: no row kernel\n{plan}"));
+        let inputs = random_inputs(&graph, 23, |_| false);
+        let expected = eval_graph(&graph, &inputs).unwrap();
+        for (threads_per_row, rows_per_block, cached) in [(64, 3, true), (64, 2, false), (128, 2, true), (64, 8, true)] {
+            let what = format!("{dtype} tpr={threads_per_row} rpb={rows_per_block} cached={cached}");
             let configs: Vec<KernelConfig> = (0..plan.kernels.len())
                 .map(|k| {
                     if k == row_kernel {

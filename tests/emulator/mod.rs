@@ -73,6 +73,8 @@ fn translate_asm(line: &str) -> Result<String, String> {
         "cp.async.commit_group;" | "cp.async.wait_group" | "cp.async.wait_all;" => {
             format!("{indent}/* cp.async completes at once here */")
         }
+        // A named barrier of `count` threads.
+        "bar.sync" => format!("{indent}emu_named_barrier({}, {});", ops[0], ops[1]),
         "cvt.rn.bf16.f32" => call("emu_f32_to_bf16", &[&ops[1]]),
         "cvt.rn.f16.f32" => call("emu_f32_to_f16", &[&ops[1]]),
         "cvt.f32.f16" => call("emu_f16_to_f32", &[&ops[1]]),

@@ -52,6 +52,19 @@ static thread_local EmuWarp* emu_warp = nullptr;
 static std::mutex emu_atomic_mutex;
 
 static inline void __syncthreads() { emu_block_barrier->arrive_and_wait(); }
+// `bar.sync id, count`: barrier `id` (1..15) of the block's `count` threads that use it, made
+// at its first use in the block.
+static std::unique_ptr<std::barrier<>> emu_named_barriers[16];
+static std::mutex emu_named_mutex;
+static inline void emu_named_barrier(unsigned id, unsigned count) {
+  std::barrier<>* bar;
+  {
+    std::lock_guard<std::mutex> lock(emu_named_mutex);
+    if (!emu_named_barriers[id]) emu_named_barriers[id] = std::make_unique<std::barrier<>>(count);
+    bar = emu_named_barriers[id].get();
+  }
+  bar->arrive_and_wait();
+}
 static inline void __syncwarp(unsigned = 0xffffffffu) { emu_warp->bar->arrive_and_wait(); }
 static inline void __threadfence() {}
 static inline void __threadfence_block() {}
@@ -306,6 +319,7 @@ static void emu_launch(const K& kernel, dim3_t grid, dim3_t block) {
       for (unsigned bx = 0; bx < grid.x; ++bx) {
         std::memset(emu_dynamic_shared, 0xff, sizeof emu_dynamic_shared);  // no zeros to rely on
         emu_block_barrier = std::make_unique<std::barrier<>>(threads);
+        for (auto& named : emu_named_barriers) named.reset();
         emu_warps = std::vector<EmuWarp>((threads + 31) / 32);
         for (unsigned w = 0; w < emu_warps.size(); ++w) {
           emu_warps[w].size = (int)std::min(32u, threads - 32 * w);

@@ -5,7 +5,7 @@ use crate::column::{partials_fit as column_partials_fit, vector_width as column_
 use crate::cuda::Helpers;
 use crate::index::merge_view;
 use crate::multi_pointwise::work_list;
-use crate::row::{vector_width, RowAnalysis, MAX_CACHED_PER_THREAD};
+use crate::row::{vector_width, RowAnalysis, MAX_CACHED_PER_THREAD, MAX_MULTI_WARP_SLOTS};
 use crate::{Target, Unit};
 use braze_ir::AttentionInput;
 use braze_plan::{Attention, AttentionBackward, Body, ColumnKernel, Expr, KernelKind, MultiPointwise, Plan, RowKernel};
@@ -450,7 +450,7 @@ fn row_config_valid(cols: usize, vec: usize, config: &KernelConfig, target: &Tar
     let most = target.max_threads_per_block.min(1024);
     tpr.is_power_of_two()
         && tpr <= most
-        && (tpr <= 32 || rpb == 1)
+        && (tpr <= 32 || rpb <= MAX_MULTI_WARP_SLOTS)
         && (32..=most).contains(&block)
         && block % 32 == 0
         && (!cached || per_thread_elements(cols, tpr as usize, vec) <= MAX_CACHED_PER_THREAD)
@@ -576,6 +576,15 @@ fn row_candidates(unit: &Unit<'_>, row: &RowKernel) -> Vec<KernelConfig> {
     let most_threads = cols.div_ceil(vec).next_power_of_two().max(32);
     if !row.partials.is_empty() {
         candidates = candidates.into_iter().map(|c| with_room_for_partials(c, row, vec, most)).collect();
+        // The default's rows of several warps also in blocks twice as wide, and one row at a time.
+        if let Some(&KernelConfig::Row { threads_per_row, cached, .. }) = candidates.first() {
+            if threads_per_row > 32 {
+                let wide = multi_warp_slots(threads_per_row, row.partial_rows, 2 * PARTIAL_BLOCK_THREADS);
+                for (at, rows_per_block) in [(1, wide), (2, 1)] {
+                    candidates.insert(at, KernelConfig::Row { threads_per_row, rows_per_block, cached });
+                }
+            }
+        }
     }
     candidates.retain(|c| {
         row_config_valid(cols, vec, c, target)
@@ -594,6 +603,19 @@ fn partials_fit(row: &RowKernel, vec: usize, config: &KernelConfig) -> bool {
     crate::row::partial_accumulators(row, tpr as usize, vec) <= crate::row::MAX_PARTIAL_ACCUMULATORS
 }
 
+/// Threads a block of a row kernel with partials aims at.
+const PARTIAL_BLOCK_THREADS: u32 = 256;
+
+/// Rows a block of rows of `tpr` threads (several warps) works on at once: as many as fill
+/// `block_threads` (a power of two), at most `rows` and `MAX_MULTI_WARP_SLOTS`.
+fn multi_warp_slots(tpr: u32, rows: usize, block_threads: u32) -> u32 {
+    let mut slots = (block_threads / tpr).max(1).min(MAX_MULTI_WARP_SLOTS);
+    while slots > 1 && (slots as usize > rows || !slots.is_power_of_two()) {
+        slots -= 1;
+    }
+    slots
+}
+
 /// `config` with threads enough a row for the partials' accumulators (up to `most`), and no
 /// more row groups a block than a block has rows of partials.
 fn with_room_for_partials(config: KernelConfig, row: &RowKernel, vec: usize, most: u32) -> KernelConfig {
@@ -605,7 +627,10 @@ fn with_room_for_partials(config: KernelConfig, row: &RowKernel, vec: usize, mos
     }
     let tpr = threads_per_row as usize;
     if tpr > 32 {
-        rows_per_block = 1;
+        // Rows of several warps: a block of several of them (each a slot with a barrier of its
+        // own) where the group has rows enough, so the group's rows run side by side rather than
+        // one at a time in a block too small to keep the SM busy.
+        rows_per_block = multi_warp_slots(threads_per_row, row.partial_rows, PARTIAL_BLOCK_THREADS);
     } else {
         // Blocks of a warp at least, of no more row groups than the block's rows.
         let least = 32 / tpr;

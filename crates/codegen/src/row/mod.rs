@@ -33,6 +33,10 @@ const HOIST_BARRIER: &str =
 /// Most elements of one value a thread may keep in registers.
 pub(crate) const MAX_CACHED_PER_THREAD: usize = 64;
 
+/// Most rows a block works on at once when a row spans several warps: each such row slot
+/// synchronizes its warps at a named barrier of its own (ids 1..=15; 0 is `__syncthreads`).
+pub(crate) const MAX_MULTI_WARP_SLOTS: u32 = 15;
+
 /// Most f32 partial accumulators (over every partial of the kernel) one thread may hold.
 pub(crate) const MAX_PARTIAL_ACCUMULATORS: usize = 32;
 
@@ -94,16 +98,47 @@ struct Layout {
     /// Whether the last chunk runs past the row for some threads.
     partial: bool,
     warps_per_row: usize,
+    /// Rows the block works on at once (its groups of `threads_per_row` threads).
+    slots: usize,
+}
+
+impl Layout {
+    /// Whether the block's rows span several warps each and there are several of them: then a
+    /// row's warps meet at their slot's named barrier, not the block's.
+    fn slotted_warps(&self) -> bool {
+        self.warps_per_row > 1 && self.slots > 1
+    }
+
+    /// The barrier of one row's threads.
+    fn row_barrier(&self) -> String {
+        if self.slotted_warps() {
+            format!(
+                "asm volatile(\"bar.sync %0, %1;\" :: \"r\"(group + 1u), \"r\"({}u) : \"memory\");",
+                self.threads_per_row
+            )
+        } else {
+            "__syncthreads();".to_string()
+        }
+    }
+
+    /// The shared slot of warp `warp`'s partial of a reduction.
+    fn warp_partial(&self, array: &str, warp: &str) -> String {
+        if self.slotted_warps() {
+            format!("{array}[group][{warp}]")
+        } else {
+            format!("{array}[{warp}]")
+        }
+    }
 }
 
 fn check_config(unit: &Unit<'_>, tpr: u32, rpb: u32) -> Result<()> {
     if !tpr.is_power_of_two() || tpr > 1024 {
         return Err(invalid_config(unit.name(), format!("threads_per_row {tpr} is not a power of two up to 1024")));
     }
-    if rpb == 0 || (tpr > 32 && rpb != 1) {
+    if rpb == 0 || (tpr > 32 && rpb > MAX_MULTI_WARP_SLOTS) {
         return Err(invalid_config(
             unit.name(),
-            format!("rows_per_block {rpb}: must be 1 when a row spans several warps, else at least 1"),
+            format!("rows_per_block {rpb}: must be 1..={MAX_MULTI_WARP_SLOTS} when a row spans several warps, else at least 1"),
         ));
     }
     let block = tpr as usize * rpb as usize;
@@ -140,6 +175,7 @@ pub(crate) fn generate(unit: &mut Unit<'_>, row: &RowKernel, tpr: u32, rpb: u32,
         chunks: cols.div_ceil(tpr_n * vec),
         partial: cols % (tpr_n * vec) != 0,
         warps_per_row: tpr_n.div_ceil(32),
+        slots: rpb as usize,
     };
     if cached && layout.chunks * vec > MAX_CACHED_PER_THREAD {
         return Err(invalid_config(
@@ -190,10 +226,11 @@ pub(crate) fn generate(unit: &mut Unit<'_>, row: &RowKernel, tpr: u32, rpb: u32,
         .filter(|&id| analysis.live[id] && matches!(body.values[id].expr, Expr::Reduce { .. }))
         .collect();
     if layout.warps_per_row > 1 {
+        let slots = if layout.slotted_warps() { format!("[{rpb}]") } else { String::new() };
         for &id in &reductions {
             let (_, _, acc) = reduce_info(body, id);
             w.line(format!(
-                "__shared__ {} red_v{id}[{}];  // one partial per warp",
+                "__shared__ {} red_v{id}{slots}[{}];  // one partial per warp",
                 value_type(acc),
                 layout.warps_per_row
             ));
@@ -252,7 +289,7 @@ pub(crate) fn generate(unit: &mut Unit<'_>, row: &RowKernel, tpr: u32, rpb: u32,
     }
     emit_row_stores(&mut w, helpers, body, &analysis, &output_dtypes, &names, tpr);
     if layout.warps_per_row > 1 && analysis.rounds == 1 && rows_repeat {
-        w.line("__syncthreads();  // the next row reuses the shared partials");
+        w.line(format!("{}  // the next row reuses the shared partials", layout.row_barrier()));
     }
     w.close();
     if has_partials {
@@ -338,7 +375,13 @@ fn per_row_at(body: &Body, analysis: &RowAnalysis, depth: usize) -> Vec<usize> {
 /// Declares the thread's place in its row (`t`, `lane`, `warp`, `group`); returns the shuffle mask
 /// of the row's lanes (empty for one thread per row).
 fn emit_thread_indices(w: &mut CodeWriter, tpr: u32, rpb: u32) -> String {
-    if tpr > 32 {
+    if tpr > 32 && rpb > 1 {
+        w.line(format!("// {tpr} threads cooperate on each row, {rpb} rows per block"));
+        w.line(format!("const unsigned t = threadIdx.x % {tpr}u;"));
+        w.line(format!("const unsigned group = threadIdx.x / {tpr}u;"));
+        w.line("const unsigned lane = threadIdx.x & 31u;");
+        w.line("const unsigned warp = t >> 5;");
+    } else if tpr > 32 {
         w.line(format!("// the {tpr} threads of the block cooperate on one row"));
         w.line("const unsigned t = threadIdx.x;");
         w.line("const unsigned lane = threadIdx.x & 31u;");

@@ -66,15 +66,16 @@ impl PassContext<'_> {
         if layout.warps_per_row > 1 {
             w.open("if (lane == 0u)");
             for &id in reduced {
-                w.line(format!("red_v{id}[warp] = acc_v{id};"));
+                w.line(format!("{} = acc_v{id};", layout.warp_partial(&format!("red_v{id}"), "warp")));
             }
             w.close();
-            w.line("__syncthreads();");
+            w.line(layout.row_barrier());
             for (&id, (name, op, acc)) in reduced.iter().zip(&accumulators) {
-                w.line(format!("{name} = red_v{id}[0];"));
+                let array = format!("red_v{id}");
+                w.line(format!("{name} = {};", layout.warp_partial(&array, "0")));
                 w.line("#pragma unroll");
                 w.open(format!("for (unsigned w = 1u; w < {}u; ++w)", layout.warps_per_row));
-                w.line(format!("{name} = {};", combine(helpers, *op, *acc, name, &format!("red_v{id}[w]"))));
+                w.line(format!("{name} = {};", combine(helpers, *op, *acc, name, &layout.warp_partial(&array, "w"))));
                 w.close();
             }
         }
