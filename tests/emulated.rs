@@ -521,7 +521,8 @@ fn multi_warp_rows_several_a_block() {
             .unwrap_or_else(|| panic!("{dtype}: no row kernel\n{plan}"));
         let inputs = random_inputs(&graph, 23, |_| false);
         let expected = eval_graph(&graph, &inputs).unwrap();
-        for (threads_per_row, rows_per_block, cached) in [(64, 3, true), (64, 2, false), (128, 2, true), (64, 8, true)] {
+        for (threads_per_row, rows_per_block, cached) in [(64, 3, true), (64, 2, false), (128, 2, true), (64, 8, true)]
+        {
             let what = format!("{dtype} tpr={threads_per_row} rpb={rows_per_block} cached={cached}");
             let configs: Vec<KernelConfig> = (0..plan.kernels.len())
                 .map(|k| {

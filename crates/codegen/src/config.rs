@@ -609,7 +609,7 @@ const PARTIAL_BLOCK_THREADS: u32 = 256;
 /// Rows a block of rows of `tpr` threads (several warps) works on at once: as many as fill
 /// `block_threads` (a power of two), at most `rows` and `MAX_MULTI_WARP_SLOTS`.
 fn multi_warp_slots(tpr: u32, rows: usize, block_threads: u32) -> u32 {
-    let mut slots = (block_threads / tpr).max(1).min(MAX_MULTI_WARP_SLOTS);
+    let mut slots = (block_threads / tpr).clamp(1, MAX_MULTI_WARP_SLOTS);
     while slots > 1 && (slots as usize > rows || !slots.is_power_of_two()) {
         slots -= 1;
     }

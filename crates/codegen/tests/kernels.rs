@@ -61,6 +61,27 @@ fn snapshot_of_a_sub_warp_row_kernel() {
 }
 
 #[test]
+fn snapshot_of_a_row_kernel_with_partials_in_row_slots() {
+    // 1,024 bf16 columns with two partials: 64 threads a row hold the partials' 32
+    // accumulators each, and a block works on four of its group's rows at once, each row's
+    // two warps at a named barrier of their own.
+    let plan = plans::row_with_column_partials(DType::BF16, 8192, 1024);
+    let KernelKind::Row(row) = &plan.kernels[0].kind else { panic!("kernel 0 is not a row kernel:\n{plan}") };
+    assert_eq!(row.partials.len(), 2, "{plan}");
+    let config = default_config(&plan, 0, &Target::h200());
+    assert_eq!(config, KernelConfig::Row { threads_per_row: 64, rows_per_block: 4, cached: true });
+    let kernel = snapshot_with("row_partials_in_row_slots_bf16", &plan, &config);
+    assert!(kernel.source.contains("bar.sync"), "{}", kernel.source);
+    assert_eq!(kernel.launches[0].block, [256, 1, 1]);
+    // The candidates also time wider blocks and one row at a time.
+    let candidates = candidate_configs(&plan, 0, &Target::h200());
+    for rows_per_block in [8, 1] {
+        let slotted = KernelConfig::Row { threads_per_row: 64, rows_per_block, cached: true };
+        assert!(candidates.contains(&slotted), "{slotted} not in {candidates:?}");
+    }
+}
+
+#[test]
 fn generation_is_deterministic() {
     for (name, plan) in plans::all_plans() {
         for config in candidate_configs(&plan, 0, &Target::h200()) {

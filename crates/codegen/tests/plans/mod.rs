@@ -83,11 +83,16 @@ impl GraphBuilder {
     }
 
     /// [`GraphBuilder::compile`] with other fusion options.
-    pub fn compile_with(mut self, outputs: &[NodeId], options: &FusionOptions) -> Plan {
+    pub fn compile_with(self, outputs: &[NodeId], options: &FusionOptions) -> Plan {
+        self.compile_into(outputs, options, 1)
+    }
+
+    /// The plan of `kernels` kernels the passes make of the graph; the tests generate kernel 0.
+    pub fn compile_into(mut self, outputs: &[NodeId], options: &FusionOptions, kernels: usize) -> Plan {
         self.graph.set_outputs(outputs.to_vec());
         let plan = compile_to_plan(&self.graph, options).unwrap_or_else(|e| panic!("{e}"));
         plan.validate().unwrap_or_else(|e| panic!("{e}\n{plan}"));
-        assert_eq!(plan.kernels.len(), 1, "a fixture is one kernel:\n{plan}");
+        assert_eq!(plan.kernels.len(), kernels, "a fixture of {kernels} kernel(s):\n{plan}");
         plan
     }
 }
@@ -578,6 +583,23 @@ pub fn norm_weight_bias_grads_bf16(batch: usize, seq: usize, hidden: usize) -> P
     let dw = g.reduce(ReduceOp::Sum, prod, &[0, 1], false);
     let db = g.reduce(ReduceOp::Sum, dy, &[0, 1], false);
     g.compile(&[dw, db])
+}
+
+/// A layer-norm-like backward row over `[rows, cols]` of `dtype`: the centred row `y` stored,
+/// and the column sums of `y` and `x * y` folded into the row kernel as partials over groups
+/// of rows (kernel 0), reduced by a column kernel after it (kernel 1).
+pub fn row_with_column_partials(dtype: DType, rows: usize, cols: usize) -> Plan {
+    let mut g = GraphBuilder::default();
+    let x = g.input(dtype, &[rows, cols]);
+    let xf = g.cast(x, DType::F32);
+    let mean = g.reduce(ReduceOp::Mean, xf, &[1], true);
+    let centred = g.binary(BinaryOp::Sub, xf, mean);
+    let y = g.cast(centred, dtype);
+    let yf = g.cast(y, DType::F32);
+    let product = g.binary(BinaryOp::Mul, xf, yf);
+    let sum_y = g.reduce(ReduceOp::Sum, yf, &[0], false);
+    let sum_xy = g.reduce(ReduceOp::Sum, product, &[0], false);
+    g.compile_into(&[y, sum_y, sum_xy], &FusionOptions::default(), 2)
 }
 
 /// `max(x, axes=[0])` of an f32 `[rows, cols]` with a column count no vector divides.
