@@ -429,6 +429,25 @@ fn gelu_of_16_bit_values_within_a_unit_of_the_last_place() {
     }
 }
 
+/// Runs `plan` in the emulator with `config` for kernel `row_kernel` (the other kernels at their
+/// defaults for the H200) and compares its outputs with `expected`.
+fn check_with_row_config(
+    what: &str,
+    plan: &braze_plan::Plan,
+    row_kernel: usize,
+    config: KernelConfig,
+    inputs: &[braze_ir::HostTensor],
+    expected: &[braze_ir::HostTensor],
+    dtype: DType,
+) {
+    let target = Target::h200();
+    let configs: Vec<KernelConfig> = (0..plan.kernels.len())
+        .map(|k| if k == row_kernel { config } else { default_config(plan, k, &target) })
+        .collect();
+    let actual = emulator::run_plan(plan, &configs, &target, inputs).unwrap_or_else(|e| panic!("{what}: {e}"));
+    compare_outputs(&actual, expected, None, dtype).unwrap_or_else(|e| panic!("{what}: {e}"));
+}
+
 /// A row kernel folding column reductions into partials (a centred row stored, column sums of
 /// it and of its product with the input, a column max), in every row layout the row family has:
 /// a thread a row, a few threads a row with several rows a block (their groups folded through
@@ -440,7 +459,6 @@ fn row_kernel_partials_in_every_row_layout() {
     if !enabled() {
         return;
     }
-    let target = Target::h200();
     // (dtype, rows, cols, [(threads_per_row, rows_per_block, cached)]): narrow rows for the
     // layouts whose threads hold many columns of each partial. The emulator's shuffles wait for
     // every lane of the warp, so where several rows share a warp its groups get as many rows
@@ -474,18 +492,8 @@ fn row_kernel_partials_in_every_row_layout() {
         let expected = eval_graph(&graph, &inputs).unwrap();
         for (threads_per_row, rows_per_block, cached) in layouts {
             let what = format!("{dtype} [{rows}, {cols}] tpr={threads_per_row} rpb={rows_per_block} cached={cached}");
-            let configs: Vec<KernelConfig> = (0..plan.kernels.len())
-                .map(|k| {
-                    if k == row_kernel {
-                        KernelConfig::Row { threads_per_row, rows_per_block, cached }
-                    } else {
-                        default_config(&plan, k, &target)
-                    }
-                })
-                .collect();
-            let actual =
-                emulator::run_plan(&plan, &configs, &target, &inputs).unwrap_or_else(|e| panic!("{what}: {e}"));
-            compare_outputs(&actual, &expected, None, dtype).unwrap_or_else(|e| panic!("{what}: {e}"));
+            let config = KernelConfig::Row { threads_per_row, rows_per_block, cached };
+            check_with_row_config(&what, &plan, row_kernel, config, &inputs, &expected, dtype);
         }
     }
 }
@@ -499,7 +507,6 @@ fn multi_warp_rows_several_a_block() {
     if !enabled() {
         return;
     }
-    let target = Target::h200();
     for dtype in [DType::F32, DType::BF16] {
         let (rows, cols) = (7, 200);
         let mut b = Builder::new();
@@ -524,18 +531,8 @@ fn multi_warp_rows_several_a_block() {
         for (threads_per_row, rows_per_block, cached) in [(64, 3, true), (64, 2, false), (128, 2, true), (64, 8, true)]
         {
             let what = format!("{dtype} tpr={threads_per_row} rpb={rows_per_block} cached={cached}");
-            let configs: Vec<KernelConfig> = (0..plan.kernels.len())
-                .map(|k| {
-                    if k == row_kernel {
-                        KernelConfig::Row { threads_per_row, rows_per_block, cached }
-                    } else {
-                        default_config(&plan, k, &target)
-                    }
-                })
-                .collect();
-            let actual =
-                emulator::run_plan(&plan, &configs, &target, &inputs).unwrap_or_else(|e| panic!("{what}: {e}"));
-            compare_outputs(&actual, &expected, None, dtype).unwrap_or_else(|e| panic!("{what}: {e}"));
+            let config = KernelConfig::Row { threads_per_row, rows_per_block, cached };
+            check_with_row_config(&what, &plan, row_kernel, config, &inputs, &expected, dtype);
         }
     }
 }

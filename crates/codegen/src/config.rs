@@ -606,14 +606,11 @@ fn partials_fit(row: &RowKernel, vec: usize, config: &KernelConfig) -> bool {
 /// Threads a block of a row kernel with partials aims at.
 const PARTIAL_BLOCK_THREADS: u32 = 256;
 
-/// Rows a block of rows of `tpr` threads (several warps) works on at once: as many as fill
-/// `block_threads` (a power of two), at most `rows` and `MAX_MULTI_WARP_SLOTS`.
+/// Rows a block of rows of `tpr` threads (several warps) works on at once: the largest power
+/// of two that fits `block_threads`, at most `rows` and `MAX_MULTI_WARP_SLOTS` (at least 1).
 fn multi_warp_slots(tpr: u32, rows: usize, block_threads: u32) -> u32 {
-    let mut slots = (block_threads / tpr).clamp(1, MAX_MULTI_WARP_SLOTS);
-    while slots > 1 && (slots as usize > rows || !slots.is_power_of_two()) {
-        slots -= 1;
-    }
-    slots
+    let most = (block_threads / tpr).min(rows.min(u32::MAX as usize) as u32).clamp(1, MAX_MULTI_WARP_SLOTS);
+    1 << most.ilog2()
 }
 
 /// `config` with threads enough a row for the partials' accumulators (up to `most`), and no

@@ -226,7 +226,7 @@ pub(crate) fn generate(unit: &mut Unit<'_>, row: &RowKernel, tpr: u32, rpb: u32,
         .filter(|&id| analysis.live[id] && matches!(body.values[id].expr, Expr::Reduce { .. }))
         .collect();
     if layout.warps_per_row > 1 {
-        let slots = if layout.slotted_warps() { format!("[{rpb}]") } else { String::new() };
+        let slots = if layout.slotted_warps() { format!("[{}]", layout.slots) } else { String::new() };
         for &id in &reductions {
             let (_, _, acc) = reduce_info(body, id);
             w.line(format!(
@@ -293,7 +293,7 @@ pub(crate) fn generate(unit: &mut Unit<'_>, row: &RowKernel, tpr: u32, rpb: u32,
     }
     w.close();
     if has_partials {
-        emit_partial_stores(&mut w, &mut unit.helpers, row, &layout, rpb);
+        emit_partial_stores(&mut w, &mut unit.helpers, row, &layout);
     }
     w.close();
 
@@ -375,17 +375,18 @@ fn per_row_at(body: &Body, analysis: &RowAnalysis, depth: usize) -> Vec<usize> {
 /// Declares the thread's place in its row (`t`, `lane`, `warp`, `group`); returns the shuffle mask
 /// of the row's lanes (empty for one thread per row).
 fn emit_thread_indices(w: &mut CodeWriter, tpr: u32, rpb: u32) -> String {
-    if tpr > 32 && rpb > 1 {
-        w.line(format!("// {tpr} threads cooperate on each row, {rpb} rows per block"));
-        w.line(format!("const unsigned t = threadIdx.x % {tpr}u;"));
-        w.line(format!("const unsigned group = threadIdx.x / {tpr}u;"));
+    if tpr > 32 {
+        if rpb > 1 {
+            w.line(format!("// {tpr} threads cooperate on each row, {rpb} rows per block"));
+            w.line(format!("const unsigned t = threadIdx.x % {tpr}u;"));
+            w.line(format!("const unsigned group = threadIdx.x / {tpr}u;"));
+        } else {
+            w.line(format!("// the {tpr} threads of the block cooperate on one row"));
+            w.line("const unsigned t = threadIdx.x;");
+        }
         w.line("const unsigned lane = threadIdx.x & 31u;");
-        w.line("const unsigned warp = t >> 5;");
-    } else if tpr > 32 {
-        w.line(format!("// the {tpr} threads of the block cooperate on one row"));
-        w.line("const unsigned t = threadIdx.x;");
-        w.line("const unsigned lane = threadIdx.x & 31u;");
-        w.line("const unsigned warp = threadIdx.x >> 5;");
+        // `t` is the thread's place in its row: the row's warps count from 0.
+        w.line(if rpb > 1 { "const unsigned warp = t >> 5;" } else { "const unsigned warp = threadIdx.x >> 5;" });
     } else if tpr > 1 {
         w.line(format!("// {tpr} threads cooperate on each row, {rpb} row(s) per block"));
         if rpb > 1 {
@@ -463,8 +464,8 @@ fn open_partial_row_loop(w: &mut CodeWriter, partial_rows: usize, rpb: u32, widt
 
 /// After a block's rows: its groups of threads fold their partials in group order through one
 /// row of shared memory, then the first group writes the block's row of each partial.
-fn emit_partial_stores(w: &mut CodeWriter, helpers: &mut Helpers, row: &RowKernel, layout: &Layout, rpb: u32) {
-    let (tpr, vec) = (layout.threads_per_row, layout.vec);
+fn emit_partial_stores(w: &mut CodeWriter, helpers: &mut Helpers, row: &RowKernel, layout: &Layout) {
+    let (tpr, vec, rpb) = (layout.threads_per_row, layout.vec, layout.slots);
     let t = if tpr > 1 { "t" } else { "0u" };
     // `line` runs for each of the thread's columns `col` of the row, accumulator `i`.
     let each_column = |w: &mut CodeWriter, line: &str| {
