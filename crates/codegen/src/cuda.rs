@@ -102,6 +102,9 @@ pub(crate) enum Helper {
     /// A helper an op's CUDA expression calls (from the op table).
     Op(&'static CudaHelper),
     IntToF32Odd,
+    /// `BRAZE_MIN_BLOCKS(n)`, the blocks an SM should hold in a kernel's launch bounds (see
+    /// [`occupancy_bounds`]).
+    OccupancyHint,
     /// Loads `n` elements (`n * size` bytes, one aligned access) widened to registers.
     LoadVec(DType, u32),
     /// Narrows and stores `n` elements with one aligned access.
@@ -199,6 +202,15 @@ fn render_helper(helper: Helper, native_bf16: bool, w: &mut CodeWriter) {
             "  return (long long)t == x ? t : __uint_as_float(__float_as_uint(t) | 1u);",
             "}",
         ],
+        Helper::OccupancyHint => &[
+            "// Blocks an SM should hold: ptxas caps the registers to fit them. A kernel that would spill",
+            "// under the cap is compiled again with BRAZE_NO_OCCUPANCY_HINT, which asks for one block.",
+            "#ifdef BRAZE_NO_OCCUPANCY_HINT",
+            "#define BRAZE_MIN_BLOCKS(n) 1",
+            "#else",
+            "#define BRAZE_MIN_BLOCKS(n) (n)",
+            "#endif",
+        ],
         Helper::LoadVec(dtype, n) => {
             render_load_vec(dtype, n, w);
             return;
@@ -211,6 +223,27 @@ fn render_helper(helper: Helper, native_bf16: bool, w: &mut CodeWriter) {
     for line in lines {
         w.line(*line);
     }
+}
+
+/// The macro that, defined, drops every [`Helper::OccupancyHint`] of a source to one block an SM.
+pub const NO_OCCUPANCY_HINT: &str = "BRAZE_NO_OCCUPANCY_HINT";
+
+/// Whether `source` asks for blocks an SM through [`Helper::OccupancyHint`]: compiling it again
+/// with [`NO_OCCUPANCY_HINT`] defined lifts the register cap that hint sets.
+pub fn has_occupancy_hint(source: &str) -> bool {
+    source.contains("BRAZE_MIN_BLOCKS(")
+}
+
+/// `__launch_bounds__` arguments for blocks of `block` threads that an SM should hold at least
+/// `threads` of: `"{block}, BRAZE_MIN_BLOCKS(n)"` (needing [`Helper::OccupancyHint`]), or just
+/// `"{block}, 1"` where one block already holds that many.
+pub(crate) fn occupancy_bounds(helpers: &mut Helpers, block: u32, threads: u32) -> String {
+    let blocks = (threads / block.max(1)).clamp(1, 32);
+    if blocks == 1 {
+        return format!("{block}, 1");
+    }
+    helpers.need(Helper::OccupancyHint);
+    format!("{block}, BRAZE_MIN_BLOCKS({blocks})")
 }
 
 /// The 16-bit float type `name` (bf16 or f16): its storage typedef and, when `converts`, its

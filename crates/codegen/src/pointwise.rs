@@ -2,7 +2,7 @@
 //! thread and step, with 16-byte loads and stores where the data is contiguous and aligned.
 
 use crate::body::{check_body, declare, emit_values, live_values, value_name, BodyRules};
-use crate::cuda::{cast, narrow, value_type, Helpers};
+use crate::cuda::{cast, narrow, occupancy_bounds, value_type, Helpers};
 use crate::error::{invalid_config, Result};
 use crate::index::{classify, is_constant, merge_view, offset_expr, IndexWidth, VectorAccess, ViewDim};
 use crate::vector::{emit_vector_load, emit_vector_store, load_rhs};
@@ -11,6 +11,9 @@ use crate::{grid_for, Emitted, Launch, Param, TableSpec, Unit};
 
 use braze_ir::DType;
 use braze_plan::{Body, Expr, Pointwise};
+
+/// Threads a pointwise kernel's blocks should fill an SM with (registers capped to fit).
+const POINTWISE_RESIDENT_THREADS: u32 = 1536;
 
 /// How a load is read inside the vector loop.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -110,10 +113,12 @@ pub(crate) fn generate(unit: &mut Unit<'_>, pw: &Pointwise, block: u32, vec: u32
             w.line(line);
         }
     }
-    // `, 1`: without it ptxas aims at full occupancy (32 registers at 256 threads) and spills
-    // around the slow-path calls of divisions, reciprocals, `sinf`/`cosf` and the like (fuzz
-    // seeds 91,000,810, 1,460 and 5,003); a pointwise kernel needs few blocks per SM to stream.
-    let bounds = format!("{block}, 1");
+    // Not full occupancy: at 32 registers (256 threads) ptxas spills around the slow-path calls
+    // of divisions, reciprocals, `sinf`/`cosf` and the like (fuzz seeds 91,000,810, 1,460 and
+    // 5,003). Without any bound it may take as many registers as it likes: the bf16 GELU over
+    // [8192, 4096] took 54, four blocks an SM, and ran in 55.8 us on the H100 where 40 (six
+    // blocks) ran in 51.8 (run E). Where the cap spills, the kernel is compiled without it.
+    let bounds = occupancy_bounds(&mut unit.helpers, block, POINTWISE_RESIDENT_THREADS);
     w.open(format!(
         "extern \"C\" __global__ void __launch_bounds__({bounds}) {}({})",
         kernel.name,

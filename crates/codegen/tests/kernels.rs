@@ -106,10 +106,19 @@ fn every_candidate_config_generates() {
                 let bounds = |min_blocks: &str| {
                     format!("void __launch_bounds__({}{min_blocks}) {}(", launch.block[0], launch.entry)
                 };
+                // Blocks an SM asked for through the occupancy hint fill it with at most 2048
+                // threads, and the hint's macro is defined in the source.
+                let hinted = (2..=32u32)
+                    .filter(|n| n * launch.block[0] <= 2048)
+                    .any(|n| kernel.source.contains(&bounds(&format!(", BRAZE_MIN_BLOCKS({n})"))));
                 assert!(
-                    ["", ", 1", ", 2"].iter().any(|min| kernel.source.contains(&bounds(min))),
+                    ["", ", 1", ", 2"].iter().any(|min| kernel.source.contains(&bounds(min))) || hinted,
                     "{name} with {config}"
                 );
+                assert_eq!(hinted, braze_codegen::has_occupancy_hint(&kernel.source), "{name} with {config}");
+                if hinted {
+                    assert!(kernel.source.contains("#define BRAZE_MIN_BLOCKS(n) (n)"), "{name} with {config}");
+                }
             }
         }
     }
@@ -417,9 +426,10 @@ fn sources_list_ops_with_locations() {
     // The ops a composite decomposes into keep its location; later ops have their own.
     assert!(kernel.source.contains("//   layer_norm/sum examples/model.rs:10:17"));
     assert!(kernel.source.contains("//   relu           examples/model.rs:11:17"));
-    assert!(kernel
-        .source
-        .contains("extern \"C\" __global__ void __launch_bounds__(128) row_layer_norm_relu_add_bf16_0("));
+    // 128 threads a block, eight of them an SM (ROW_RESIDENT_THREADS).
+    assert!(kernel.source.contains(
+        "extern \"C\" __global__ void __launch_bounds__(128, BRAZE_MIN_BLOCKS(8)) row_layer_norm_relu_add_bf16_0("
+    ));
     assert!(!kernel.source.contains("#include"));
 }
 

@@ -182,7 +182,29 @@ fn c_buffer_to_bytes(buffer: Vec<c_char>) -> Vec<u8> {
 /// Compiles one CUDA C translation unit. `name` is the file name NVRTC uses in its messages.
 ///
 /// A source that does not compile yields [`CudaError::Compile`] carrying the log and the source.
+/// A CUBIN of a source whose launch bounds ask for blocks an SM
+/// ([`braze_codegen::has_occupancy_hint`]) that spills under the register cap they set is
+/// compiled again without the hint: the module returned is that one, its log noting why.
 pub fn compile(source: &str, name: &str, opts: &CompileOptions) -> Result<CompiledModule> {
+    let module = compile_once(source, name, opts)?;
+    let spills = module.resources.iter().any(|r| r.spill_stores > 0 || r.spill_loads > 0);
+    let define = format!("-D{}", braze_codegen::NO_OCCUPANCY_HINT);
+    if !spills || !braze_codegen::has_occupancy_hint(source) || opts.extra.contains(&define) {
+        return Ok(module);
+    }
+    let mut relaxed = opts.clone();
+    relaxed.extra.push(define);
+    let mut again = compile_once(source, name, &relaxed)?;
+    again.compile_ms += module.compile_ms;
+    again.log = format!(
+        "compiled again without the occupancy hint: under its register cap it spilled\n{}{}",
+        module.log, again.log
+    );
+    Ok(again)
+}
+
+/// [`compile`] with the options as given.
+fn compile_once(source: &str, name: &str, opts: &CompileOptions) -> Result<CompiledModule> {
     require_nvrtc()?;
     let args = opts.nvrtc_args()?;
     let source_c =

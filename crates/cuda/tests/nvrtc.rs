@@ -149,3 +149,65 @@ fn reports_the_nvrtc_version() {
     let (major, minor) = nvrtc_version().unwrap();
     assert!(major >= 12 && minor >= 0, "{major}.{minor}");
 }
+
+/// The occupancy hint's macro as generated kernels define it, before a kernel that asks for
+/// eight 256-thread blocks an SM (32 registers a thread).
+const HINT: &str = r#"
+#ifdef BRAZE_NO_OCCUPANCY_HINT
+#define BRAZE_MIN_BLOCKS(n) 1
+#else
+#define BRAZE_MIN_BLOCKS(n) (n)
+#endif
+"#;
+
+/// Holds 64 loaded values until each is used twice in reverse order: far more than 32 registers.
+const HEAVY: &str = r#"
+extern "C" __global__ void __launch_bounds__(256, BRAZE_MIN_BLOCKS(8)) heavy(float* out, const float* in) {
+    const unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    float v[64];
+    #pragma unroll
+    for (int k = 0; k < 64; ++k) v[k] = in[i * 64 + k];
+    float acc = 0.0f;
+    #pragma unroll
+    for (int k = 63; k >= 0; --k) acc = acc * v[k] + v[63 - k];
+    #pragma unroll
+    for (int k = 0; k < 64; ++k) out[i * 64 + k] = v[k] * acc;
+}
+"#;
+
+const LIGHT: &str = r#"
+extern "C" __global__ void __launch_bounds__(256, BRAZE_MIN_BLOCKS(8)) light(float* y, const float* x, float a, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i] + y[i];
+}
+"#;
+
+#[test]
+fn a_kernel_that_spills_under_its_occupancy_hint_is_compiled_again_without_it() {
+    if !common::nvrtc_ready() {
+        return;
+    }
+    let source = format!("{HINT}{HEAVY}");
+    assert!(braze_codegen::has_occupancy_hint(&source));
+    let opts = CompileOptions::default();
+    // With the cap written out (no hint to drop) it spills: the case the fallback exists for.
+    let capped = compile(&source.replace("BRAZE_MIN_BLOCKS(8)", "8"), "heavy.cu", &opts).unwrap();
+    let r = capped.resources_of("heavy").unwrap();
+    assert!(r.spill_stores > 0 && r.registers <= 32, "{r:?}");
+    let module = compile(&source, "heavy.cu", &opts).unwrap();
+    let r = module.resources_of("heavy").unwrap();
+    assert_eq!((r.spill_stores, r.spill_loads), (0, 0), "{r:?}");
+    assert!(r.registers > 32, "{r:?}");
+    assert!(module.log.starts_with("compiled again without the occupancy hint"), "{}", module.log);
+}
+
+#[test]
+fn a_kernel_that_fits_its_occupancy_hint_keeps_the_register_cap() {
+    if !common::nvrtc_ready() {
+        return;
+    }
+    let module = compile(&format!("{HINT}{LIGHT}"), "light.cu", &CompileOptions::default()).unwrap();
+    let r = module.resources_of("light").unwrap();
+    assert!(r.registers <= 32 && r.spill_stores == 0, "{r:?}");
+    assert!(!module.log.contains("compiled again"), "{}", module.log);
+}

@@ -14,7 +14,7 @@ mod pass;
 pub(crate) use analysis::RowAnalysis;
 
 use crate::body::{check_body, emit_values, value_name, BodyRules};
-use crate::cuda::{cast, narrow, value_type, Helpers};
+use crate::cuda::{cast, narrow, occupancy_bounds, value_type, Helpers};
 use crate::error::{invalid_config, Result};
 use crate::index::{classify, merge_view, offset_expr, IndexWidth, VectorAccess, ViewDim};
 use crate::reduce::{accumulator_dtype, combine};
@@ -24,6 +24,11 @@ use crate::{grid_for, Emitted, Launch, Unit};
 use braze_ir::{DType, ReduceOp};
 use braze_plan::{Body, Expr, RowKernel};
 use pass::PassContext;
+
+/// Threads the blocks of a row kernel of fewer than 512 threads should fill an SM with: on the
+/// H100 (run E) mlp_step's GELU backward rows, 66 registers and 3 blocks of 256 an SM, took
+/// 113.3 us; capped at 64 (4 blocks) 106.2 us, at 48 (5 blocks, grids of 2.6 waves) 112.2 us.
+const ROW_RESIDENT_THREADS: u32 = 1024;
 
 /// A compiler-only barrier: keeps a pass's loads from being hoisted out of the row loop into
 /// registers held across every pass (which spills chained layers).
@@ -211,8 +216,13 @@ pub(crate) fn generate(unit: &mut Unit<'_>, row: &RowKernel, tpr: u32, rpb: u32,
     // For 1024-thread blocks ptxas aims at two blocks per SM (32 registers a thread) unless told
     // that one will do, and for 512 at 64 registers; a cached row needs the registers one block
     // leaves it (64 and 128), or it spills (fuzz seed 81,002,660: 36 bf16 elements held by each
-    // of 512 threads spilled 20 bytes at 64 registers).
-    let bounds = if block >= 512 && cached { format!("{block}, 1") } else { block.to_string() };
+    // of 512 threads spilled 20 bytes at 64 registers). Smaller blocks ask for an SM of
+    // ROW_RESIDENT_THREADS, which ptxas otherwise leaves to the registers it happens to use.
+    let bounds = match (block >= 512, cached) {
+        (true, true) => format!("{block}, 1"),
+        (true, false) => block.to_string(),
+        (false, _) => occupancy_bounds(helpers, block, ROW_RESIDENT_THREADS),
+    };
     let mut w = CodeWriter::new();
     w.open(format!(
         "extern \"C\" __global__ void __launch_bounds__({bounds}) {}({})",
