@@ -59,8 +59,8 @@ mod target;
 mod vector;
 mod writer;
 
-pub use cuda::{has_occupancy_hint, NO_OCCUPANCY_HINT};
 pub use config::{any_extent_config, candidate_configs, default_config, KernelConfig};
+pub use cuda::{has_occupancy_hint, NO_OCCUPANCY_HINT};
 pub use error::{CodegenError, Result};
 pub use target::Target;
 

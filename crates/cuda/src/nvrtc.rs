@@ -183,11 +183,12 @@ fn c_buffer_to_bytes(buffer: Vec<c_char>) -> Vec<u8> {
 ///
 /// A source that does not compile yields [`CudaError::Compile`] carrying the log and the source.
 /// A CUBIN of a source whose launch bounds ask for blocks an SM
-/// ([`braze_codegen::has_occupancy_hint`]) that spills under the register cap they set is
-/// compiled again without the hint: the module returned is that one, its log noting why.
+/// ([`braze_codegen::has_occupancy_hint`]) that spills or keeps a stack frame under the register
+/// cap they set is compiled again without the hint: the module returned is that one, its log
+/// noting why. (A stack is where a capped kernel's slow-path calls put what no longer fits.)
 pub fn compile(source: &str, name: &str, opts: &CompileOptions) -> Result<CompiledModule> {
     let module = compile_once(source, name, opts)?;
-    let spills = module.resources.iter().any(|r| r.spill_stores > 0 || r.spill_loads > 0);
+    let spills = module.resources.iter().any(|r| r.spill_stores > 0 || r.spill_loads > 0 || r.stack_bytes > 0);
     let define = format!("-D{}", braze_codegen::NO_OCCUPANCY_HINT);
     if !spills || !braze_codegen::has_occupancy_hint(source) || opts.extra.contains(&define) {
         return Ok(module);
@@ -197,7 +198,7 @@ pub fn compile(source: &str, name: &str, opts: &CompileOptions) -> Result<Compil
     let mut again = compile_once(source, name, &relaxed)?;
     again.compile_ms += module.compile_ms;
     again.log = format!(
-        "compiled again without the occupancy hint: under its register cap it spilled\n{}{}",
+        "compiled again without the occupancy hint: under its register cap it spilled or kept a stack\n{}{}",
         module.log, again.log
     );
     Ok(again)
