@@ -2,11 +2,11 @@
 //! training step; a learning-rate schedule that never retraces; non-finite gradients skipping
 //! the update on the device; global gradient-norm clipping.
 
-use braze::optim::{clip_grad_norm, clip_grad_norm_checked, AdamW, Optimizer, Sgd};
+use braze::optim::{clip_grad_norm, clip_grad_norm_checked, AdamW, Optimizer, Sgd, StateDType};
 use braze::{compile, DType, Result, Tensor};
 
 fn values(t: &Tensor) -> Vec<f64> {
-    t.to_vec::<f64>().unwrap()
+    t.cast(DType::F32).unwrap().to_vec::<f64>().unwrap()
 }
 
 fn assert_close(got: &[f64], want: &[f64], what: &str) {
@@ -71,6 +71,76 @@ fn adamw_follows_pytorch_eagerly_and_compiled() -> Result<()> {
         step.call(&[x.clone(), y.clone()])?;
         assert_close(&values(&eager_w), &want, &format!("eager step {t}"));
         assert_close(&values(&compiled_w), &want, &format!("compiled step {t}"));
+    }
+    assert_eq!(step.stats().recompiles, 0);
+    Ok(())
+}
+
+/// `x` rounded to the nearest bf16 (ties to even), as f64.
+fn bf16(x: f64) -> f64 {
+    let bits = (x as f32).to_bits();
+    let rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF_0000;
+    f64::from(f32::from_bits(rounded))
+}
+
+/// Within one bf16 step of `want` (relative), or of zero for tiny values.
+fn assert_bf16_close(got: &[f64], want: &[f64], what: &str) {
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!((g - w).abs() <= w.abs() / 128.0 + 1e-12, "{what}[{i}]: {g} vs {w}");
+    }
+}
+
+/// bf16 parameters with their state in bf16 (what `torch.optim.AdamW` keeps for them): the
+/// moments are bf16 tensors and follow PyTorch's update rounded to bf16 at every step, eagerly
+/// and compiled. `loss = sum(w * c)` has the exact gradient `c`, so the reference rounds only
+/// where the optimizer does.
+#[test]
+fn adamw_with_state_in_the_params_dtype_rounds_like_pytorch() -> Result<()> {
+    let c: Vec<f32> = vec![0.5, -1.25, 2.0, -0.0625, 3.0, -0.75];
+    let g: Vec<f64> = c.iter().map(|&v| f64::from(v)).collect();
+    let cs = Tensor::from_vec(c, [6])?.cast(DType::BF16)?;
+    let start = Tensor::randn([6], DType::BF16, 11)?;
+    let param = || -> Result<Tensor> {
+        let w = start.mul_scalar(1.0)?;
+        w.set_requires_grad(true)?;
+        Ok(w)
+    };
+    let (eager_w, compiled_w) = (param()?, param()?);
+    let mut want = values(&eager_w);
+    let (mut m, mut v) = (vec![0.0; 6], vec![0.0; 6]);
+    let eager_opt = AdamW::new(std::slice::from_ref(&eager_w), 1e-2)?.state_dtype(StateDType::OfParams)?;
+    let opt =
+        std::sync::Arc::new(AdamW::new(std::slice::from_ref(&compiled_w), 1e-2)?.state_dtype(StateDType::OfParams)?);
+    let (inner, wc) = (opt.clone(), compiled_w.clone());
+    let step = compile(move |a: &[Tensor]| {
+        inner.zero_grad();
+        wc.mul(&a[0])?.sum_all()?.backward()?;
+        inner.step()?;
+        Ok(vec![])
+    })
+    .fullgraph(true);
+    let (b1, b2, eps, wd, lr) = (0.9, 0.999, 1e-8, 0.01, 1e-2);
+    for t in 1..=5 {
+        for i in 0..6 {
+            let decayed = want[i] * (1.0 - lr * wd);
+            let (m_new, v_new) = (b1 * m[i] + (1.0 - b1) * g[i], b2 * v[i] + (1.0 - b2) * g[i] * g[i]);
+            let denom = v_new.sqrt() / (1.0 - b2.powi(t)).sqrt() + eps;
+            want[i] = bf16(decayed - lr / (1.0 - b1.powi(t)) * m_new / denom);
+            (m[i], v[i]) = (bf16(m_new), bf16(v_new));
+        }
+        eager_opt.zero_grad();
+        eager_w.mul(&cs)?.sum_all()?.backward()?;
+        eager_opt.step()?;
+        step.call(std::slice::from_ref(&cs))?;
+        for (what, w, moments) in [("eager", &eager_w, eager_opt.moments()), ("compiled", &compiled_w, opt.moments())] {
+            assert_eq!(
+                (w.dtype(), moments.0[0].dtype(), moments.1[0].dtype()),
+                (DType::BF16, DType::BF16, DType::BF16)
+            );
+            assert_bf16_close(&values(w), &want, &format!("{what} weight, step {t}"));
+            assert_bf16_close(&values(&moments.0[0]), &m, &format!("{what} first moment, step {t}"));
+            assert_bf16_close(&values(&moments.1[0]), &v, &format!("{what} second moment, step {t}"));
+        }
     }
     assert_eq!(step.stats().recompiles, 0);
     Ok(())

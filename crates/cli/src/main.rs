@@ -12,6 +12,7 @@ mod train;
 
 use anyhow::{bail, Context, Result};
 use braze::backend::{self, Target};
+use braze::optim::StateDType;
 use braze::{DType, Device, Error, GraphBreak, Mode};
 use braze_workloads::Sizes;
 use clap::{Args, Parser, Subcommand};
@@ -261,6 +262,10 @@ struct SizeArgs {
     /// tiny_block layers.
     #[arg(long, default_value_t = Sizes::default().layers)]
     layers: usize,
+    /// mlp_step: keep AdamW's moments in the parameters' dtype, as torch.optim does (f32 when
+    /// not given).
+    #[arg(long)]
+    state_of_params: bool,
 }
 
 impl SizeArgs {
@@ -275,6 +280,7 @@ impl SizeArgs {
             hi: self.hi,
             seed: self.seed,
             layers: self.layers,
+            optimizer_state: if self.state_of_params { StateDType::OfParams } else { StateDType::F32 },
         }
     }
 }

@@ -26,9 +26,12 @@ use crate::kernel::Kernel;
 
 /// Bytes per pinned staging chunk for uploads.
 const UPLOAD_CHUNK_BYTES: usize = 8 << 20;
-/// Staging chunks for uploads; up to this many chunk copies can be in flight before an upload
-/// waits for the oldest one to finish.
+/// Staging chunks for uploads, filled one after another: an upload waits only when it needs a
+/// chunk whose copies from its previous fill have not finished, i.e. when more than three
+/// chunks' worth of uploads are in flight.
 const UPLOAD_CHUNKS: usize = 4;
+/// Uploads are staged at offsets of this alignment inside a chunk.
+const UPLOAD_ALIGN: usize = 256;
 /// Largest pinned buffer kept for downloads; bigger downloads go through it in pieces.
 const DOWNLOAD_STAGING_MAX_BYTES: usize = 64 << 20;
 
@@ -117,18 +120,58 @@ pub(crate) trait PendingChecks: std::fmt::Debug + Send + Sync {
     fn owes_a_read(&self) -> bool;
 }
 
-/// Pinned chunks that uploads are copied through, used round-robin.
+/// Pinned chunks that uploads are copied through. Uploads are packed into the current chunk
+/// one after another, so a run of small uploads (a pointer table, a scalar) shares one chunk
+/// instead of each taking a chunk of its own and soon waiting on copies queued behind all the
+/// stream's work.
 #[derive(Debug, Default)]
 struct UploadStaging {
     chunks: Vec<StagingChunk>,
-    next: usize,
+    /// The chunk being filled, and the bytes of it used since it was last taken.
+    current: usize,
+    used: usize,
+    /// Uploads staged, and those that had to wait for a chunk's earlier copies.
+    uploads: u64,
+    waits: u64,
 }
 
 #[derive(Debug)]
 struct StagingChunk {
     host: DropOutsideCapture<PinnedHostSlice<u8>>,
-    /// Recorded after the last copy that reads `host`; the chunk is free once it completes.
+    /// Recorded after each copy that reads `host`; the chunk is free once the latest completes
+    /// (stream order: the earlier copies completed before it).
     copied: CudaEvent,
+}
+
+impl UploadStaging {
+    /// Where a piece of `len` bytes (at most a chunk) is staged: a chunk index and an offset,
+    /// moving to the next chunk (and waiting for its earlier copies) when the current one is
+    /// full. Allocates chunks on first use.
+    fn place(&mut self, device: &CudaDevice, len: usize) -> Result<(usize, usize)> {
+        self.uploads += 1;
+        if self.chunks.is_empty() || self.used + len > UPLOAD_CHUNK_BYTES {
+            if !self.chunks.is_empty() {
+                self.current = (self.current + 1) % UPLOAD_CHUNKS;
+            }
+            if self.current == self.chunks.len() {
+                // SAFETY: the pinned memory is uninitialised; it is only written (by `upload_into`)
+                // before being read by a copy of exactly the written range.
+                let host = outside_capture(|| unsafe { device.ctx.alloc_pinned::<u8>(UPLOAD_CHUNK_BYTES) })?;
+                let copied = device.ctx.new_event(None)?;
+                self.chunks.push(StagingChunk { host: DropOutsideCapture::new(host), copied });
+            }
+            let chunk = &self.chunks[self.current];
+            if !chunk.copied.try_is_complete()? {
+                self.waits += 1;
+            }
+            // The previous fill's copies out of this chunk must have read it.
+            chunk.copied.synchronize()?;
+            self.used = 0;
+        }
+        let offset = self.used;
+        self.used = (offset + len).next_multiple_of(UPLOAD_ALIGN);
+        Ok((self.current, offset))
+    }
 }
 
 impl CudaDevice {
@@ -222,6 +265,14 @@ impl CudaDevice {
     /// so tests assert this does not grow per call.
     pub fn allocation_count(&self) -> u64 {
         self.allocations.load(Ordering::Relaxed)
+    }
+
+    /// Uploads staged so far (pieces of at most 8 MiB), and how many of them waited for a staging
+    /// chunk's earlier copies: a host stall behind queued GPU work, which a loop that uploads a
+    /// few small values a step should never see.
+    pub fn upload_stats(&self) -> (u64, u64) {
+        let staging = lock(&self.upload_staging);
+        (staging.uploads, staging.waits)
     }
 
     /// Bytes held by this device's buffers now (as allocated: a zero-byte buffer holds one byte).
@@ -389,26 +440,16 @@ impl CudaDevice {
             let mut done = 0usize;
             while done < data.len() {
                 let piece = &data[done..(done + UPLOAD_CHUNK_BYTES).min(data.len())];
-                let index = staging.next % UPLOAD_CHUNKS;
-                staging.next = staging.next.wrapping_add(1);
-                if index == staging.chunks.len() {
-                    // SAFETY: the pinned memory is uninitialised; it is only written (below) before
-                    // being read by a copy of exactly the written prefix.
-                    let host = outside_capture(|| unsafe { self.ctx.alloc_pinned::<u8>(UPLOAD_CHUNK_BYTES) })?;
-                    let copied = self.ctx.new_event(None)?;
-                    staging.chunks.push(StagingChunk { host: DropOutsideCapture::new(host), copied });
-                }
+                let (index, at) = staging.place(self, piece.len())?;
                 let chunk = &mut staging.chunks[index];
-                // Wait until the previous copy out of this chunk has read it.
-                chunk.copied.synchronize()?;
-                chunk.host.as_mut_slice()?[..piece.len()].copy_from_slice(piece);
-                let staged = &chunk.host.as_slice()?[..piece.len()];
+                chunk.host.as_mut_slice()?[at..at + piece.len()].copy_from_slice(piece);
+                let staged = &chunk.host.as_slice()?[at..at + piece.len()];
                 self.ctx.bind_to_thread()?;
                 // SAFETY: the destination range lies inside `dst` (checked above); the source is
                 // pinned memory owned by `chunk`, which stays allocated (it lives in
-                // `self.upload_staging`, and dropping the device synchronises the stream first) and
-                // is not written again until `chunk.copied`, recorded right after this copy, has
-                // completed.
+                // `self.upload_staging`, and dropping the device synchronises the stream first),
+                // and this range is not written again until `chunk.copied`, recorded right after
+                // this copy or after a later one, has completed (`UploadStaging::place`).
                 unsafe { driver_result::memcpy_htod_async(address + done as u64, staged, self.stream.cu_stream()) }?;
                 chunk.copied.record(&self.stream)?;
                 done += piece.len();

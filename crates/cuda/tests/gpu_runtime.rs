@@ -56,29 +56,61 @@ fn uploads_and_downloads_round_trip() {
     }
 }
 
-/// Many small uploads into the same few buffers, each read by the device right after it lands
-/// (a copy into a log at its own offset): every read must see the bytes just uploaded, never a
-/// staging chunk's earlier contents.
+/// Many uploads into the same few buffers, each read by the device right after it lands (a copy
+/// into a log at its own offset): every read must see the bytes just uploaded, never a staging
+/// chunk's earlier contents. Small and larger pieces alternate, so the staging chunks are packed
+/// and wrap around several times.
 #[test]
 fn small_uploads_are_never_read_stale() {
     let Some(device) = common::gpu() else { return };
     const TARGETS: usize = 8;
-    const PIECE: usize = 256;
     const ROUNDS: usize = 2_500;
-    let targets: Vec<_> = (0..TARGETS).map(|_| device.alloc(PIECE).unwrap()).collect();
-    let log = device.alloc(TARGETS * ROUNDS * PIECE).unwrap();
-    let mut expected = Vec::with_capacity(TARGETS * ROUNDS * PIECE);
+    let piece_len = |round: usize, t: usize| if (round + t).is_multiple_of(2) { 256 } else { 16 << 10 };
+    let targets: Vec<_> = (0..TARGETS).map(|_| device.alloc(16 << 10).unwrap()).collect();
+    let total: usize = (0..ROUNDS).flat_map(|r| (0..TARGETS).map(move |t| piece_len(r, t))).sum();
+    let log = device.alloc(total).unwrap();
+    let mut expected = Vec::with_capacity(total);
     for round in 0..ROUNDS {
         for (t, target) in targets.iter().enumerate() {
-            let data = random_bytes(PIECE, (round * TARGETS + t) as u64);
+            let len = piece_len(round, t);
+            let data = random_bytes(len, (round * TARGETS + t) as u64);
             device.upload_into(target, 0, &data).unwrap();
-            device.copy(target, 0, &log, expected.len(), PIECE).unwrap();
+            device.copy(target, 0, &log, expected.len(), len).unwrap();
             expected.extend_from_slice(&data);
         }
     }
     let landed = device.download(&log).unwrap();
-    let stale = landed.chunks(PIECE).zip(expected.chunks(PIECE)).filter(|(a, b)| a != b).count();
+    let mut stale = 0;
+    let mut at = 0;
+    for round in 0..ROUNDS {
+        for t in 0..TARGETS {
+            let len = piece_len(round, t);
+            stale += usize::from(landed[at..at + len] != expected[at..at + len]);
+            at += len;
+        }
+    }
     assert_eq!(stale, 0, "{stale} of {} uploads were read stale", TARGETS * ROUNDS);
+}
+
+/// A loop that uploads a few small values a step (a learning rate, a pointer table) must not
+/// wait for the GPU: with milliseconds of work queued, a hundred small uploads share a staging
+/// chunk and none waits for a copy queued behind that work.
+#[test]
+fn small_uploads_do_not_wait_behind_queued_work() {
+    let Some(device) = common::gpu() else { return };
+    let busy = device.alloc(256 << 20).unwrap();
+    let target = device.alloc(8).unwrap();
+    device.synchronize().unwrap();
+    let (_, waits_before) = device.upload_stats();
+    for _ in 0..40 {
+        device.memset_d8(&busy, 1).unwrap();
+    }
+    for i in 0..100u64 {
+        device.upload_into(&target, 0, &i.to_le_bytes()).unwrap();
+    }
+    let (_, waits_after) = device.upload_stats();
+    assert_eq!(device.download(&target).unwrap(), 99u64.to_le_bytes());
+    assert_eq!(waits_after - waits_before, 0, "small uploads waited for queued GPU work");
 }
 
 #[test]

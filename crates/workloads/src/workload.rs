@@ -4,7 +4,7 @@
 
 use crate::definition::{self, Inputs, TensorOps};
 use crate::multisum_sizes;
-use braze::optim::{AdamW, Optimizer};
+use braze::optim::{AdamW, Optimizer, StateDType};
 use braze::{compile, Compiled, DType, Device, Error, Result, Tensor};
 use std::sync::Arc;
 
@@ -79,11 +79,24 @@ pub struct Sizes {
     pub seed: u64,
     /// `tiny_block` layers.
     pub layers: usize,
+    /// `mlp_step`: the dtype AdamW keeps its moments in.
+    pub optimizer_state: StateDType,
 }
 
 impl Default for Sizes {
     fn default() -> Sizes {
-        Sizes { rows: 64, hidden: 256, dtype: DType::F32, n: 4096, k: 64, lo: 10, hi: 1000, seed: 0, layers: 16 }
+        Sizes {
+            rows: 64,
+            hidden: 256,
+            dtype: DType::F32,
+            n: 4096,
+            k: 64,
+            lo: 10,
+            hi: 1000,
+            seed: 0,
+            layers: 16,
+            optimizer_state: StateDType::F32,
+        }
     }
 }
 
@@ -314,7 +327,7 @@ pub fn mlp_step(sizes: &Sizes, device: Device) -> Result<Workload> {
 
 /// [`mlp_step`] with its parameters and optimizer.
 pub fn mlp_training_step(sizes: &Sizes, device: Device) -> Result<TrainingStep> {
-    let Sizes { rows, hidden, dtype, seed, .. } = *sizes;
+    let Sizes { rows, hidden, dtype, seed, optimizer_state, .. } = *sizes;
     let inner = 4 * hidden;
     let param = |t: Tensor| -> Result<Tensor> {
         let t = t.to_device(device)?;
@@ -345,7 +358,7 @@ pub fn mlp_training_step(sizes: &Sizes, device: Device) -> Result<TrainingStep> 
         })
         .collect();
     let tensors: Vec<Tensor> = params.iter().map(|(_, p)| p.clone()).collect();
-    let optimizer = Arc::new(AdamW::new(&tensors, MLP_STEP_LR)?);
+    let optimizer = Arc::new(AdamW::new(&tensors, MLP_STEP_LR)?.state_dtype(optimizer_state)?);
     let step_optimizer = optimizer.clone();
     let function = move |a: &[Tensor]| -> Result<Vec<Tensor>> {
         step_optimizer.zero_grad();

@@ -1,6 +1,6 @@
 //! AdamW: Adam with decoupled weight decay and bias correction, as `torch.optim.AdamW` defines it.
 
-use super::{any_non_finite, count_skip, device_scalar, f32_zeros_like, update, Optimizer, ParamGroup};
+use super::{any_non_finite, count_skip, device_scalar, in_f32, update, Optimizer, ParamGroup, StateDType};
 use crate::{DType, Result, Tensor};
 
 pub struct AdamW {
@@ -10,7 +10,7 @@ pub struct AdamW {
     weight_decay: f64,
     /// Steps taken so far (f32 device scalar), for the bias correction.
     step: Tensor,
-    /// First and second moments (f32).
+    /// First and second moments, in f32 or the parameters' dtypes ([`AdamW::state_dtype`]).
     m: Vec<Tensor>,
     v: Vec<Tensor>,
 }
@@ -24,10 +24,18 @@ impl AdamW {
             eps: 1e-8,
             weight_decay: 0.01,
             step: device_scalar(0.0, &group.lr)?,
-            m: params.iter().map(f32_zeros_like).collect::<Result<_>>()?,
-            v: params.iter().map(f32_zeros_like).collect::<Result<_>>()?,
+            m: params.iter().map(|p| StateDType::F32.zeros_like(p)).collect::<Result<_>>()?,
+            v: params.iter().map(|p| StateDType::F32.zeros_like(p)).collect::<Result<_>>()?,
             group,
         })
+    }
+
+    /// Keeps the moments in `state` (f32 by default); the moments start again from zero, so
+    /// this belongs with the construction, before the first step.
+    pub fn state_dtype(mut self, state: StateDType) -> Result<AdamW> {
+        self.m = self.group.params.iter().map(|p| state.zeros_like(p)).collect::<Result<_>>()?;
+        self.v = self.group.params.iter().map(|p| state.zeros_like(p)).collect::<Result<_>>()?;
+        Ok(self)
     }
 
     pub fn betas(mut self, beta1: f64, beta2: f64) -> AdamW {
@@ -97,8 +105,8 @@ impl AdamW {
             let Some(grad) = p.grad() else { continue };
             let g = grad.cast(DType::F32)?;
             let decayed = p.cast(DType::F32)?.mul(&self.group.lr.mul_scalar(-self.weight_decay)?.add_scalar(1.0)?)?;
-            let m = self.m[i].mul_scalar(b1)?.add(&g.mul_scalar(1.0 - b1)?)?;
-            let v = self.v[i].mul_scalar(b2)?.add(&g.mul(&g)?.mul_scalar(1.0 - b2)?)?;
+            let m = in_f32(&self.m[i])?.mul_scalar(b1)?.add(&g.mul_scalar(1.0 - b1)?)?;
+            let v = in_f32(&self.v[i])?.mul_scalar(b2)?.add(&g.mul(&g)?.mul_scalar(1.0 - b2)?)?;
             let denom = v.sqrt()?.div(&sqrt_c2)?.add_scalar(self.eps)?;
             let next = decayed.sub(&m.div(&denom)?.mul(&step_size)?)?.cast(p.dtype())?;
             update(&self.m[i], &m, skip.as_ref())?;

@@ -3,8 +3,9 @@
 //! state are captured tensors updated with `assign`, and the learning rate and step count are
 //! device scalars, so a learning-rate schedule that changes every step never retraces.
 //!
-//! State is kept in f32 whatever the parameters' dtype; an update computes in f32 and rounds
-//! once into the parameter. Gradients with a NaN or an infinity skip the whole update on the
+//! State is kept in f32 whatever the parameters' dtype unless asked to follow the parameters'
+//! dtype ([`StateDType::OfParams`], what `torch.optim` and optax keep); an update computes in f32
+//! and rounds once into the parameter (and, with 16-bit state, once into each state tensor). Gradients with a NaN or an infinity skip the whole update on the
 //! device (no host read) and count the skip in [`Optimizer::skipped_steps`].
 
 mod adamw;
@@ -16,6 +17,29 @@ pub use clip::{clip_grad_norm, clip_grad_norm_checked};
 pub use sgd::Sgd;
 
 use crate::{DType, Result, Tensor};
+
+/// The dtype an optimizer keeps its per-parameter state in (AdamW's moments, SGD's momentum).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum StateDType {
+    /// f32 whatever the parameters' dtype: the more accurate choice for 16-bit parameters.
+    #[default]
+    F32,
+    /// The dtype of each parameter, as `torch.optim` (`zeros_like(param)`) and optax keep it:
+    /// for bf16 parameters, half the state's bytes and memory traffic. The update still
+    /// computes in f32 from the unrounded new state, as PyTorch's fused AdamW does.
+    OfParams,
+}
+
+impl StateDType {
+    /// Zeros for the state of `param`, on its device.
+    fn zeros_like(self, param: &Tensor) -> Result<Tensor> {
+        let dtype = match self {
+            StateDType::F32 => DType::F32,
+            StateDType::OfParams => param.dtype(),
+        };
+        Tensor::zeros(param.shape(), dtype, param.device())
+    }
+}
 
 /// What every optimizer here offers.
 pub trait Optimizer {
@@ -74,9 +98,13 @@ fn device_scalar(value: f64, like: &Tensor) -> Result<Tensor> {
     Tensor::full([], value, DType::F32, like.device())
 }
 
-/// Zeros in f32 shaped like `like`, on its device.
-fn f32_zeros_like(like: &Tensor) -> Result<Tensor> {
-    Tensor::zeros(like.shape(), DType::F32, like.device())
+/// `t` in f32: itself when it is, else a cast (so f32 state adds no op to the graph).
+fn in_f32(t: &Tensor) -> Result<Tensor> {
+    if t.dtype() == DType::F32 {
+        Ok(t.clone())
+    } else {
+        t.cast(DType::F32)
+    }
 }
 
 /// A bool scalar: whether any gradient of `params` holds a NaN or an infinity.
@@ -94,11 +122,13 @@ fn any_non_finite(params: &[Tensor]) -> Result<Option<Tensor>> {
     Ok(found)
 }
 
-/// `state.assign(where(skip, state, new))`: the update, unless `skip`.
+/// `state.assign(where(skip, state, new))`: the update (rounded to the state's dtype), unless
+/// `skip`.
 fn update(state: &Tensor, new: &Tensor, skip: Option<&Tensor>) -> Result<()> {
+    let new = if new.dtype() == state.dtype() { new.clone() } else { new.cast(state.dtype())? };
     let kept = match skip {
-        Some(skip) => Tensor::where_(skip, state, new)?,
-        None => new.clone(),
+        Some(skip) => Tensor::where_(skip, state, &new)?,
+        None => new,
     };
     state.assign(&kept)
 }

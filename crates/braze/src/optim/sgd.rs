@@ -1,7 +1,7 @@
 //! Stochastic gradient descent with momentum, Nesterov momentum and weight decay, as
 //! `torch.optim.SGD` defines them.
 
-use super::{any_non_finite, count_skip, f32_zeros_like, update, Optimizer, ParamGroup};
+use super::{any_non_finite, count_skip, in_f32, update, Optimizer, ParamGroup, StateDType};
 use crate::{DType, Result, Tensor};
 
 pub struct Sgd {
@@ -9,8 +9,10 @@ pub struct Sgd {
     momentum: f64,
     nesterov: bool,
     weight_decay: f64,
-    /// Momentum buffers (f32), zero at first: `momentum * 0 + g` is PyTorch's first buffer.
+    /// Momentum buffers, zero at first: `momentum * 0 + g` is PyTorch's first buffer.
     buffers: Vec<Tensor>,
+    /// The buffers' dtype ([`Sgd::state_dtype`]).
+    state: StateDType,
 }
 
 impl Sgd {
@@ -22,6 +24,7 @@ impl Sgd {
             nesterov: false,
             weight_decay: 0.0,
             buffers: Vec::new(),
+            state: StateDType::F32,
         })
     }
 
@@ -29,7 +32,17 @@ impl Sgd {
     pub fn momentum(mut self, momentum: f64, nesterov: bool) -> Result<Sgd> {
         self.momentum = momentum;
         self.nesterov = nesterov;
-        self.buffers = self.group.params.iter().map(f32_zeros_like).collect::<Result<_>>()?;
+        self.buffers = self.group.params.iter().map(|p| self.state.zeros_like(p)).collect::<Result<_>>()?;
+        Ok(self)
+    }
+
+    /// Keeps the momentum buffers in `state` (f32 by default); they start again from zero, so
+    /// this belongs with the construction, before the first step.
+    pub fn state_dtype(mut self, state: StateDType) -> Result<Sgd> {
+        self.state = state;
+        if !self.buffers.is_empty() {
+            self.buffers = self.group.params.iter().map(|p| state.zeros_like(p)).collect::<Result<_>>()?;
+        }
         Ok(self)
     }
 
@@ -73,7 +86,7 @@ impl Sgd {
                 g = g.add(&p32.mul_scalar(self.weight_decay)?)?;
             }
             if let Some(buffer) = self.buffers.get(i) {
-                let next = buffer.mul_scalar(self.momentum)?.add(&g)?;
+                let next = in_f32(buffer)?.mul_scalar(self.momentum)?.add(&g)?;
                 update(buffer, &next, skip.as_ref())?;
                 g = if self.nesterov { g.add(&next.mul_scalar(self.momentum)?)? } else { next };
             }

@@ -19,6 +19,7 @@ mod training;
 
 use crate::timing::{GpuTimer, Timing};
 use anyhow::{bail, Context, Result};
+use braze::optim::StateDType;
 use braze::{DType, Device, Mode, Tensor};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -164,7 +165,8 @@ pub fn run(options: &Options) -> Result<()> {
             ("tiny_block", Box::new(|b| b.tiny_block(16))),
             ("mlp_block", Box::new(|b| b.mlp_block(8192, 1024))),
             ("attention", Box::new(|b| b.attention(16, 12, 1024, 64))),
-            ("mlp_step", Box::new(move |b| b.mlp_step(8192, 1024, torch_weights))),
+            ("mlp_step", Box::new(move |b| b.mlp_step(8192, 1024, StateDType::F32, torch_weights))),
+            ("mlp_step", Box::new(move |b| b.mlp_step(8192, 1024, StateDType::OfParams, torch_weights))),
             ("block_fwd", Box::new(|b| b.gpt2_workload("block_fwd"))),
             ("block_step", Box::new(|b| b.gpt2_workload("block_step"))),
             ("gpt2_step", Box::new(|b| b.gpt2_workload("gpt2_step"))),

@@ -7,7 +7,7 @@
 use super::{ran, Bench};
 use crate::torch_check::{self, mlp_step_shape, TorchRun};
 use anyhow::Result;
-use braze::optim::Optimizer;
+use braze::optim::{Optimizer, StateDType};
 use braze::{DType, Mode};
 use braze_workloads::{mlp_training_step, Sizes, TrainingStep, MLP_STEP_LAYERS, MLP_STEP_LR};
 use serde_json::{json, Value};
@@ -19,10 +19,25 @@ const WARM_STEPS: usize = 2;
 const PEAK_STEPS: usize = 3;
 /// Steps of the learning-rate schedule.
 const SCHEDULE_STEPS: usize = 1000;
+/// Back-to-back steps whose host clock tells whether the host keeps ahead of the GPU.
+const HOST_STEPS: usize = 30;
 
 impl Bench {
-    pub(super) fn mlp_step(&mut self, rows: usize, hidden: usize, torch_weights: Option<&Path>) -> Result<()> {
-        let sizes = Sizes { rows, hidden, dtype: DType::BF16, seed: 0, ..Sizes::default() };
+    /// With `state` [`StateDType::OfParams`] (AdamW's moments in bf16, as `torch.optim.AdamW`
+    /// keeps them for bf16 parameters), the rows' variants end in `, bf16 state` and the
+    /// max-autotune and schedule runs are left to the f32-state step.
+    pub(super) fn mlp_step(
+        &mut self,
+        rows: usize,
+        hidden: usize,
+        state: StateDType,
+        torch_weights: Option<&Path>,
+    ) -> Result<()> {
+        let sizes = Sizes { rows, hidden, dtype: DType::BF16, seed: 0, optimizer_state: state, ..Sizes::default() };
+        let tag = match state {
+            StateDType::F32 => "",
+            StateDType::OfParams => ", bf16 state",
+        };
         let shape = mlp_step_shape(&sizes);
         let dtype = sizes.dtype.to_string();
         let dev = self.timer.device.clone();
@@ -58,7 +73,7 @@ impl Bench {
         // Forward 2 matmuls a layer, backward twice the forward's FLOPs.
         let flops = 3.0 * 2.0 * 2.0 * (rows * hidden * inner * MLP_STEP_LAYERS) as f64;
         let mut row = json!({
-            "workload": "mlp_step", "shape": shape, "dtype": dtype, "variant": "braze compiled",
+            "workload": "mlp_step", "shape": shape, "dtype": dtype, "variant": format!("braze compiled{tag}"),
             "us": us, "gbps": null, "reps": timing.reps, "tflops": flops / (us * 1e-6) / 1e12,
             "kernels": explanation.kernels, "launches": explanation.launches,
             "host_syncs": explanation.host_syncs, "graphs": explanation.graphs.len(),
@@ -79,14 +94,15 @@ impl Bench {
             self.failures.push(format!("mlp_step {shape}: a non-finite loss: {losses:?}"));
         }
         let check = match torch_weights {
-            Some(dir) => Some(self.check_against_torch(dir)?),
+            Some(dir) => Some(self.check_against_torch(dir, state)?),
             None => None,
         };
         if let Some((verdict, _)) = &check {
             row["check"] = json!(verdict);
         }
         self.emit(row);
-        self.kernel_profile("mlp_step", &shape, &dtype, us, &mut || Ok(compiled.profile(inputs)?.1))?;
+        self.host_per_step(&shape, &dtype, tag, &mut || ran(compiled.call(inputs)))?;
+        self.kernel_profile("mlp_step", &format!("{shape}{tag}"), &dtype, us, &mut || Ok(compiled.profile(inputs)?.1))?;
         // The same step replayed as one CUDA graph: what launch gaps and host work cost.
         let replayed = step.workload.compile().fullgraph(true).mode(Mode::ReduceOverhead).name("mlp_step");
         for _ in 0..WARM_STEPS {
@@ -94,11 +110,18 @@ impl Bench {
         }
         let graph_timing = self.bench(&mut || ran(replayed.call(inputs)), self.rep_ms)?;
         self.emit(json!({
-            "workload": "mlp_step", "shape": shape, "dtype": dtype, "variant": "braze reduce-overhead",
+            "workload": "mlp_step", "shape": shape, "dtype": dtype, "variant": format!("braze reduce-overhead{tag}"),
             "us": graph_timing.median_us, "gbps": null, "reps": graph_timing.reps,
             "tflops": flops / (graph_timing.median_us * 1e-6) / 1e12,
         }));
+        self.host_per_step(&shape, &dtype, &format!("+graphs{tag}"), &mut || ran(replayed.call(inputs)))?;
         drop(replayed);
+        if state == StateDType::OfParams {
+            if let Some((_, check_row)) = check {
+                self.emit(check_row);
+            }
+            return Ok(());
+        }
         if self.autotune {
             self.mlp_step_autotuned(&step, &shape, &dtype, flops)?;
         }
@@ -106,6 +129,33 @@ impl Bench {
         if let Some((_, check_row)) = check {
             self.emit(check_row);
         }
+        Ok(())
+    }
+
+    /// Whether the host keeps ahead of the GPU: the host clock per step of back-to-back steps,
+    /// returning from the call alone and until the device finished, and the uploads a step makes
+    /// and how many of them waited for queued GPU work. A call that returns in about a step's GPU
+    /// time is waiting for the GPU, so every step starts on an idle GPU.
+    fn host_per_step(
+        &mut self,
+        shape: &str,
+        dtype: &str,
+        suffix: &str,
+        step: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<()> {
+        let dev = self.timer.device.clone();
+        let (uploads_before, waits_before) = dev.upload_stats();
+        let (enqueue, total) = self.timer.host_per_call(step, HOST_STEPS)?;
+        let (uploads_after, waits_after) = dev.upload_stats();
+        let steps = (HOST_STEPS + HOST_STEPS.min(100)) as f64;
+        let note = format!(
+            "host clock per step over {HOST_STEPS} back-to-back steps, until the device finished; returning from \
+             the call alone: {:.1} us; uploads a step: {:.2}, of which waited for queued work: {:.2}",
+            super::micros(enqueue),
+            (uploads_after - uploads_before) as f64 / steps,
+            (waits_after - waits_before) as f64 / steps,
+        );
+        self.info("mlp_step", shape, dtype, &format!("info host per step{suffix}"), Some(super::micros(total)), &note);
         Ok(())
     }
 
@@ -220,9 +270,15 @@ impl Bench {
 
     /// braze's step from PyTorch's weights against PyTorch's losses and gradients: the verdict
     /// and an info row holding every tensor's figures; each mismatch is a failure.
-    fn check_against_torch(&mut self, dir: &Path) -> Result<(&'static str, Value)> {
-        let run = TorchRun::open(dir)?;
-        println!("# mlp_step {}: PyTorch's first {} steps from {}", run.shape(), run.steps, dir.display());
+    fn check_against_torch(&mut self, dir: &Path, state: StateDType) -> Result<(&'static str, Value)> {
+        let mut run = TorchRun::open(dir)?;
+        run.sizes.optimizer_state = state;
+        println!(
+            "# mlp_step {}: PyTorch's first {} steps from {}, AdamW state {state:?}",
+            run.shape(),
+            run.steps,
+            dir.display()
+        );
         let report = torch_check::check_steps(&run, self.device(), Mode::Default)?;
         report.print();
         let failures = report.failures();
@@ -232,7 +288,7 @@ impl Bench {
         }
         let mut row = json!({
             "workload": "mlp_step", "shape": report.shape, "dtype": run.sizes.dtype.to_string(),
-            "variant": "info torch check", "us": null, "gbps": null, "check": verdict,
+            "variant": format!("info torch check{}", if state == StateDType::OfParams { ", bf16 state" } else { "" }), "us": null, "gbps": null, "check": verdict,
             "note": format!("same initial weights and inputs as PyTorch: {}", report.summary()),
         });
         row["detail"] = report.to_json();
