@@ -188,9 +188,9 @@ fn c_buffer_to_bytes(buffer: Vec<c_char>) -> Vec<u8> {
 /// noting why. (A stack is where a capped kernel's slow-path calls put what no longer fits.)
 pub fn compile(source: &str, name: &str, opts: &CompileOptions) -> Result<CompiledModule> {
     let module = compile_once(source, name, opts)?;
-    let spills = module.resources.iter().any(|r| r.spill_stores > 0 || r.spill_loads > 0 || r.stack_bytes > 0);
+    let over_cap = module.resources.iter().any(|r| r.spill_stores > 0 || r.spill_loads > 0 || r.stack_bytes > 0);
     let define = format!("-D{}", braze_codegen::NO_OCCUPANCY_HINT);
-    if !spills || !braze_codegen::has_occupancy_hint(source) || opts.extra.contains(&define) {
+    if !over_cap || !braze_codegen::has_occupancy_hint(source) || opts.extra.contains(&define) {
         return Ok(module);
     }
     let mut relaxed = opts.clone();

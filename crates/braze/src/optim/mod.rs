@@ -5,8 +5,9 @@
 //!
 //! State is kept in f32 whatever the parameters' dtype unless asked to follow the parameters'
 //! dtype ([`StateDType::OfParams`], what `torch.optim` and optax keep); an update computes in f32
-//! and rounds once into the parameter (and, with 16-bit state, once into each state tensor). Gradients with a NaN or an infinity skip the whole update on the
-//! device (no host read) and count the skip in [`Optimizer::skipped_steps`].
+//! and rounds once into the parameter (and, with 16-bit state, once into each state tensor).
+//! Gradients with a NaN or an infinity skip the whole update on the device (no host read) and
+//! count the skip in [`Optimizer::skipped_steps`].
 
 mod adamw;
 mod clip;

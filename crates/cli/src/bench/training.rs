@@ -34,10 +34,7 @@ impl Bench {
         torch_weights: Option<&Path>,
     ) -> Result<()> {
         let sizes = Sizes { rows, hidden, dtype: DType::BF16, seed: 0, optimizer_state: state, ..Sizes::default() };
-        let tag = match state {
-            StateDType::F32 => "",
-            StateDType::OfParams => ", bf16 state",
-        };
+        let tag = state_tag(state);
         let shape = mlp_step_shape(&sizes);
         let dtype = sizes.dtype.to_string();
         let dev = self.timer.device.clone();
@@ -288,10 +285,18 @@ impl Bench {
         }
         let mut row = json!({
             "workload": "mlp_step", "shape": report.shape, "dtype": run.sizes.dtype.to_string(),
-            "variant": format!("info torch check{}", if state == StateDType::OfParams { ", bf16 state" } else { "" }), "us": null, "gbps": null, "check": verdict,
+            "variant": format!("info torch check{}", state_tag(state)), "us": null, "gbps": null, "check": verdict,
             "note": format!("same initial weights and inputs as PyTorch: {}", report.summary()),
         });
         row["detail"] = report.to_json();
         Ok((verdict, row))
+    }
+}
+
+/// What ends the variants of an mlp_step whose AdamW keeps its moments in `state`.
+fn state_tag(state: StateDType) -> &'static str {
+    match state {
+        StateDType::F32 => "",
+        StateDType::OfParams => ", bf16 state",
     }
 }
