@@ -107,6 +107,8 @@ pub(crate) enum Helper {
     OccupancyHint,
     /// Loads `n` elements (`n * size` bytes, one aligned access) widened to registers.
     LoadVec(DType, u32),
+    /// Widens `n` elements already loaded as one raw access (see [`raw_vec_type`]).
+    UnpackVec(DType, u32),
     /// Narrows and stores `n` elements with one aligned access.
     StoreVec(DType, u32),
 }
@@ -126,7 +128,9 @@ impl Helpers {
 
     pub(crate) fn need(&mut self, helper: Helper) {
         match helper {
-            Helper::LoadVec(dtype, _) | Helper::StoreVec(dtype, _) => self.need_storage(dtype),
+            Helper::LoadVec(dtype, _) | Helper::UnpackVec(dtype, _) | Helper::StoreVec(dtype, _) => {
+                self.need_storage(dtype)
+            }
             Helper::Op(op) => {
                 for &required in op.requires {
                     self.need(Helper::Op(required));
@@ -204,15 +208,20 @@ fn render_helper(helper: Helper, native_bf16: bool, w: &mut CodeWriter) {
         ],
         Helper::OccupancyHint => &[
             "// Blocks an SM should hold: ptxas caps the registers to fit them. A kernel that would spill",
-            "// under the cap is compiled again with BRAZE_NO_OCCUPANCY_HINT, which asks for one block.",
+            "// under the cap, or that needs far more registers than it, is compiled again with",
+            "// BRAZE_NO_OCCUPANCY_HINT, which leaves the registers to ptxas.",
             "#ifdef BRAZE_NO_OCCUPANCY_HINT",
-            "#define BRAZE_MIN_BLOCKS(n) 1",
+            "#define BRAZE_MIN_BLOCKS(n)",
             "#else",
-            "#define BRAZE_MIN_BLOCKS(n) (n)",
+            "#define BRAZE_MIN_BLOCKS(n) , n",
             "#endif",
         ],
         Helper::LoadVec(dtype, n) => {
             render_load_vec(dtype, n, w);
+            return;
+        }
+        Helper::UnpackVec(dtype, n) => {
+            render_unpack_vec(dtype, n, w);
             return;
         }
         Helper::StoreVec(dtype, n) => {
@@ -225,25 +234,67 @@ fn render_helper(helper: Helper, native_bf16: bool, w: &mut CodeWriter) {
     }
 }
 
-/// The macro that, defined, drops every [`Helper::OccupancyHint`] of a source to one block an SM.
+/// The macro that, defined, drops every [`Helper::OccupancyHint`] of a source: the launch bounds
+/// keep only the block size.
 pub const NO_OCCUPANCY_HINT: &str = "BRAZE_NO_OCCUPANCY_HINT";
 
 /// Whether `source` asks for blocks an SM through [`Helper::OccupancyHint`]: compiling it again
 /// with [`NO_OCCUPANCY_HINT`] defined lifts the register cap that hint sets.
 pub fn has_occupancy_hint(source: &str) -> bool {
-    source.contains("BRAZE_MIN_BLOCKS(")
+    source.contains(" BRAZE_MIN_BLOCKS(")
+}
+
+/// A kernel's occupancy hint as its source states it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OccupancyHint {
+    pub kernel: String,
+    /// Threads a block.
+    pub block: u32,
+    /// Blocks an SM the hint asks for.
+    pub blocks: u32,
+}
+
+impl OccupancyHint {
+    /// The registers a thread has under the hint's cap: a 64K-register SM shared by the blocks
+    /// asked for, in ptxas's units of 8 registers, at most 255.
+    pub fn cap(&self) -> u32 {
+        (65536 / (self.block.max(1) * self.blocks.max(1)) / 8 * 8).min(255)
+    }
+
+    /// Blocks of this kernel an SM holds at `registers` a thread, as far as registers decide.
+    pub fn resident_blocks(&self, registers: u32) -> u32 {
+        let per_thread = registers.max(1).div_ceil(8) * 8;
+        (65536 / (per_thread * self.block.max(1))).min(2048 / self.block.max(1)).min(32)
+    }
+}
+
+/// Every kernel of `source` with an occupancy hint.
+pub fn occupancy_hints(source: &str) -> Vec<OccupancyHint> {
+    let mut hints = Vec::new();
+    let mut rest = source;
+    while let Some(at) = rest.find("__launch_bounds__(") {
+        rest = &rest[at + "__launch_bounds__(".len()..];
+        // `256 BRAZE_MIN_BLOCKS(4)) name(`: the block, the blocks, the kernel's name.
+        let Some(close) = rest.find(')') else { break };
+        let Some((block, blocks)) = rest[..close].split_once(" BRAZE_MIN_BLOCKS(") else { continue };
+        let (Ok(block), Ok(blocks)) = (block.trim().parse::<u32>(), blocks.parse::<u32>()) else { continue };
+        let after = rest[close + 1..].strip_prefix(')').unwrap_or("");
+        let kernel = after.trim_start().split('(').next().unwrap_or("").trim().to_string();
+        hints.push(OccupancyHint { kernel, block, blocks });
+    }
+    hints
 }
 
 /// `__launch_bounds__` arguments for blocks of `block` threads that an SM should hold at least
-/// `threads` of: `"{block}, BRAZE_MIN_BLOCKS(n)"` (needing [`Helper::OccupancyHint`]), or just
-/// `"{block}, 1"` where one block already holds that many.
+/// `threads` of: `"{block} BRAZE_MIN_BLOCKS(n)"` (needing [`Helper::OccupancyHint`], whose macro
+/// supplies the comma), or just `"{block}, 1"` where one block already holds that many.
 pub(crate) fn occupancy_bounds(helpers: &mut Helpers, block: u32, threads: u32) -> String {
     let blocks = (threads / block.max(1)).clamp(1, 32);
     if blocks == 1 {
         return format!("{block}, 1");
     }
     helpers.need(Helper::OccupancyHint);
-    format!("{block}, BRAZE_MIN_BLOCKS({blocks})")
+    format!("{block} BRAZE_MIN_BLOCKS({blocks})")
 }
 
 /// The 16-bit float type `name` (bf16 or f16): its storage typedef and, when `converts`, its
@@ -322,9 +373,18 @@ pub(crate) fn store_vec_name(dtype: DType, n: u32) -> String {
     format!("store_{}x{n}", dtype.name())
 }
 
+/// The C type of one aligned access of `n` elements of `dtype` (`n * size` bytes).
+pub(crate) fn raw_vec_type(dtype: DType, n: u32) -> &'static str {
+    raw_access(n * dtype.size_bytes() as u32).0
+}
+
+pub(crate) fn unpack_vec_name(dtype: DType, n: u32) -> String {
+    format!("unpack_{}x{n}", dtype.name())
+}
+
 fn render_load_vec(dtype: DType, n: u32, w: &mut CodeWriter) {
     let size = dtype.size_bytes() as u32;
-    let (raw, words) = raw_access(n * size);
+    let (raw, _) = raw_access(n * size);
     w.line(format!("// {n} {} elements from one {}-byte aligned load.", dtype.name(), n * size));
     w.open(format!(
         "__device__ __forceinline__ void {}(const {}* p, {}* v)",
@@ -333,6 +393,27 @@ fn render_load_vec(dtype: DType, n: u32, w: &mut CodeWriter) {
         value_type(dtype)
     ));
     w.line(format!("const {raw} w = *reinterpret_cast<const {raw}*>(p);"));
+    widen_raw_elements(dtype, n, w);
+    w.close();
+}
+
+fn render_unpack_vec(dtype: DType, n: u32, w: &mut CodeWriter) {
+    let size = dtype.size_bytes() as u32;
+    let (raw, _) = raw_access(n * size);
+    w.line(format!("// {n} {} elements of one {}-byte access loaded earlier.", dtype.name(), n * size));
+    w.open(format!(
+        "__device__ __forceinline__ void {}(const {raw} w, {}* v)",
+        unpack_vec_name(dtype, n),
+        value_type(dtype)
+    ));
+    widen_raw_elements(dtype, n, w);
+    w.close();
+}
+
+/// `v[0..n] = ` the `n` elements of `dtype` in the raw access `w`, widened.
+fn widen_raw_elements(dtype: DType, n: u32, w: &mut CodeWriter) {
+    let size = dtype.size_bytes() as u32;
+    let (_, words) = raw_access(n * size);
     for j in 0..n {
         let byte = j * size;
         let word = words[(byte / 4) as usize];
@@ -357,7 +438,6 @@ fn render_load_vec(dtype: DType, n: u32, w: &mut CodeWriter) {
         };
         w.line(format!("v[{j}] = {element};"));
     }
-    w.close();
 }
 
 fn render_store_vec(dtype: DType, n: u32, native_bf16: bool, w: &mut CodeWriter) {

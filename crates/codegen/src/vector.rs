@@ -1,7 +1,7 @@
 //! Vector accesses: moving several consecutive elements with the widest aligned loads and
 //! stores (at most 16 bytes each), widening to and narrowing from registers.
 
-use crate::cuda::{cast, load_vec_name, narrow, store_vec_name, widen, Helper, Helpers};
+use crate::cuda::{cast, load_vec_name, narrow, raw_vec_type, store_vec_name, unpack_vec_name, widen, Helper, Helpers};
 use crate::index::IndexWidth;
 use crate::writer::CodeWriter;
 use braze_ir::DType;
@@ -55,6 +55,58 @@ pub(crate) fn emit_vector_load(
             let target = if slot == "0u" { array.to_string() } else { format!("{array} + {}", paren(&slot)) };
             w.line(format!("{}({address}, {target});", load_vec_name(dtype, per_access as u32)));
         }
+    }
+}
+
+/// The raw accesses of a `count`-element vector of `dtype`: how many, their C type, and the
+/// 32-bit registers each takes.
+pub(crate) fn raw_accesses(dtype: DType, count: usize) -> (usize, &'static str, usize) {
+    let per_access = access_elements(dtype, count);
+    let bytes = per_access * dtype.size_bytes();
+    (count.div_ceil(per_access), raw_vec_type(dtype, per_access as u32), bytes.div_ceil(4))
+}
+
+/// Loads `count` elements of `dtype` from `pointer[offset..]` as raw accesses into
+/// `raw[raw_base..]` (one entry per access), to be widened later by [`emit_vector_unpack`]: the
+/// load issues now, its latency hidden behind whatever runs before the values are needed.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn emit_vector_prefetch(
+    w: &mut CodeWriter,
+    dtype: DType,
+    pointer: &str,
+    offset: &str,
+    raw: &str,
+    raw_base: &str,
+    count: usize,
+    width: IndexWidth,
+) {
+    let per_access = access_elements(dtype, count);
+    let raw_type = raw_vec_type(dtype, per_access as u32);
+    for (k, first) in (0..count).step_by(per_access).enumerate() {
+        let at = plus(offset, first, |n| width.lit(n));
+        let slot = plus(raw_base, k, |n| format!("{n}u"));
+        let address = if at == width.lit(0) { pointer.to_string() } else { format!("{pointer} + {}", paren(&at)) };
+        w.line(format!("{raw}[{slot}] = *reinterpret_cast<const {raw_type}*>({address});"));
+    }
+}
+
+/// Widens the raw accesses `raw[raw_base..]` that [`emit_vector_prefetch`] loaded into
+/// `array[0..count]`.
+pub(crate) fn emit_vector_unpack(
+    w: &mut CodeWriter,
+    helpers: &mut Helpers,
+    dtype: DType,
+    raw: &str,
+    raw_base: &str,
+    array: &str,
+    count: usize,
+) {
+    let per_access = access_elements(dtype, count);
+    helpers.need(Helper::UnpackVec(dtype, per_access as u32));
+    for (k, first) in (0..count).step_by(per_access).enumerate() {
+        let slot = plus(raw_base, k, |n| format!("{n}u"));
+        let target = if first == 0 { array.to_string() } else { format!("{array} + {first}") };
+        w.line(format!("{}({raw}[{slot}], {target});", unpack_vec_name(dtype, per_access as u32)));
     }
 }
 

@@ -110,14 +110,20 @@ fn every_candidate_config_generates() {
                 // threads, and the hint's macro is defined in the source.
                 let hinted = (2..=32u32)
                     .filter(|n| n * launch.block[0] <= 2048)
-                    .any(|n| kernel.source.contains(&bounds(&format!(", BRAZE_MIN_BLOCKS({n})"))));
+                    .any(|n| kernel.source.contains(&bounds(&format!(" BRAZE_MIN_BLOCKS({n})"))));
                 assert!(
                     ["", ", 1", ", 2"].iter().any(|min| kernel.source.contains(&bounds(min))) || hinted,
                     "{name} with {config}"
                 );
                 assert_eq!(hinted, braze_codegen::has_occupancy_hint(&kernel.source), "{name} with {config}");
                 if hinted {
-                    assert!(kernel.source.contains("#define BRAZE_MIN_BLOCKS(n) (n)"), "{name} with {config}");
+                    assert!(kernel.source.contains("#define BRAZE_MIN_BLOCKS(n) , n"), "{name} with {config}");
+                    let hints = braze_codegen::occupancy_hints(&kernel.source);
+                    let hint = hints.iter().find(|h| h.kernel == launch.entry);
+                    assert!(
+                        hint.is_some_and(|h| h.block == launch.block[0] && (24..=128).contains(&h.cap())),
+                        "{name} with {config}: {hints:?}"
+                    );
                 }
             }
         }
@@ -252,6 +258,25 @@ fn cached_rows_read_each_input_once() {
         assert_eq!(kernel.source.matches(&format!("load_f32x4(in{slot} +")).count(), 1, "in{slot}");
     }
     assert!(!kernel.source.contains("__syncthreads"), "a warp per row needs no block barrier");
+}
+
+#[test]
+fn a_residual_read_after_the_norm_is_loaded_in_the_first_pass_when_registers_allow() {
+    // layer_norm(x) ... + res: `res` (in3) is only read by the last pass.
+    let prefetched = |dtype: DType, cols: usize| {
+        let plan = plans::ln_relu_res(dtype, 4096, cols);
+        let source = cuda(&plan, &default_config(&plan, 0, &Target::h200())).source;
+        let first_pass = &source[source.find("// pass 1 of").unwrap()..source.find("// pass 2 of").unwrap()];
+        let early = first_pass.contains("*reinterpret_cast<const uint4*>(in3 + (v0_row + col0))");
+        assert_eq!(early, source.contains("unpack_"), "{dtype:?} x {cols}: loaded early exactly when widened later");
+        assert_eq!(early, !source.contains("(in3 + (v0_row + col0), "), "{dtype:?} x {cols}: loaded once");
+        early
+    };
+    // 768 bf16 columns a warp: 24 cached elements a thread and 12 registers of raw residual.
+    assert!(prefetched(DType::BF16, 768));
+    assert!(prefetched(DType::F32, 1024));
+    // 1024 bf16 columns a warp: two cached arrays of 32 leave no room.
+    assert!(!prefetched(DType::BF16, 1024));
 }
 
 #[test]
@@ -426,10 +451,15 @@ fn sources_list_ops_with_locations() {
     // The ops a composite decomposes into keep its location; later ops have their own.
     assert!(kernel.source.contains("//   layer_norm/sum examples/model.rs:10:17"));
     assert!(kernel.source.contains("//   relu           examples/model.rs:11:17"));
-    // 128 threads a block, eight of them an SM (ROW_RESIDENT_THREADS).
+    // 128 threads a block, eight of them an SM (ROW_RESIDENT_THREADS): 64 registers a thread.
     assert!(kernel.source.contains(
-        "extern \"C\" __global__ void __launch_bounds__(128, BRAZE_MIN_BLOCKS(8)) row_layer_norm_relu_add_bf16_0("
+        "extern \"C\" __global__ void __launch_bounds__(128 BRAZE_MIN_BLOCKS(8)) row_layer_norm_relu_add_bf16_0("
     ));
+    let hints = braze_codegen::occupancy_hints(&kernel.source);
+    assert_eq!(
+        hints.iter().map(|h| (h.kernel.as_str(), h.block, h.blocks, h.cap())).collect::<Vec<_>>(),
+        [("row_layer_norm_relu_add_bf16_0", 128, 8, 64)]
+    );
     assert!(!kernel.source.contains("#include"));
 }
 

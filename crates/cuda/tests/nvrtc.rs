@@ -154,15 +154,15 @@ fn reports_the_nvrtc_version() {
 /// eight 256-thread blocks an SM (32 registers a thread).
 const HINT: &str = r#"
 #ifdef BRAZE_NO_OCCUPANCY_HINT
-#define BRAZE_MIN_BLOCKS(n) 1
+#define BRAZE_MIN_BLOCKS(n)
 #else
-#define BRAZE_MIN_BLOCKS(n) (n)
+#define BRAZE_MIN_BLOCKS(n) , n
 #endif
 "#;
 
 /// Holds 64 loaded values until each is used twice in reverse order: far more than 32 registers.
 const HEAVY: &str = r#"
-extern "C" __global__ void __launch_bounds__(256, BRAZE_MIN_BLOCKS(8)) heavy(float* out, const float* in) {
+extern "C" __global__ void __launch_bounds__(256 BRAZE_MIN_BLOCKS(8)) heavy(float* out, const float* in) {
     const unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
     float v[64];
     #pragma unroll
@@ -176,7 +176,7 @@ extern "C" __global__ void __launch_bounds__(256, BRAZE_MIN_BLOCKS(8)) heavy(flo
 "#;
 
 const LIGHT: &str = r#"
-extern "C" __global__ void __launch_bounds__(256, BRAZE_MIN_BLOCKS(8)) light(float* y, const float* x, float a, int n) {
+extern "C" __global__ void __launch_bounds__(256 BRAZE_MIN_BLOCKS(8)) light(float* y, const float* x, float a, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] = a * x[i] + y[i];
 }
@@ -189,9 +189,12 @@ fn a_kernel_that_spills_under_its_occupancy_hint_is_compiled_again_without_it() 
     }
     let source = format!("{HINT}{HEAVY}");
     assert!(braze_codegen::has_occupancy_hint(&source));
+    // Eight blocks of 256 threads share 64K registers: 32 a thread.
+    let hints = braze_codegen::occupancy_hints(&source);
+    assert_eq!(hints.iter().map(|h| (h.kernel.as_str(), h.cap())).collect::<Vec<_>>(), [("heavy", 32)]);
     let opts = CompileOptions::default();
     // With the cap written out (no hint to drop) it spills: the case the fallback exists for.
-    let capped = compile(&source.replace("BRAZE_MIN_BLOCKS(8)", "8"), "heavy.cu", &opts).unwrap();
+    let capped = compile(&source.replace(" BRAZE_MIN_BLOCKS(8)", ", 8"), "heavy.cu", &opts).unwrap();
     let r = capped.resources_of("heavy").unwrap();
     assert!(r.spill_stores > 0 && r.registers <= 32, "{r:?}");
     let module = compile(&source, "heavy.cu", &opts).unwrap();

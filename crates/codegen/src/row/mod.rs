@@ -210,6 +210,7 @@ pub(crate) fn generate(unit: &mut Unit<'_>, row: &RowKernel, tpr: u32, rpb: u32,
     let input_dtypes: Vec<DType> = (0..kernel.inputs.len()).map(|slot| unit.input_dtype(slot)).collect();
     let output_dtypes: Vec<DType> = (0..kernel.outputs.len()).map(|slot| unit.output_dtype(slot)).collect();
     let mut loads = plan_loads(row, &analysis, vec, width);
+    let prefetched = plan_prefetches(row, &analysis, &loads, &layout, &input_dtypes);
     let (declared, params) = unit.buffer_params();
     let helpers = &mut unit.helpers;
     let block = tpr * rpb;
@@ -280,6 +281,7 @@ pub(crate) fn generate(unit: &mut Unit<'_>, row: &RowKernel, tpr: u32, rpb: u32,
         input_dtypes: &input_dtypes,
         output_dtypes: &output_dtypes,
         partials: &row.partials,
+        prefetched: &prefetched,
         width,
     };
     for round in 1..=analysis.rounds {
@@ -357,6 +359,62 @@ fn plan_loads(row: &RowKernel, analysis: &RowAnalysis, vec: usize, width: IndexW
         loads.push(info);
     }
     loads
+}
+
+/// Registers a thread may hold across a pass boundary in cached arrays, prefetched raw vectors
+/// and partial accumulators together for a prefetch to be taken: under the occupancy hint's 64
+/// (see [`ROW_RESIDENT_THREADS`]) that leaves 24 for addresses, accumulators and the pass's own
+/// values. gpt2_step's f32 layer norm backward rows (three cached arrays of 8 and 16 partial
+/// accumulators) spilled with 8 more registers of prefetch, even left to ptxas.
+const PREFETCH_REGISTER_BUDGET: usize = 40;
+
+/// Element loads that pass 1 issues for a later pass, which only widens them: streamed
+/// (row-dependent) vector loads of cached rows that no pass before theirs reads. Without this a
+/// residual added after a norm waits one memory latency of its own after the reductions; so
+/// loaded, its latency hides behind the first pass's. Values are taken in body order while the
+/// registers held across every pass boundary fit [`PREFETCH_REGISTER_BUDGET`].
+fn plan_prefetches(
+    row: &RowKernel,
+    analysis: &RowAnalysis,
+    loads: &[Option<LoadInfo>],
+    layout: &Layout,
+    input_dtypes: &[DType],
+) -> Vec<bool> {
+    let mut prefetched = vec![false; loads.len()];
+    if !layout.cached || analysis.rounds == 0 || layout.chunks == 0 || layout.threads_per_row >= 1024 {
+        return prefetched;
+    }
+    let held = layout.chunks * layout.vec;
+    let partials =
+        if row.partials.is_empty() { 0 } else { partial_accumulators(row, layout.threads_per_row, layout.vec) };
+    // Registers held across the boundary after pass `b` (1..=rounds).
+    let mut across: Vec<usize> = (0..=analysis.rounds)
+        .map(|b| {
+            let arrays = (0..analysis.cached.len())
+                .filter(|&id| {
+                    analysis.cached[id] && analysis.needed[id][0] <= b && b < *analysis.needed[id].last().unwrap()
+                })
+                .count();
+            arrays * held + partials
+        })
+        .collect();
+    for (id, info) in loads.iter().enumerate() {
+        let Some(info) = info else { continue };
+        let later_only = analysis.needed[id].len() == 1 && analysis.needed[id][0] >= 2;
+        let streamed = info.row_offset.is_some() && matches!(info.kind, ElementLoad::Vector);
+        if analysis.per_row[id] || analysis.cached[id] || !later_only || !streamed {
+            continue;
+        }
+        let (accesses, _, registers) = crate::vector::raw_accesses(input_dtypes[info.slot], layout.vec);
+        let cost = layout.chunks * accesses * registers;
+        // Held from pass 1 until the pass that widens it.
+        let spans = 1..analysis.needed[id][0];
+        if spans.clone().all(|b| across[b] + cost <= PREFETCH_REGISTER_BUDGET) {
+            spans.for_each(|b| across[b] += cost);
+            prefetched[id] = true;
+        }
+    }
+    prefetched
 }
 
 /// A reduction's op, operand dtype and accumulator dtype.

@@ -6,7 +6,9 @@ use crate::cuda::{cast, value_type, Helpers};
 use crate::error::Result;
 use crate::index::{offset_expr, IndexWidth};
 use crate::reduce::{accumulate, accumulator_dtype, butterfly, combine, declare_accumulator, finalize};
-use crate::vector::{emit_vector_load, emit_vector_store, load_rhs};
+use crate::vector::{
+    emit_vector_load, emit_vector_prefetch, emit_vector_store, emit_vector_unpack, load_rhs, raw_accesses,
+};
 use crate::writer::CodeWriter;
 use braze_ir::{DType, ReduceOp};
 use braze_plan::{Body, Expr};
@@ -22,6 +24,8 @@ pub(super) struct PassContext<'a> {
     pub(super) output_dtypes: &'a [DType],
     /// Values the last pass folds into the block's partial accumulators (`pacc{k}`).
     pub(super) partials: &'a [braze_plan::ColumnPartial],
+    /// Element loads pass 1 issues as raw vectors (`v{id}_p`) for the later pass that reads them.
+    pub(super) prefetched: &'a [bool],
     pub(super) width: IndexWidth,
 }
 
@@ -114,8 +118,21 @@ impl PassContext<'_> {
             }
         }
         let fresh = |id: usize| !(analysis.cached[id] && first_pass_of(id) != pass);
+        // Pass 1 issues the prefetched loads; their raw vectors live at row scope.
+        let prefetches: Vec<usize> =
+            if pass == 1 { (0..body.values.len()).filter(|&id| self.prefetched[id]).collect() } else { Vec::new() };
+        for &id in &prefetches {
+            let info = self.loads[id].as_ref().expect("prefetched values are loads");
+            let (accesses, raw, _) = raw_accesses(self.input_dtypes[info.slot], vec);
+            w.line(format!(
+                "{raw} v{id}_p[{}];  // loaded now, widened in pass {}",
+                layout.chunks * accesses,
+                analysis.needed[id][0]
+            ));
+        }
         // Whether the pass touches memory (else it runs from registers and needs no column).
-        let touches_memory = final_pass || values.iter().any(|&id| fresh(id) && self.loads[id].is_some());
+        let touches_memory =
+            final_pass || !prefetches.is_empty() || values.iter().any(|&id| fresh(id) && self.loads[id].is_some());
         let tpr = layout.threads_per_row;
         // The partials' accumulators are indexed by the chunk: the last pass of a kernel with
         // partials walks the chunks as cached rows do.
@@ -154,7 +171,12 @@ impl PassContext<'_> {
             match info.kind {
                 ElementLoad::Vector => {
                     let pointer = format!("in{}", info.slot);
-                    if analysis.cached[id] && dtype == body.values[id].dtype {
+                    if self.prefetched[id] {
+                        let (accesses, _, _) = raw_accesses(dtype, vec);
+                        w.line(format!("{} v{id}_l[{vec}];", value_type(dtype)));
+                        let base = if accesses == 1 { "c".to_string() } else { format!("c * {accesses}u") };
+                        emit_vector_unpack(w, helpers, dtype, &format!("v{id}_p"), &base, &format!("v{id}_l"), vec);
+                    } else if analysis.cached[id] && dtype == body.values[id].dtype {
                         emit_vector_load(
                             w,
                             helpers,
@@ -177,6 +199,24 @@ impl PassContext<'_> {
                 }
                 ElementLoad::Gather => gathers = true,
             }
+        }
+        for &id in &prefetches {
+            let info = self.loads[id].as_ref().expect("prefetched values are loads");
+            let dtype = self.input_dtypes[info.slot];
+            let (accesses, _, _) = raw_accesses(dtype, vec);
+            let row_var = info.row_var.as_ref().expect("prefetched loads are streamed");
+            let offset = format!("{row_var} + {}", offset_expr(0, &info.inner, "col0", width));
+            let base = if accesses == 1 { "c".to_string() } else { format!("c * {accesses}u") };
+            emit_vector_prefetch(
+                w,
+                dtype,
+                &format!("in{}", info.slot),
+                &offset,
+                &format!("v{id}_p"),
+                &base,
+                vec,
+                width,
+            );
         }
         let stores: Vec<_> =
             if final_pass { body.stores.iter().filter(|s| !analysis.per_row[s.value.0]).collect() } else { Vec::new() };
