@@ -536,3 +536,49 @@ fn multi_warp_rows_several_a_block() {
         }
     }
 }
+
+/// A residual added after a layer norm, read only by the last pass, is loaded in the first
+/// (raw vectors widened later): rows of 200 bf16 and f32 columns, a warp or half a warp a row,
+/// so the last chunk runs past the row for some lanes; against the reference.
+#[test]
+fn a_residual_loaded_in_the_first_pass_in_the_emulator() {
+    use braze_ir::{BinaryOp, ReduceOp, UnaryOp};
+    if !enabled() {
+        return;
+    }
+    for dtype in [DType::BF16, DType::F32] {
+        let (rows, cols) = (9, 200);
+        let mut b = Builder::new();
+        let x = b.input(dtype, [rows, cols]);
+        let res = b.input(dtype, [rows, cols]);
+        let xf = b.cast(x, DType::F32);
+        let mean = b.reduce(ReduceOp::Mean, xf, &[1], true);
+        let centred = b.bin(BinaryOp::Sub, xf, mean);
+        let square = b.mul(centred, centred);
+        let var = b.reduce(ReduceOp::Mean, square, &[1], true);
+        let std = b.un(UnaryOp::Sqrt, var);
+        let normed = b.bin(BinaryOp::Div, centred, std);
+        let resf = b.cast(res, DType::F32);
+        let y = b.bin(BinaryOp::Add, normed, resf);
+        let y = b.cast(y, dtype);
+        let graph = b.finish(vec![y]);
+        let plan = compile_to_plan(&graph, &FusionOptions::default()).unwrap();
+        let row_kernel = plan
+            .kernels
+            .iter()
+            .position(|k| matches!(&k.kind, braze_plan::KernelKind::Row(_)))
+            .unwrap_or_else(|| panic!("{dtype}: no row kernel\n{plan}"));
+        let inputs = random_inputs(&graph, 29, |_| false);
+        let expected = eval_graph(&graph, &inputs).unwrap();
+        for (threads_per_row, rows_per_block) in [(32, 2), (16, 4)] {
+            let what = format!("{dtype} tpr={threads_per_row} rpb={rows_per_block}");
+            let config = KernelConfig::Row { threads_per_row, rows_per_block, cached: true };
+            let source = match braze_codegen::generate(&plan, row_kernel, &config, &Target::h200()).unwrap() {
+                braze_codegen::KernelCode::Cuda(kernel) => kernel.source,
+                braze_codegen::KernelCode::CuBlasLt(_) => panic!("{what}: not CUDA C"),
+            };
+            assert!(source.contains("// loaded now, widened in pass 3"), "{what}: no prefetch\n{source}");
+            check_with_row_config(&what, &plan, row_kernel, config, &inputs, &expected, dtype);
+        }
+    }
+}

@@ -572,6 +572,20 @@ fn row_candidates(unit: &Unit<'_>, row: &RowKernel) -> Vec<KernelConfig> {
         candidates.push(config(32, fits(32)));
     }
     candidates.push(config(most, fits(most)));
+    // Rows of a vector or two a thread, several rows a 256-thread block (each at a barrier of its
+    // own): many threads with few registers each, whose loads all issue before the first
+    // reduction. The rows sweep's 16-bit rows of 768-1024 columns stayed behind torch.compile
+    // even autotuned without them (run Y2), where a row of several warps had a block to itself
+    // (65536x768 bf16 layer norm: 64 threads a block 147 us, a warp a row 117 us).
+    for per_thread_vectors in [1, 2] {
+        let t = (cols.div_ceil(vec * per_thread_vectors).next_power_of_two() as u32).min(most);
+        let rows_per_block =
+            if t > 32 { multi_warp_slots(t, rows, 256) } else { rows_per_block(rows, t, target.sm_count) };
+        let candidate = KernelConfig::Row { threads_per_row: t, rows_per_block, cached: fits(t) };
+        if t > 1 && !candidates.contains(&candidate) {
+            candidates.push(candidate);
+        }
+    }
     // No more threads than the row has vectors (rounded up to a warp).
     let most_threads = cols.div_ceil(vec).next_power_of_two().max(32);
     if !row.partials.is_empty() {

@@ -209,9 +209,12 @@ fn render_helper(helper: Helper, native_bf16: bool, w: &mut CodeWriter) {
         Helper::OccupancyHint => &[
             "// Blocks an SM should hold: ptxas caps the registers to fit them. A kernel that would spill",
             "// under the cap, or that needs far more registers than it, is compiled again with",
-            "// BRAZE_NO_OCCUPANCY_HINT, which leaves the registers to ptxas.",
-            "#ifdef BRAZE_NO_OCCUPANCY_HINT",
+            "// BRAZE_NO_OCCUPANCY_HINT, which leaves the registers to ptxas, or where that spills too",
+            "// with BRAZE_ONE_BLOCK_AN_SM, which asks for one block.",
+            "#if defined(BRAZE_NO_OCCUPANCY_HINT)",
             "#define BRAZE_MIN_BLOCKS(n)",
+            "#elif defined(BRAZE_ONE_BLOCK_AN_SM)",
+            "#define BRAZE_MIN_BLOCKS(n) , 1",
             "#else",
             "#define BRAZE_MIN_BLOCKS(n) , n",
             "#endif",
@@ -237,6 +240,11 @@ fn render_helper(helper: Helper, native_bf16: bool, w: &mut CodeWriter) {
 /// The macro that, defined, drops every [`Helper::OccupancyHint`] of a source: the launch bounds
 /// keep only the block size.
 pub const NO_OCCUPANCY_HINT: &str = "BRAZE_NO_OCCUPANCY_HINT";
+
+/// The macro that, defined, makes every [`Helper::OccupancyHint`] of a source ask for one block an
+/// SM: all the registers a block may have, where ptxas left to itself would still spill (it holds
+/// some kernels to 32 registers around a division's slow-path call).
+pub const ONE_BLOCK_AN_SM: &str = "BRAZE_ONE_BLOCK_AN_SM";
 
 /// Whether `source` asks for blocks an SM through [`Helper::OccupancyHint`]: compiling it again
 /// with [`NO_OCCUPANCY_HINT`] defined lifts the register cap that hint sets.

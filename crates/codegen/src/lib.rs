@@ -60,7 +60,7 @@ mod vector;
 mod writer;
 
 pub use config::{any_extent_config, candidate_configs, default_config, KernelConfig};
-pub use cuda::{has_occupancy_hint, occupancy_hints, OccupancyHint, NO_OCCUPANCY_HINT};
+pub use cuda::{has_occupancy_hint, occupancy_hints, OccupancyHint, NO_OCCUPANCY_HINT, ONE_BLOCK_AN_SM};
 pub use error::{CodegenError, Result};
 pub use target::Target;
 

@@ -249,6 +249,27 @@ fn default_row_configs_follow_the_row_length() {
 }
 
 #[test]
+fn short_rows_are_also_tuned_at_a_vector_or_two_a_thread() {
+    let threads = |plan: &Plan| -> Vec<(u32, u32)> {
+        candidate_configs(plan, 0, &Target::h200())
+            .into_iter()
+            .map(|c| match c {
+                KernelConfig::Row { threads_per_row, rows_per_block, .. } => (threads_per_row, rows_per_block),
+                other => panic!("{other}"),
+            })
+            .collect()
+    };
+    // 1024 bf16 columns are 128 vectors of 8: the default's warp a row, and rows of 128 and of
+    // 64 threads in blocks of 256.
+    let bf16 = threads(&plans::ln_relu_res(DType::BF16, 32_768, 1024));
+    assert_eq!(bf16[0].0, 32);
+    assert!(bf16.contains(&(128, 2)) && bf16.contains(&(64, 4)), "{bf16:?}");
+    // 768 columns are 96 vectors: 128 threads (a vector each, some idle) and 64.
+    let short = threads(&plans::ln_relu_res(DType::BF16, 65_536, 768));
+    assert!(short.contains(&(128, 2)) && short.contains(&(64, 4)), "{short:?}");
+}
+
+#[test]
 fn cached_rows_read_each_input_once() {
     let plan = plans::chained_layers(16, 64, 256);
     let kernel = cuda(&plan, &default_config(&plan, 0, &Target::h200()));

@@ -182,14 +182,15 @@ fn c_buffer_to_bytes(buffer: Vec<c_char>) -> Vec<u8> {
 /// Compiles one CUDA C translation unit. `name` is the file name NVRTC uses in its messages.
 ///
 /// A source that does not compile yields [`CudaError::Compile`] carrying the log and the source.
-/// A source whose launch bounds ask for blocks an SM ([`braze_codegen::occupancy_hint_caps`]) is
+/// A source whose launch bounds ask for blocks an SM ([`braze_codegen::occupancy_hints`]) is
 /// compiled again without the hint when under the register cap they set a kernel spills or keeps
 /// a stack frame (a stack is where a capped kernel's slow-path calls put what no longer fits), or
 /// when a kernel that reached the cap needs more than an eighth over it left to itself: squeezing
 /// it that far costs more than the blocks it gains (gpt2_step's f32 layer norm rows over 768
 /// columns, 77 registers left to themselves, ran 7.5% slower capped at 64 on the H100, call F,
-/// where mlp_step's GELU backward rows, 66, ran 6% faster). The module returned is the one
-/// kept, its log noting why.
+/// where mlp_step's GELU backward rows, 66, ran 6% faster). Without the hint the registers are
+/// ptxas's to choose; where it then spills too, the source is compiled a third time for one block
+/// an SM. The module returned is the one kept, its log noting why.
 pub fn compile(source: &str, name: &str, opts: &CompileOptions) -> Result<CompiledModule> {
     let module = compile_once(source, name, opts)?;
     let define = format!("-D{}", braze_codegen::NO_OCCUPANCY_HINT);
@@ -204,7 +205,9 @@ pub fn compile(source: &str, name: &str, opts: &CompileOptions) -> Result<Compil
     let mut relaxed = opts.clone();
     relaxed.extra.push(define);
     let again = compile_once(source, name, &relaxed)?;
-    let (mut kept, other, why) = match hinted.verdict(&again.resources) {
+    let verdict = hinted.verdict(&again.resources);
+    let dropped = verdict != HintVerdict::Keep;
+    let (mut kept, other, why) = match verdict {
         HintVerdict::Spills => (again, module, "compiled again without the occupancy hint: under its register cap it spilled or kept a stack"),
         HintVerdict::Squeezed => (again, module, "compiled again without the occupancy hint: left to itself it needs over an eighth more registers than the cap"),
         HintVerdict::Fewer => (again, module, "compiled again without the occupancy hint: left to itself it uses fewer registers, and more blocks fit an SM"),
@@ -212,6 +215,15 @@ pub fn compile(source: &str, name: &str, opts: &CompileOptions) -> Result<Compil
     };
     kept.compile_ms += other.compile_ms;
     kept.log = format!("{why}\n{}", kept.log);
+    let unhinted = HintedResources { hints: &hints, resources: &kept.resources };
+    if dropped && unhinted.spills() {
+        let mut one_block = opts.clone();
+        one_block.extra.push(format!("-D{}", braze_codegen::ONE_BLOCK_AN_SM));
+        let mut third = compile_once(source, name, &one_block)?;
+        third.compile_ms += kept.compile_ms;
+        third.log = format!("{why}; left to ptxas it spilled too, so compiled for one block an SM\n{}", third.log);
+        return Ok(third);
+    }
     Ok(kept)
 }
 

@@ -138,7 +138,11 @@ impl Builder<'_> {
                 let shifted = self.binary(BinaryOp::Sub, x, max)?;
                 let exp = self.unary(UnaryOp::Exp, shifted)?;
                 let sum = self.reduce(ReduceOp::Sum, exp, axes, true)?;
-                self.binary(BinaryOp::Div, exp, sum)?
+                // One division a row, not one an element: within an ulp of `exp / sum` (what
+                // torch.compile's generated kernels compute is no closer), and an element's
+                // division costs a row kernel over short 16-bit rows more than its loads.
+                let inverse = self.unary(UnaryOp::Reciprocal, sum)?;
+                self.binary(BinaryOp::Mul, exp, inverse)?
             }
             Op::LogSoftmax { axis } => {
                 let axes = vec![*axis];

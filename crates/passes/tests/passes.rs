@@ -404,18 +404,19 @@ graph(%0: f32[3,5], %1: f32[5]) {
   %5 = sub %0, %4 : f32[3,5]
   %6 = exp %5 : f32[3,5]
   %7 = sum %6, axes=[0], keepdim : f32[1,5]
-  %8 = div %6, %7 : f32[3,5]
-  %9 = sum %2, axes=[1], keepdim : f32[3,1]
-  %10 = const 0.2 : f32[]
-  %11 = mul %9, %10 : f32[3,1]
-  %12 = const 1e-6 : f32[]
-  %13 = add %11, %12 : f32[3,1]
-  %14 = rsqrt %13 : f32[3,1]
-  %15 = mul %0, %14 : f32[3,5]
-  %16 = mul %15, %1 : f32[3,5]
-  %17 = const 0.2 : f32[]
-  %18 = mul %3, %17 : f32[3]
-  return %8, %16, %18
+  %8 = reciprocal %7 : f32[1,5]
+  %9 = mul %6, %8 : f32[3,5]
+  %10 = sum %2, axes=[1], keepdim : f32[3,1]
+  %11 = const 0.2 : f32[]
+  %12 = mul %10, %11 : f32[3,1]
+  %13 = const 1e-6 : f32[]
+  %14 = add %12, %13 : f32[3,1]
+  %15 = rsqrt %14 : f32[3,1]
+  %16 = mul %0, %15 : f32[3,5]
+  %17 = mul %16, %1 : f32[3,5]
+  %18 = const 0.2 : f32[]
+  %19 = mul %3, %18 : f32[3]
+  return %9, %17, %19
 }",
     );
 }
@@ -430,7 +431,8 @@ fn decompose_keeps_the_composite_location() {
     Decompose.run(&mut g).unwrap();
     let text = g.to_text_with_locations();
     let ops: Vec<&str> = text.lines().filter(|l| l.contains(" = ")).collect();
-    assert_eq!(ops.len(), 5, "{text}");
+    // max, sub, exp, sum, reciprocal, mul
+    assert_eq!(ops.len(), 6, "{text}");
     assert!(ops.iter().all(|l| l.ends_with("@ model.rs:7:13")), "{text}");
 }
 
@@ -470,8 +472,14 @@ fn pass_manager_verifies_and_records() {
     let optimized = optimize(&g).unwrap();
     assert_eq!(optimized.to_text(), manager.snapshots()[1].after);
 
-    let err = PassManager::new().once(vec![Box::new(BreakTypes)]).run(&mut g).unwrap_err();
-    assert!(matches!(err, PassError::InvalidGraph { pass: "break_types", .. }), "{err}");
+    // Passes are verified in debug builds (release builds, the fuzz's among them, skip the cost).
+    let run = PassManager::new().once(vec![Box::new(BreakTypes)]).run(&mut g);
+    if cfg!(debug_assertions) {
+        let err = run.unwrap_err();
+        assert!(matches!(err, PassError::InvalidGraph { pass: "break_types", .. }), "{err}");
+    } else {
+        assert!(run.unwrap());
+    }
 }
 
 /// A joint graph in miniature: `a = tanh(x)` read by the forward (`a @ w`, summed) and, through
