@@ -582,3 +582,34 @@ fn a_residual_loaded_in_the_first_pass_in_the_emulator() {
         }
     }
 }
+
+/// `gelu_tanh` as PyTorch computes it, `0.5 x (1 + tanh(u))`, over a dense grid out to the
+/// tails: within a few f32 rounding steps of the reference where it is not tiny (the negative
+/// tail, where `1 + tanh(u)` cancels, within 3e-7 absolute, as in PyTorch), and in bf16 the
+/// reference's rounded value or its neighbour.
+#[test]
+fn gelu_tanh_over_a_grid_in_the_emulator() {
+    if !enabled() {
+        return;
+    }
+    let target = Target::h200();
+    let xs: Vec<f64> = (-1100..=1100).map(|i| i as f64 / 64.0).chain([-40.0, -16.0, 16.0, 40.0, 1e30, -1e30]).collect();
+    for dtype in [DType::F32, DType::BF16] {
+        let mut b = Builder::new();
+        let x = b.input(dtype, [xs.len()]);
+        let gelu = b.op(Op::Unary { op: braze_ir::UnaryOp::GeluTanh }, &[x]);
+        let graph = b.finish(vec![gelu]);
+        let plan = compile_to_plan(&graph, &FusionOptions::default()).unwrap();
+        let configs: Vec<KernelConfig> = (0..plan.kernels.len()).map(|k| default_config(&plan, k, &target)).collect();
+        let inputs = vec![braze_ir::HostTensor::from_f64(dtype, [xs.len()], &xs).unwrap()];
+        let actual = emulator::run_plan(&plan, &configs, &target, &inputs).unwrap_or_else(|e| panic!("{dtype}: {e}"));
+        let expected = eval_graph(&graph, &inputs).unwrap();
+        let relative = if dtype == DType::BF16 { 2f64.powi(-7) } else { 4.0 * 2f64.powi(-24) };
+        let absolute = 3e-7;
+        let (got, want) = (actual[0].to_f64_vec(), expected[0].to_f64_vec());
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            let tolerance = (relative * w.abs()).max(absolute);
+            assert!((g - w).abs() <= tolerance, "{dtype} gelu_tanh({}): {g} vs {w}", inputs[0].get_f64(i));
+        }
+    }
+}

@@ -246,11 +246,11 @@ static GELU_ERF_GRAD_NARROW: CudaHelper = CudaHelper {
 static GELU_TANH: CudaHelper = CudaHelper {
     name: "gelu_tanh_f32",
     source: &[
-        "// 0.5 x (1 + tanh(u)) as x * sigmoid(2u), written to neither cancel nor overflow for negative x.",
+        "// 0.5 x (1 + tanh(u)), as PyTorch computes it. u is rounded step by step as the derivative's ops",
+        "// round it, so that a kernel computing both evaluates one tanh (the compiler merges the calls).",
         "__device__ __forceinline__ float gelu_tanh_f32(float x) {",
-        "  const float u = 0.7978845608f * (x + 0.044715f * x * x * x);",
-        "  const float e = expf(-2.0f * fabsf(u));",
-        "  return u >= 0.0f ? x / (1.0f + e) : x * e / (1.0f + e);",
+        "  const float u = __fmul_rn(0.7978846f, x + __fmul_rn(0.044715f, __fmul_rn(__fmul_rn(x, x), x)));",
+        "  return __fmul_rn(0.5f, __fmul_rn(x, 1.0f + tanhf(u)));",
         "}",
     ],
     requires: &[],
