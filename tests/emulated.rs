@@ -498,12 +498,24 @@ fn row_kernel_partials_in_every_row_layout() {
     }
 }
 
+/// `(x - mean(x)) / std(x)` over the last axis of `[rows, cols]` `x`, in f32: two dependent
+/// reductions, so a row kernel of three passes.
+fn normalized_rows(b: &mut Builder, x: NodeId) -> NodeId {
+    use braze_ir::{BinaryOp, ReduceOp, UnaryOp};
+    let xf = b.cast(x, DType::F32);
+    let mean = b.reduce(ReduceOp::Mean, xf, &[1], true);
+    let centred = b.bin(BinaryOp::Sub, xf, mean);
+    let square = b.mul(centred, centred);
+    let var = b.reduce(ReduceOp::Mean, square, &[1], true);
+    let std = b.un(UnaryOp::Sqrt, var);
+    b.bin(BinaryOp::Div, centred, std)
+}
+
 /// Row kernels of several warps a row, several rows a block, without partials: each row's
 /// warps combine their reductions at their slot's named barrier, and the block's last rows
 /// (7 rows over blocks of 2 and 3) leave slots idle.
 #[test]
 fn multi_warp_rows_several_a_block() {
-    use braze_ir::{BinaryOp, ReduceOp, UnaryOp};
     if !enabled() {
         return;
     }
@@ -511,13 +523,7 @@ fn multi_warp_rows_several_a_block() {
         let (rows, cols) = (7, 200);
         let mut b = Builder::new();
         let x = b.input(dtype, [rows, cols]);
-        let xf = b.cast(x, DType::F32);
-        let mean = b.reduce(ReduceOp::Mean, xf, &[1], true);
-        let centred = b.bin(BinaryOp::Sub, xf, mean);
-        let square = b.mul(centred, centred);
-        let var = b.reduce(ReduceOp::Mean, square, &[1], true);
-        let std = b.un(UnaryOp::Sqrt, var);
-        let y = b.bin(BinaryOp::Div, centred, std);
+        let y = normalized_rows(&mut b, x);
         let y = b.cast(y, dtype);
         let graph = b.finish(vec![y]);
         let plan = compile_to_plan(&graph, &FusionOptions::default()).unwrap();
@@ -542,7 +548,7 @@ fn multi_warp_rows_several_a_block() {
 /// so the last chunk runs past the row for some lanes; against the reference.
 #[test]
 fn a_residual_loaded_in_the_first_pass_in_the_emulator() {
-    use braze_ir::{BinaryOp, ReduceOp, UnaryOp};
+    use braze_ir::BinaryOp;
     if !enabled() {
         return;
     }
@@ -551,13 +557,7 @@ fn a_residual_loaded_in_the_first_pass_in_the_emulator() {
         let mut b = Builder::new();
         let x = b.input(dtype, [rows, cols]);
         let res = b.input(dtype, [rows, cols]);
-        let xf = b.cast(x, DType::F32);
-        let mean = b.reduce(ReduceOp::Mean, xf, &[1], true);
-        let centred = b.bin(BinaryOp::Sub, xf, mean);
-        let square = b.mul(centred, centred);
-        let var = b.reduce(ReduceOp::Mean, square, &[1], true);
-        let std = b.un(UnaryOp::Sqrt, var);
-        let normed = b.bin(BinaryOp::Div, centred, std);
+        let normed = normalized_rows(&mut b, x);
         let resf = b.cast(res, DType::F32);
         let y = b.bin(BinaryOp::Add, normed, resf);
         let y = b.cast(y, dtype);

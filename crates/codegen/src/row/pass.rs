@@ -174,7 +174,7 @@ impl PassContext<'_> {
                     if self.prefetched[id] {
                         let (accesses, _, _) = raw_accesses(dtype, vec);
                         w.line(format!("{} v{id}_l[{vec}];", value_type(dtype)));
-                        let base = if accesses == 1 { "c".to_string() } else { format!("c * {accesses}u") };
+                        let base = raw_chunk_base(accesses);
                         emit_vector_unpack(w, helpers, dtype, &format!("v{id}_p"), &base, &format!("v{id}_l"), vec);
                     } else if analysis.cached[id] && dtype == body.values[id].dtype {
                         emit_vector_load(
@@ -206,7 +206,7 @@ impl PassContext<'_> {
             let (accesses, _, _) = raw_accesses(dtype, vec);
             let row_var = info.row_var.as_ref().expect("prefetched loads are streamed");
             let offset = format!("{row_var} + {}", offset_expr(0, &info.inner, "col0", width));
-            let base = if accesses == 1 { "c".to_string() } else { format!("c * {accesses}u") };
+            let base = raw_chunk_base(accesses);
             emit_vector_prefetch(
                 w,
                 dtype,
@@ -299,5 +299,14 @@ impl PassContext<'_> {
         }
         w.close();
         Ok(())
+    }
+}
+
+/// The first of chunk `c`'s entries in a prefetched value's raw array (`accesses` a chunk).
+fn raw_chunk_base(accesses: usize) -> String {
+    if accesses == 1 {
+        "c".to_string()
+    } else {
+        format!("c * {accesses}u")
     }
 }
