@@ -511,6 +511,14 @@ fn normalized_rows(b: &mut Builder, x: NodeId) -> NodeId {
     b.bin(BinaryOp::Div, centred, std)
 }
 
+/// The index of `plan`'s first row kernel.
+fn first_row_kernel(plan: &braze_plan::Plan, dtype: DType) -> usize {
+    plan.kernels
+        .iter()
+        .position(|k| matches!(&k.kind, braze_plan::KernelKind::Row(_)))
+        .unwrap_or_else(|| panic!("{dtype}: no row kernel\n{plan}"))
+}
+
 /// Row kernels of several warps a row, several rows a block, without partials: each row's
 /// warps combine their reductions at their slot's named barrier, and the block's last rows
 /// (7 rows over blocks of 2 and 3) leave slots idle.
@@ -527,11 +535,7 @@ fn multi_warp_rows_several_a_block() {
         let y = b.cast(y, dtype);
         let graph = b.finish(vec![y]);
         let plan = compile_to_plan(&graph, &FusionOptions::default()).unwrap();
-        let row_kernel = plan
-            .kernels
-            .iter()
-            .position(|k| matches!(&k.kind, braze_plan::KernelKind::Row(_)))
-            .unwrap_or_else(|| panic!("{dtype}: no row kernel\n{plan}"));
+        let row_kernel = first_row_kernel(&plan, dtype);
         let inputs = random_inputs(&graph, 23, |_| false);
         let expected = eval_graph(&graph, &inputs).unwrap();
         for (threads_per_row, rows_per_block, cached) in [(64, 3, true), (64, 2, false), (128, 2, true), (64, 8, true)]
@@ -563,11 +567,7 @@ fn a_residual_loaded_in_the_first_pass_in_the_emulator() {
         let y = b.cast(y, dtype);
         let graph = b.finish(vec![y]);
         let plan = compile_to_plan(&graph, &FusionOptions::default()).unwrap();
-        let row_kernel = plan
-            .kernels
-            .iter()
-            .position(|k| matches!(&k.kind, braze_plan::KernelKind::Row(_)))
-            .unwrap_or_else(|| panic!("{dtype}: no row kernel\n{plan}"));
+        let row_kernel = first_row_kernel(&plan, dtype);
         let inputs = random_inputs(&graph, 29, |_| false);
         let expected = eval_graph(&graph, &inputs).unwrap();
         for (threads_per_row, rows_per_block) in [(32, 2), (16, 4)] {

@@ -249,7 +249,7 @@ pub const ONE_BLOCK_AN_SM: &str = "BRAZE_ONE_BLOCK_AN_SM";
 /// Whether `source` asks for blocks an SM through [`Helper::OccupancyHint`]: compiling it again
 /// with [`NO_OCCUPANCY_HINT`] defined lifts the register cap that hint sets.
 pub fn has_occupancy_hint(source: &str) -> bool {
-    source.contains(" BRAZE_MIN_BLOCKS(")
+    !occupancy_hints(source).is_empty()
 }
 
 /// A kernel's occupancy hint as its source states it.

@@ -29,6 +29,15 @@ fn paren(text: &str) -> String {
     }
 }
 
+/// `pointer + at` as C, `pointer` alone where `at` is 0.
+fn element_address(pointer: &str, at: &str, width: IndexWidth) -> String {
+    if at == width.lit(0) {
+        pointer.to_string()
+    } else {
+        format!("{pointer} + {}", paren(at))
+    }
+}
+
 /// Loads `count` elements of `dtype` from `pointer[offset..]` into `array[array_base..]` with
 /// the widest aligned accesses (`array_base` may be empty for 0).
 #[allow(clippy::too_many_arguments)]
@@ -51,7 +60,7 @@ pub(crate) fn emit_vector_load(
             w.line(format!("{array}[{slot}] = {};", widen(dtype, &format!("{pointer}[{at}]"))));
         } else {
             helpers.need(Helper::LoadVec(dtype, per_access as u32));
-            let address = if at == width.lit(0) { pointer.to_string() } else { format!("{pointer} + {}", paren(&at)) };
+            let address = element_address(pointer, &at, width);
             let target = if slot == "0u" { array.to_string() } else { format!("{array} + {}", paren(&slot)) };
             w.line(format!("{}({address}, {target});", load_vec_name(dtype, per_access as u32)));
         }
@@ -85,7 +94,7 @@ pub(crate) fn emit_vector_prefetch(
     for (k, first) in (0..count).step_by(per_access).enumerate() {
         let at = plus(offset, first, |n| width.lit(n));
         let slot = plus(raw_base, k, |n| format!("{n}u"));
-        let address = if at == width.lit(0) { pointer.to_string() } else { format!("{pointer} + {}", paren(&at)) };
+        let address = element_address(pointer, &at, width);
         w.line(format!("{raw}[{slot}] = *reinterpret_cast<const {raw_type}*>({address});"));
     }
 }
@@ -129,7 +138,7 @@ pub(crate) fn emit_vector_store(
             w.line(format!("{pointer}[{at}] = {};", narrow(dtype, &format!("{array}[{first}]"))));
         } else {
             helpers.need(Helper::StoreVec(dtype, per_access as u32));
-            let address = if at == width.lit(0) { pointer.to_string() } else { format!("{pointer} + {}", paren(&at)) };
+            let address = element_address(pointer, &at, width);
             let source = if first == 0 { array.to_string() } else { format!("{array} + {first}") };
             w.line(format!("{}({address}, {source});", store_vec_name(dtype, per_access as u32)));
         }

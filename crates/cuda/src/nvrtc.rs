@@ -215,8 +215,7 @@ pub fn compile(source: &str, name: &str, opts: &CompileOptions) -> Result<Compil
     };
     kept.compile_ms += other.compile_ms;
     kept.log = format!("{why}\n{}", kept.log);
-    let unhinted = HintedResources { hints: &hints, resources: &kept.resources };
-    if dropped && unhinted.spills() {
+    if dropped && spills(&kept.resources) {
         let mut one_block = opts.clone();
         one_block.extra.push(format!("-D{}", braze_codegen::ONE_BLOCK_AN_SM));
         let mut third = compile_once(source, name, &one_block)?;
@@ -225,6 +224,11 @@ pub fn compile(source: &str, name: &str, opts: &CompileOptions) -> Result<Compil
         return Ok(third);
     }
     Ok(kept)
+}
+
+/// Whether a kernel spilled or kept a stack frame.
+fn spills(resources: &[KernelResources]) -> bool {
+    resources.iter().any(|r| r.spill_stores > 0 || r.spill_loads > 0 || r.stack_bytes > 0)
 }
 
 /// A module compiled under its occupancy hints: each hinted kernel's hint beside what `ptxas`
@@ -253,10 +257,6 @@ impl HintedResources<'_> {
         self.hints.iter().find(|h| h.kernel == kernel)
     }
 
-    fn spills(&self) -> bool {
-        self.resources.iter().any(|r| r.spill_stores > 0 || r.spill_loads > 0 || r.stack_bytes > 0)
-    }
-
     fn registers_of(&self, kernel: &str) -> Option<u32> {
         self.resources.iter().find(|r| r.kernel == kernel).map(|r| r.registers)
     }
@@ -264,13 +264,13 @@ impl HintedResources<'_> {
     /// Whether the hinted compile stands without a compile to compare: nothing spilled and no
     /// hinted kernel reached its cap.
     fn fits(&self) -> bool {
-        !self.spills()
+        !spills(self.resources)
             && !self.resources.iter().any(|r| self.hint_of(&r.kernel).is_some_and(|h| r.registers >= h.cap()))
     }
 
     /// The verdict given the resources of the same source compiled without the hint.
     fn verdict(&self, unhinted: &[KernelResources]) -> HintVerdict {
-        if self.spills() {
+        if spills(self.resources) {
             return HintVerdict::Spills;
         }
         let hinted =
